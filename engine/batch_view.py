@@ -1,0 +1,53 @@
+"""What one forward pass needs to know about the rows it runs.
+
+A forward runs B rows of T new tokens each (decode: T=1; prefill: one or more
+chunks, right-padded when ragged). The runner builds a BatchView from the
+scheduled sequences; models and layers only read it.
+
+Conventions every model follows:
+- Page 0 of the KV pool is a scratch page that is never handed out: padded
+  tokens write their K/V there, and padded block-table entries point at it.
+  Keys are laid out so that gathered key index j is absolute position j.
+- A row whose ``offsets`` is 0 starts a new sequence: recurrent layers must
+  treat the state gathered from its slot as zero (slots are reused).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+
+@dataclass(frozen=True)
+class BatchView:
+    offsets: mx.array       # [B] int32: tokens already in the cache per row
+    lengths: mx.array       # [B] int32: valid new tokens per row (1..T)
+    positions: mx.array     # [B, T] int32: absolute position of each new token
+    slot_mapping: mx.array  # [B, T] int32: flat KV slot (page * page_size + i) to write
+    block_tables: mx.array  # [B, P] int32: page ids covering positions 0..P*page_size-1
+    state_slots: mx.array   # [B] int32: row of each recurrent-state slot array
+    page_size: int
+    num_tokens: int         # T
+    ragged: bool            # some row has lengths < T
+    all_logits: bool = False  # True: logits for every token; False: only each row's last
+
+    @property
+    def batch_size(self) -> int:
+        return self.offsets.shape[0]
+
+    @property
+    def kv_len(self) -> int:
+        """Keys gathered per row (whole pages)."""
+        return self.block_tables.shape[1] * self.page_size
+
+    def last_index(self) -> mx.array:
+        """[B] index of each row's last valid token."""
+        return self.lengths - 1
+
+
+def select_last(h: mx.array, view: BatchView) -> mx.array:
+    """[B, T, D] -> [B, 1, D]: each row's last valid token (logits nobody reads are skipped)."""
+    if view.num_tokens == 1:
+        return h
+    idx = view.last_index().reshape(-1, 1, 1)
+    return mx.take_along_axis(h, idx, axis=1)

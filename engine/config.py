@@ -1,0 +1,29 @@
+"""Engine limits, fixed when a model is loaded."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_num_seqs: int = 16          # sequences decoded together in one forward
+    page_size: int = 16             # tokens per KV page
+    num_pages: int = 4096           # KV budget: pages in the pool (page 0 is scratch)
+    prefill_chunk: int = 512        # tokens of one prompt read per step
+    max_context: int = 8192         # prompt + generation, per sequence
+    use_kernels: bool = True        # custom kernels where the self-test passed
+
+    def __post_init__(self):
+        for name in ("max_num_seqs", "page_size", "num_pages", "prefill_chunk", "max_context"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"EngineConfig.{name} must be >= 1")
+        if self.num_pages < 2:
+            raise ValueError("EngineConfig.num_pages must be >= 2 (page 0 is scratch)")
+
+    @property
+    def max_pages_per_seq(self) -> int:
+        return -(-self.max_context // self.page_size)
+
+    @property
+    def num_usable_pages(self) -> int:
+        return self.num_pages - 1

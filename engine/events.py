@@ -1,0 +1,68 @@
+"""Events flowing out of the engine thread (plain data; no mlx, no Qt).
+
+Request events go to that request's handle; StepEvent goes to every
+step listener (status panel, trace, benchmarks).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    request_id: int
+    text: str                  # detokenized delta (may be "" while a UTF-8 char is incomplete)
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RequestStats:
+    prompt_tokens: int
+    generated_tokens: int
+    ttft_s: float              # submit -> first token
+    decode_tok_s: float        # generated tokens after the first / time since the first
+    prefill_tok_s: float = 0.0
+    num_preemptions: int = 0
+
+
+@dataclass(frozen=True)
+class FinishedEvent:
+    request_id: int
+    reason: str                # "stop" (EOS or stop string), "length", "cancelled", "error"
+    stats: RequestStats
+    text: str = ""             # the whole completion
+    token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    request_id: int
+    message: str
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """One engine step: what ran, how long, and the pool's state after it."""
+    step: int
+    t_start: float             # time.perf_counter() seconds
+    t_end: float
+    kind: str                  # "decode", "prefill" or "mixed"
+    decode_request_ids: tuple[int, ...] = ()
+    prefill_request_id: int | None = None
+    prefill_tokens: int = 0
+    batch_size: int = 0        # rows decoded in this step
+    kv_pages_used: int = 0
+    kv_pages_total: int = 0
+    num_waiting: int = 0
+    num_running: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def duration(self) -> float:
+        return self.t_end - self.t_start
+
+
+@dataclass(frozen=True)
+class LoadProgress:
+    fraction: float            # 0..1
+    message: str

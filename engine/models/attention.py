@@ -1,0 +1,43 @@
+"""Grouped-query attention over the paged KV pool, shared by every model family."""
+from __future__ import annotations
+
+import mlx.core as mx
+
+from engine.batch_view import BatchView
+
+
+def write_kv(pool: mx.array, new: mx.array, view: BatchView) -> mx.array:
+    """Scatter new K or V [B, Hkv, T, D] into the flat pool at the view's slots."""
+    B, H, T, D = new.shape
+    rows = new.transpose(0, 2, 1, 3).reshape(B * T, H, D)  # [B*T, Hkv, D]
+    pool[view.slot_mapping.reshape(-1)] = rows.astype(pool.dtype)
+    return pool
+
+
+def gather_kv(pool: mx.array, view: BatchView) -> mx.array:
+    """Read each row's keys through its block table: [B, Hkv, L, D] with L = kv_len."""
+    ps = view.page_size
+    idx = view.block_tables[:, :, None] * ps + mx.arange(ps, dtype=mx.int32)  # [B, P, ps]
+    idx = idx.reshape(view.batch_size, -1)                                  # [B, L]
+    return pool[idx].transpose(0, 2, 1, 3)
+
+
+def causal_mask(view: BatchView) -> mx.array:
+    """[B, 1, T, L] bool: query at position p sees keys 0..p of its own row."""
+    keys = mx.arange(view.kv_len, dtype=mx.int32)
+    return (keys[None, None, :] <= view.positions[:, :, None])[:, None]
+
+
+def paged_attention(q: mx.array, k: mx.array, v: mx.array, kv: list[mx.array],
+                    view: BatchView, scale: float) -> mx.array:
+    """q [B, Hq, T, D], new k/v [B, Hkv, T, D]; kv = [k_pool, v_pool] updated in place.
+
+    Returns [B, Hq, T, D]. The K/V of the new tokens are written first, so a
+    prefill chunk attends to the cached prefix and to itself in one call.
+    """
+    kv[0] = write_kv(kv[0], k, view)
+    kv[1] = write_kv(kv[1], v, view)
+    keys = gather_kv(kv[0], view).astype(q.dtype)
+    values = gather_kv(kv[1], view).astype(q.dtype)
+    return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale,
+                                                mask=causal_mask(view))

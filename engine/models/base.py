@@ -1,0 +1,64 @@
+"""The contract between the runner and a model family.
+
+A model module (llama.py, qwen3_5.py) exposes:
+- ``ModelArgs.from_config(config: dict) -> ModelArgs`` (frozen dataclass)
+- ``Model(args)``: an ``mlx.nn.Module`` with
+    ``__call__(tokens [B, T] int32, view: BatchView, cache: ModelCache) -> logits``
+    logits are [B, T, V] when ``view.all_logits`` else [B, 1, V] (each row's last token),
+    ``cache_spec() -> CacheSpec`` and ``sanitize(weights: dict) -> dict``.
+The model never owns scheduling: it reads the view and reads/writes the cache.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """One per-sequence state array of a recurrent layer (shape excludes the slot axis)."""
+    shape: tuple[int, ...]
+    dtype: mx.Dtype
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    num_kv_layers: int          # attention layers that keep paged K/V
+    num_kv_heads: int
+    head_dim: int
+    kv_dtype: mx.Dtype
+    # For each recurrent layer, in layer order: the state arrays it keeps per slot.
+    state_layers: tuple[tuple[StateSpec, ...], ...] = field(default_factory=tuple)
+
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.num_kv_layers * self.num_kv_heads * self.head_dim * self.kv_dtype.size
+
+
+class ModelCache:
+    """Paged K/V pools and recurrent-state slot arrays, owned by the runner.
+
+    ``kv[i]`` is ``[k_pool, v_pool]`` of attention layer i, each
+    [num_pages * page_size, num_kv_heads, head_dim]. ``states[j]`` is the list of
+    slot arrays of recurrent layer j, each [num_slots, *StateSpec.shape].
+    Layers replace entries in place (``cache.kv[i][0] = new_pool``).
+    """
+
+    def __init__(self, spec: CacheSpec, num_pages: int, page_size: int, num_slots: int):
+        self.spec = spec
+        self.page_size = page_size
+        self.num_pages = num_pages
+        self.num_slots = num_slots
+        flat = (num_pages * page_size, spec.num_kv_heads, spec.head_dim)
+        self.kv = [[mx.zeros(flat, spec.kv_dtype), mx.zeros(flat, spec.kv_dtype)]
+                   for _ in range(spec.num_kv_layers)]
+        self.states = [[mx.zeros((num_slots, *s.shape), s.dtype) for s in layer]
+                       for layer in spec.state_layers]
+
+    def arrays(self) -> list[mx.array]:
+        """Everything a step writes, to evaluate together with its outputs."""
+        out = [a for pair in self.kv for a in pair]
+        return out + [a for layer in self.states for a in layer]
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays())
