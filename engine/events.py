@@ -66,3 +66,11 @@ class StepEvent:
 class LoadProgress:
     fraction: float            # 0..1
     message: str
+
+
+@dataclass(frozen=True)
+class SubmittedEvent:
+    """A request entered the engine (broadcast to listeners, e.g. the trace)."""
+    request_id: int
+    t: float                   # time.perf_counter() seconds
+    prompt_tokens: int
