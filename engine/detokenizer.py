@@ -1,0 +1,70 @@
+"""Streaming token ids -> text without ever emitting half a character.
+
+Byte-level BPE tokens are byte sequences: an emoji or CJK character can span
+two to four tokens, and decoding a prefix that ends mid-character yields
+U+FFFD. We hold text back while the decoded tail ends in U+FFFD.
+
+Each step decodes only a short window (a few already-emitted tokens as left
+context plus the pending ones), so the cost per token is O(1) however long
+the reply grows. The left context matters: decoders such as Metaspace strip a
+leading space from the first token, so the delta is
+decode(context + pending) - decode(context), never decode(pending) alone.
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+_REPLACEMENT = "\ufffd"
+_NUM_CONTEXT = 4       # emitted tokens kept as left context for the next delta
+_MAX_PENDING = 8       # a UTF-8 char is <= 4 bytes; beyond this the bytes are truly invalid
+
+
+class _Decoder(Protocol):
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+
+
+class IncrementalDetokenizer:
+    """Feed ids one at a time with `add`; call `flush` at the end of the stream.
+
+    The concatenation of every `add` and the final `flush` equals
+    `tokenizer.decode(all_ids, skip_special_tokens)`.
+    """
+
+    def __init__(self, tokenizer: _Decoder, skip_special_tokens: bool = False):
+        self._tokenizer = tokenizer
+        self._skip_special = skip_special_tokens
+        self._ids: list[int] = []     # window: context ids, then pending ids
+        self._num_context = 0         # how many of self._ids were already emitted
+        self._context_text = ""       # decode(self._ids[:self._num_context])
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=self._skip_special)
+
+    def add(self, token_id: int) -> str:
+        """Append one id; return the text it completes (possibly "")."""
+        self._ids.append(int(token_id))
+        text = self._decode(self._ids)
+        num_pending = len(self._ids) - self._num_context
+        if text.endswith(_REPLACEMENT) and num_pending < _MAX_PENDING:
+            return ""  # mid-character: wait for the bytes that complete it
+        return self._emit(text)
+
+    def flush(self) -> str:
+        """Return whatever is still held back (invalid bytes show as U+FFFD) and reset."""
+        text = self._decode(self._ids) if len(self._ids) > self._num_context else ""
+        delta = self._delta(text) if text else ""
+        self._ids, self._num_context, self._context_text = [], 0, ""
+        return delta
+
+    def _delta(self, text: str) -> str:
+        # decode(context) is a prefix of decode(context + pending) for byte-level and
+        # Metaspace decoders alike, because the context ends on a whole character.
+        return text[len(self._context_text):]
+
+    def _emit(self, text: str) -> str:
+        delta = self._delta(text)
+        # Slide the window: keep a few emitted ids as context for the next delta.
+        self._ids = self._ids[-_NUM_CONTEXT:]
+        self._num_context = len(self._ids)
+        self._context_text = self._decode(self._ids)
+        return delta
