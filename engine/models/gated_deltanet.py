@@ -1,0 +1,130 @@
+"""Gated DeltaNet: the linear-attention layers of the Qwen3.5 / Qwen3-Next hybrids.
+
+Each sequence keeps two states in the cache's slot arrays: the conv state (the
+last K-1 inputs of the causal conv, [K-1, conv_dim]) and the float32 recurrent
+state [Hv, Dv, Dk]. A forward gathers the states of its B rows, runs T tokens,
+and scatters them back with one indexed assignment per array.
+"""
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from engine.batch_view import BatchView
+from engine.models.base import StateSpec
+from engine.models.gated_delta import decay, gated_delta, normalize_qk
+from engine.models.qwen3_5_config import ModelArgs
+
+
+class GatedRMSNorm(nn.Module):
+    """RMSNorm of the recurrence output, gated by SiLU(z) (computed in float32)."""
+
+    def __init__(self, dims: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = mx.ones((dims,))
+
+    def __call__(self, x: mx.array, z: mx.array) -> mx.array:
+        y = mx.fast.rms_norm(x, self.weight, self.eps).astype(mx.float32)
+        z = z.astype(mx.float32)
+        return (y * z * mx.sigmoid(z)).astype(x.dtype)
+
+
+class GatedDeltaNet(nn.Module):
+    """Qwen3.5 layout: separate in_proj_qkv, in_proj_z, in_proj_b, in_proj_a."""
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.hk, self.dk = args.linear_num_key_heads, args.linear_key_head_dim
+        self.hv, self.dv = args.linear_num_value_heads, args.linear_value_head_dim
+        self.key_dim, self.conv_dim = args.key_dim, args.conv_dim
+        self.kernel = args.linear_conv_kernel_dim
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, self.kernel,
+                                groups=self.conv_dim, bias=False)
+        self._make_projections(args)
+        self.dt_bias = mx.ones((self.hv,))
+        self.A_log = mx.log(mx.random.uniform(1.0, 16.0, (self.hv,)))
+        self.norm = GatedRMSNorm(self.dv, args.rms_norm_eps)
+        self.out_proj = nn.Linear(args.value_dim, args.hidden_size, bias=False)
+
+    def _make_projections(self, args: ModelArgs):
+        h = args.hidden_size
+        self.in_proj_qkv = nn.Linear(h, self.conv_dim, bias=False)
+        self.in_proj_z = nn.Linear(h, args.value_dim, bias=False)
+        self.in_proj_b = nn.Linear(h, self.hv, bias=False)
+        self.in_proj_a = nn.Linear(h, self.hv, bias=False)
+
+    def project(self, x: mx.array):
+        """x [B, T, H] -> qkv [B, T, conv_dim], z [B, T, Hv, Dv], b, a [B, T, Hv]."""
+        B, T, _ = x.shape
+        z = self.in_proj_z(x).reshape(B, T, self.hv, self.dv)
+        return self.in_proj_qkv(x), z, self.in_proj_b(x), self.in_proj_a(x)
+
+    def state_specs(self) -> tuple[StateSpec, ...]:
+        # The conv state is kept in float32: exact for bf16 inputs, and tiny.
+        return (StateSpec((self.kernel - 1, self.conv_dim), mx.float32),
+                StateSpec((self.hv, self.dv, self.dk), mx.float32))
+
+    def __call__(self, x: mx.array, view: BatchView, states: list[mx.array]) -> mx.array:
+        B, T, _ = x.shape
+        qkv, z, b, a = self.project(x)
+        slots = view.state_slots
+        # Slots are reused without clearing: a row starting a sequence reads zeros.
+        fresh = (view.offsets == 0)[:, None, None]                            # [B, 1, 1]
+        conv_state = mx.where(fresh, 0.0, states[0][slots]).astype(x.dtype)  # [B, K-1, C]
+        state = mx.where(fresh[..., None], 0.0, states[1][slots])            # [B, Hv, Dv, Dk]
+
+        conv_in = mx.concatenate([conv_state, qkv], axis=1)                  # [B, K-1+T, C]
+        states[0][slots] = self._conv_tail(conv_in, view).astype(states[0].dtype)
+        conv_out = nn.silu(self.conv1d(conv_in))                             # [B, T, C]
+
+        q, k, v = mx.split(conv_out, [self.key_dim, 2 * self.key_dim], axis=-1)
+        q = q.reshape(B, T, self.hk, self.dk)                                # [B, T, Hk, Dk]
+        k = k.reshape(B, T, self.hk, self.dk)                                # [B, T, Hk, Dk]
+        v = v.reshape(B, T, self.hv, self.dv)                                # [B, T, Hv, Dv]
+        q, k = normalize_qk(q, k)
+        g = decay(self.A_log, a, self.dt_bias)                               # [B, T, Hv]
+        beta = mx.sigmoid(b)                                                 # [B, T, Hv]
+        mask = _valid_mask(view) if view.ragged else None                    # [B, T]
+        y, new_state = gated_delta(q, k, v, g, beta, state, mask)            # [B, T, Hv, Dv]
+        states[1][slots] = new_state
+
+        y = self.norm(y, z)                                                  # [B, T, Hv, Dv]
+        return self.out_proj(y.reshape(B, T, -1))                            # [B, T, H]
+
+    def _conv_tail(self, conv_in: mx.array, view: BatchView) -> mx.array:
+        """The last K-1 conv inputs at each row's own length: [B, K-1, C]."""
+        keep = self.kernel - 1
+        if not view.ragged:
+            return conv_in[:, -keep:, :]
+        # Token t of the chunk sits at index keep + t, so a row of length L ends
+        # with inputs L .. L+keep-1.
+        idx = view.lengths[:, None] + mx.arange(keep, dtype=mx.int32)        # [B, K-1]
+        return mx.take_along_axis(conv_in, idx[..., None], axis=1)
+
+
+class NextGatedDeltaNet(GatedDeltaNet):
+    """Qwen3-Next layout: in_proj_qkvz and in_proj_ba, grouped per key head."""
+
+    def _make_projections(self, args: ModelArgs):
+        h = args.hidden_size
+        self.in_proj_qkvz = nn.Linear(h, 2 * self.key_dim + 2 * args.value_dim, bias=False)
+        self.in_proj_ba = nn.Linear(h, 2 * self.hv, bias=False)
+
+    def project(self, x: mx.array):
+        B, T, _ = x.shape
+        r = self.hv // self.hk  # value heads per key head
+        # Per key head the fused output holds [q (Dk), k (Dk), v (r*Dv), z (r*Dv)].
+        qkvz = self.in_proj_qkvz(x).reshape(B, T, self.hk, -1)               # [B, T, Hk, *]
+        q, k, v, z = mx.split(qkvz, [self.dk, 2 * self.dk, 2 * self.dk + r * self.dv], -1)
+        ba = self.in_proj_ba(x).reshape(B, T, self.hk, 2 * r)                # [B, T, Hk, 2r]
+        b, a = ba[..., :r], ba[..., r:]
+        qkv = mx.concatenate([q.reshape(B, T, -1), k.reshape(B, T, -1),
+                              v.reshape(B, T, -1)], axis=-1)                 # [B, T, conv_dim]
+        return (qkv, z.reshape(B, T, self.hv, self.dv),
+                b.reshape(B, T, self.hv), a.reshape(B, T, self.hv))
+
+
+def _valid_mask(view: BatchView) -> mx.array:
+    """[B, T] bool: token t of a row is real (not right padding)."""
+    return mx.arange(view.num_tokens, dtype=mx.int32)[None, :] < view.lengths[:, None]

@@ -1,0 +1,125 @@
+"""Feed-forward blocks: the SwiGLU MLP and the routed MoE with a gated shared expert.
+
+Experts are stacked weights [E, out, in] run through ``mx.gather_mm`` (float)
+or ``mx.gather_qmm`` (quantized): one op per projection whatever the number of
+tokens or experts touched. With many (token, expert) pairs the pairs are sorted
+by expert first, so each expert's weights are read once and contiguously.
+"""
+from __future__ import annotations
+
+import math
+
+import mlx.core as mx
+import mlx.nn as nn
+
+# Sorting costs two argsorts and a gather; it pays once the pairs outnumber this.
+SORT_MIN_PAIRS = 64
+
+
+class MLP(nn.Module):
+    def __init__(self, dims: int, hidden: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(dims, hidden, bias=False)
+        self.up_proj = nn.Linear(dims, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dims, bias=False)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.down_proj(nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class SwitchLinear(nn.Module):
+    """E stacked linear maps without bias; weight [E, out, in]."""
+
+    def __init__(self, dims_in: int, dims_out: int, num_experts: int):
+        super().__init__()
+        bound = math.sqrt(1 / dims_in)
+        self.weight = mx.random.uniform(-bound, bound, (num_experts, dims_out, dims_in))
+
+    def __call__(self, x: mx.array, idx: mx.array, sorted_indices: bool) -> mx.array:
+        return mx.gather_mm(x, self.weight.swapaxes(-1, -2), rhs_indices=idx,
+                            sorted_indices=sorted_indices)
+
+    def to_quantized(self, group_size: int = 64, bits: int = 4, mode: str = "affine", **_):
+        return QuantizedSwitchLinear.from_float(self.weight, group_size, bits, mode)
+
+
+class QuantizedSwitchLinear(nn.Module):
+    """Quantized stacked experts: weight/scales/biases as ``mx.quantize`` makes them."""
+
+    def __init__(self, dims_in: int, dims_out: int, num_experts: int,
+                 group_size: int = 64, bits: int = 4, mode: str = "affine"):
+        super().__init__()
+        self.group_size, self.bits, self.mode = group_size, bits, mode
+        w = mx.zeros((num_experts, dims_out, dims_in))
+        self.weight, self.scales, *biases = mx.quantize(w, group_size, bits, mode=mode)
+        if biases:
+            self.biases = biases[0]
+        self.freeze()
+
+    @classmethod
+    def from_float(cls, weight: mx.array, group_size: int, bits: int, mode: str):
+        E, dims_out, dims_in = weight.shape
+        layer = cls(dims_in, dims_out, E, group_size, bits, mode)
+        layer.weight, layer.scales, *biases = mx.quantize(weight, group_size, bits, mode=mode)
+        if biases:
+            layer.biases = biases[0]
+        return layer
+
+    def __call__(self, x: mx.array, idx: mx.array, sorted_indices: bool) -> mx.array:
+        return mx.gather_qmm(x, self["weight"], self["scales"], self.get("biases"),
+                             rhs_indices=idx, transpose=True, group_size=self.group_size,
+                             bits=self.bits, mode=self.mode, sorted_indices=sorted_indices)
+
+
+class SwitchGLU(nn.Module):
+    """SwiGLU experts: x [N, D], idx [N, k] -> [N, k, D]."""
+
+    def __init__(self, dims: int, hidden: int, num_experts: int):
+        super().__init__()
+        self.gate_proj = SwitchLinear(dims, hidden, num_experts)
+        self.up_proj = SwitchLinear(dims, hidden, num_experts)
+        self.down_proj = SwitchLinear(hidden, dims, num_experts)
+
+    def __call__(self, x: mx.array, idx: mx.array) -> mx.array:
+        N, k = idx.shape
+        do_sort = idx.size >= SORT_MIN_PAIRS
+        if do_sort:
+            flat = idx.reshape(-1)                                 # [N*k]
+            order = mx.argsort(flat)                               # pairs grouped by expert
+            idx_in = flat[order]                                   # [N*k]
+            x_in = x[order // k][:, None, :]                       # [N*k, 1, D]
+        else:
+            idx_in = idx                                           # [N, k]
+            x_in = x[:, None, None, :]                             # [N, 1, 1, D]
+        up = self.up_proj(x_in, idx_in, do_sort)                   # [.., 1, I]
+        gate = self.gate_proj(x_in, idx_in, do_sort)               # [.., 1, I]
+        y = self.down_proj(nn.silu(gate) * up, idx_in, do_sort)    # [.., 1, D]
+        if do_sort:
+            y = y[mx.argsort(order)]                               # back to token order
+        return y.reshape(N, k, -1)
+
+
+class SparseMoeBlock(nn.Module):
+    """Router softmax over all experts, top-k, experts, plus a sigmoid-gated shared expert."""
+
+    def __init__(self, dims: int, hidden: int, shared_hidden: int, num_experts: int,
+                 top_k: int, norm_topk_prob: bool):
+        super().__init__()
+        self.top_k, self.norm_topk_prob = top_k, norm_topk_prob
+        self.gate = nn.Linear(dims, num_experts, bias=False)
+        self.switch_mlp = SwitchGLU(dims, hidden, num_experts)
+        self.shared_expert = MLP(dims, shared_hidden)
+        self.shared_expert_gate = nn.Linear(dims, 1, bias=False)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])                                         # [N, D]
+        probs = mx.softmax(self.gate(x), axis=-1, precise=True)              # [N, E]
+        idx = mx.argpartition(probs, kth=-self.top_k, axis=-1)[:, -self.top_k:]  # [N, k]
+        scores = mx.take_along_axis(probs, idx, axis=-1)                     # [N, k]
+        if self.norm_topk_prob:
+            scores = scores / scores.sum(axis=-1, keepdims=True)
+        y = self.switch_mlp(x, idx)                                          # [N, k, D]
+        y = (y * scores[..., None]).sum(axis=-2)                             # [N, D]
+        shared = mx.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+        return (y + shared).reshape(shape)

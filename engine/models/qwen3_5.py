@@ -1,0 +1,146 @@
+"""Qwen3.5 / Qwen3.6 (MoE and dense) and Qwen3-Next: Gated DeltaNet + gated attention.
+
+Most layers are Gated DeltaNet (engine/models/gated_deltanet.py) with per-sequence
+recurrent state; every few layers is a full-attention layer over the paged KV
+pool. The module tree mirrors mlx-lm's (``language_model.model.layers...`` for
+Qwen3.5, ``model.layers...`` for Qwen3-Next) so quantization overrides in
+MLX-community config.json files name our modules.
+"""
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from engine.batch_view import BatchView, select_last
+from engine.models.attention import paged_attention
+from engine.models.base import CacheSpec, ModelCache
+from engine.models.gated_deltanet import GatedDeltaNet, NextGatedDeltaNet
+from engine.models.moe import MLP, SparseMoeBlock
+from engine.models.qwen3_5_config import NEXT_TYPES, QWEN3_5_TYPES, ModelArgs
+from engine.models.qwen3_5_weights import quantize_predicate, sanitize_weights
+
+MODEL_TYPES = QWEN3_5_TYPES + NEXT_TYPES
+__all__ = ["MODEL_TYPES", "Model", "ModelArgs", "quantize_predicate"]
+
+
+class Attention(nn.Module):
+    """Gated full attention: q_proj yields queries and an output gate per head."""
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.hq, self.hkv, self.d = args.num_attention_heads, args.num_key_value_heads, args.head_dim
+        self.scale = self.d ** -0.5
+        self.rotary_dim, self.theta = args.rotary_dim, args.rope_theta
+        bias = args.attention_bias
+        self.q_proj = nn.Linear(args.hidden_size, 2 * self.hq * self.d, bias=bias)
+        self.k_proj = nn.Linear(args.hidden_size, self.hkv * self.d, bias=bias)
+        self.v_proj = nn.Linear(args.hidden_size, self.hkv * self.d, bias=bias)
+        self.o_proj = nn.Linear(self.hq * self.d, args.hidden_size, bias=bias)
+        self.q_norm = nn.RMSNorm(self.d, eps=args.rms_norm_eps)
+        self.k_norm = nn.RMSNorm(self.d, eps=args.rms_norm_eps)
+
+    def __call__(self, x: mx.array, view: BatchView, kv: list[mx.array]) -> mx.array:
+        B, T, _ = x.shape
+        qg = self.q_proj(x).reshape(B, T, self.hq, 2 * self.d)              # [B, T, Hq, 2D]
+        q, gate = qg[..., :self.d], qg[..., self.d:]                         # [B, T, Hq, D] each
+        q = self.q_norm(q).transpose(0, 2, 1, 3)                             # [B, Hq, T, D]
+        k = self.k_norm(self.k_proj(x).reshape(B, T, self.hkv, self.d)).transpose(0, 2, 1, 3)
+        v = self.v_proj(x).reshape(B, T, self.hkv, self.d).transpose(0, 2, 1, 3)
+        # Row b's tokens sit at positions offsets[b] + 0..T-1: one rope call for all rows.
+        q = self._rope(q, view.offsets)                                      # [B, Hq, T, D]
+        k = self._rope(k, view.offsets)                                      # [B, Hkv, T, D]
+        o = paged_attention(q, k, v, kv, view, self.scale)                   # [B, Hq, T, D]
+        o = o.transpose(0, 2, 1, 3).reshape(B, T, -1)                        # [B, T, Hq*D]
+        return self.o_proj(o * mx.sigmoid(gate.reshape(B, T, -1)))
+
+    def _rope(self, x: mx.array, offsets: mx.array) -> mx.array:
+        return mx.fast.rope(x, self.rotary_dim, traditional=False, base=self.theta,
+                            scale=1.0, offset=offsets)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, args: ModelArgs, layer: int):
+        super().__init__()
+        self.is_linear = args.is_linear(layer)
+        if self.is_linear:
+            self.linear_attn = (NextGatedDeltaNet if args.is_next else GatedDeltaNet)(args)
+        else:
+            self.self_attn = Attention(args)
+        self.input_layernorm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
+        self.post_attention_layernorm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
+        if args.is_moe(layer):
+            self.mlp = SparseMoeBlock(args.hidden_size, args.moe_intermediate_size,
+                                      args.shared_expert_intermediate_size, args.num_experts,
+                                      args.num_experts_per_tok, args.norm_topk_prob)
+        else:
+            self.mlp = MLP(args.hidden_size, args.intermediate_size)
+
+    def __call__(self, x: mx.array, view: BatchView, cache_entry: list[mx.array]) -> mx.array:
+        mixer = self.linear_attn if self.is_linear else self.self_attn
+        h = x + mixer(self.input_layernorm(x), view, cache_entry)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class Backbone(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
+        self.layers = [DecoderLayer(args, i) for i in range(args.num_hidden_layers)]
+        self.norm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
+
+
+class Model(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        # Qwen3.5 checkpoints nest the text model under language_model (VL exports).
+        body = self if args.is_next else nn.Module()
+        body.model = Backbone(args)
+        if not args.tie_word_embeddings:
+            body.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        if body is not self:
+            self.language_model = body
+
+    @property
+    def body(self) -> nn.Module:
+        return self if self.args.is_next else self.language_model
+
+    @property
+    def layers(self) -> list[DecoderLayer]:
+        return self.body.model.layers
+
+    def __call__(self, tokens: mx.array, view: BatchView, cache: ModelCache) -> mx.array:
+        backbone = self.body.model
+        h = backbone.embed_tokens(tokens)                                    # [B, T, H]
+        n_kv = n_state = 0
+        for layer in backbone.layers:
+            if layer.is_linear:
+                h = layer(h, view, cache.states[n_state])
+                n_state += 1
+            else:
+                h = layer(h, view, cache.kv[n_kv])
+                n_kv += 1
+        if not view.all_logits:
+            h = select_last(h, view)                                         # [B, 1, H]
+        h = backbone.norm(h)
+        if self.args.tie_word_embeddings:
+            return backbone.embed_tokens.as_linear(h)                        # [B, *, V]
+        return self.body.lm_head(h)                                          # [B, *, V]
+
+    def cache_spec(self) -> CacheSpec:
+        linear = [l.linear_attn for l in self.layers if l.is_linear]
+        return CacheSpec(
+            num_kv_layers=sum(not l.is_linear for l in self.layers),
+            num_kv_heads=self.args.num_key_value_heads,
+            head_dim=self.args.head_dim,
+            kv_dtype=self._compute_dtype(),
+            state_layers=tuple(g.state_specs() for g in linear),
+        )
+
+    def _compute_dtype(self) -> mx.Dtype:
+        """The activations' dtype: the embedding's (its scales' when quantized)."""
+        emb = self.body.model.embed_tokens
+        return emb.scales.dtype if isinstance(emb, nn.QuantizedEmbedding) else emb.weight.dtype
+
+    def sanitize(self, weights: dict[str, mx.array]) -> dict[str, mx.array]:
+        return sanitize_weights(weights, self.args)
