@@ -12,7 +12,8 @@ decode(context + pending) - decode(context), never decode(pending) alone.
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 _REPLACEMENT = "\ufffd"
 _NUM_CONTEXT = 4       # emitted tokens kept as left context for the next delta

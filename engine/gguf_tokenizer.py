@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers,
-                        processors)
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
 from engine.errors import ModelLoadError
 

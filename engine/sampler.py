@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from typing import Sequence
+from collections.abc import Sequence
 
 import mlx.core as mx
 

@@ -7,8 +7,9 @@ so encoding, decoding and streaming behave the same whichever was loaded.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Union
+from typing import Any
 
 from tokenizers import Tokenizer as HFTokenizer
 
@@ -17,7 +18,7 @@ from engine.detokenizer import IncrementalDetokenizer
 from engine.errors import ModelLoadError
 from engine.gguf_tokenizer import build_gguf_tokenizer
 
-Prompt = Union[str, list[dict], list[int]]
+Prompt = str | list[dict] | list[int]
 _SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
 
 
@@ -78,7 +79,7 @@ class Tokenizer:
     # ---- construction -------------------------------------------------------------
 
     @classmethod
-    def from_folder(cls, path: str | Path) -> "Tokenizer":
+    def from_folder(cls, path: str | Path) -> Tokenizer:
         folder = Path(path)
         tokenizer_file = folder / "tokenizer.json"
         if not tokenizer_file.is_file():
@@ -101,7 +102,7 @@ class Tokenizer:
                    bos_token_id=hf.token_to_id(bos) if bos is not None else None)
 
     @classmethod
-    def from_gguf(cls, metadata: dict) -> "Tokenizer":
+    def from_gguf(cls, metadata: dict) -> Tokenizer:
         """`metadata` as returned by `mx.load(path, return_metadata=True)[1]`."""
         info = build_gguf_tokenizer(metadata)
         hf = info.tokenizer

@@ -85,12 +85,12 @@ def test_unfiltered_sampling_follows_the_distribution():
 
 
 @pytest.mark.parametrize("params, allowed", [
-    (dict(top_p=0.7), {0, 1}),            # 0.5 + 0.3 reaches 0.7
-    (dict(top_p=0.5), {0}),
-    (dict(min_p=0.2), {0, 1, 2}),         # p >= 0.2 * 0.5
-    (dict(top_k=2), {0, 1}),
-    (dict(top_k=3, top_p=0.6), {0, 1}),   # top-p on the renormalized top-3 mass
-    (dict(top_k=3, min_p=0.5), {0, 1}),
+    ({"top_p": 0.7}, {0, 1}),            # 0.5 + 0.3 reaches 0.7
+    ({"top_p": 0.5}, {0}),
+    ({"min_p": 0.2}, {0, 1, 2}),         # p >= 0.2 * 0.5
+    ({"top_k": 2}, {0, 1}),
+    ({"top_k": 3, "top_p": 0.52}, {0}),     # over the top-3 mass 0.5 is 0.526 >= 0.52
+    ({"top_k": 3, "min_p": 0.5}, {0, 1}),
 ])
 def test_filters_never_pick_an_excluded_token(params, allowed):
     drawn = set(_support([0.5, 0.3, 0.15, 0.05], 400, **params).tolist())
