@@ -85,7 +85,9 @@ class Rows:
     def start(self, seq: int, slot: int | None = None) -> None:
         """A new sequence (reusing a slot leaves stale state there, on purpose)."""
         self.pages[seq], self.offsets[seq] = [], 0
-        self.slots[seq] = len(self.slots) if slot is None else slot
+        if slot is None:
+            slot = min(set(range(len(self.slots) + 1)) - set(self.slots.values()))
+        self.slots[seq] = slot
 
     def forward(self, chunks: dict[int, list[int]], all_logits: bool = False) -> mx.array:
         """Run one forward with a chunk of new tokens per sequence; returns logits."""
