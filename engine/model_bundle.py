@@ -1,0 +1,53 @@
+"""A loaded model with its tokenizer, ready for the engine thread."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from engine.config import EngineConfig
+from engine.default_model import default_model_path
+from engine.events import LoadProgress
+from engine.models.loader import load_model
+from engine.tokenizer import Tokenizer
+
+
+@dataclass
+class ModelBundle:
+    model: object
+    tokenizer: Tokenizer
+    config: dict
+    path: Path
+    name: str
+    kernel_status: dict = field(default_factory=dict)
+
+
+def load_bundle(model: str | Path | None, config: EngineConfig,
+                on_progress: Callable[[LoadProgress], None] | None = None,
+                quantize_bits: int | None = None) -> ModelBundle:
+    """Runs on the engine thread: weights, tokenizer, kernel self-test."""
+    report = on_progress or (lambda p: None)
+    path = Path(model).expanduser() if model is not None else default_model_path()
+    report(LoadProgress(0.05, f"Reading {path.name}"))
+    loaded = load_model(path, quantize_bits=quantize_bits)
+    report(LoadProgress(0.8, "Reading the tokenizer"))
+    if loaded.gguf_metadata is not None:
+        tokenizer = Tokenizer.from_gguf(loaded.gguf_metadata)
+    else:
+        tokenizer = Tokenizer.from_folder(path)
+    report(LoadProgress(0.9, "Checking kernels"))
+    status = _kernel_selftest(config)
+    report(LoadProgress(1.0, "Ready"))
+    name = path.stem if path.is_file() else path.name
+    return ModelBundle(loaded.model, tokenizer, loaded.config, path, name, status)
+
+
+def _kernel_selftest(config: EngineConfig) -> dict:
+    """Run the kernels' self-test; failing kernels are disabled (reference path used)."""
+    if not config.use_kernels:
+        return {}
+    try:
+        from kernels.selftest import run_selftest
+    except ImportError:
+        return {}
+    return run_selftest()

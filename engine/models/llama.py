@@ -1,0 +1,153 @@
+"""Llama-family decoders: Llama 2/3, SmolLM/SmolLM2, Qwen2 (qkv biases), Qwen3 (q/k norm)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from engine.batch_view import BatchView, select_last
+from engine.models.attention import paged_attention
+from engine.models.base import CacheSpec, ModelCache
+from engine.models.rope import RoPE
+
+MODEL_TYPES = ("llama", "smollm", "smollm2", "mistral", "qwen2", "qwen3")
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    model_type: str
+    hidden_size: int
+    num_hidden_layers: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    vocab_size: int
+    head_dim: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_traditional: bool = False
+    rope_scaling: dict | None = None
+    attention_bias: bool = False
+    qk_norm: bool = False
+    tie_word_embeddings: bool = True
+
+    def __post_init__(self):
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+
+    @classmethod
+    def from_config(cls, c: dict) -> "ModelArgs":
+        heads = c["num_attention_heads"]
+        mt = c.get("model_type", "llama")
+        return cls(
+            model_type=mt, hidden_size=c["hidden_size"],
+            num_hidden_layers=c["num_hidden_layers"],
+            intermediate_size=c["intermediate_size"], num_attention_heads=heads,
+            num_key_value_heads=c.get("num_key_value_heads") or heads,
+            vocab_size=c["vocab_size"],
+            head_dim=c.get("head_dim") or c["hidden_size"] // heads,
+            rms_norm_eps=c.get("rms_norm_eps", 1e-5),
+            rope_theta=c.get("rope_theta", 10000.0),
+            rope_traditional=c.get("rope_traditional", False),
+            rope_scaling=c.get("rope_scaling"),
+            attention_bias=c.get("attention_bias", mt == "qwen2"),
+            qk_norm=mt == "qwen3",
+            tie_word_embeddings=c.get("tie_word_embeddings", mt != "qwen2"),
+        )
+
+
+class Attention(nn.Module):
+    def __init__(self, a: ModelArgs):
+        super().__init__()
+        self.n_heads, self.n_kv, self.head_dim = (a.num_attention_heads,
+                                                  a.num_key_value_heads, a.head_dim)
+        self.scale = a.head_dim ** -0.5
+        bias = a.attention_bias
+        self.q_proj = nn.Linear(a.hidden_size, self.n_heads * a.head_dim, bias=bias)
+        self.k_proj = nn.Linear(a.hidden_size, self.n_kv * a.head_dim, bias=bias)
+        self.v_proj = nn.Linear(a.hidden_size, self.n_kv * a.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.n_heads * a.head_dim, a.hidden_size, bias=False)
+        if a.qk_norm:
+            self.q_norm = nn.RMSNorm(a.head_dim, eps=a.rms_norm_eps)
+            self.k_norm = nn.RMSNorm(a.head_dim, eps=a.rms_norm_eps)
+        self.qk_norm = a.qk_norm
+        self.rope = RoPE(a.head_dim, a.rope_theta, a.rope_traditional, a.rope_scaling)
+
+    def __call__(self, x: mx.array, view: BatchView, kv: list[mx.array]) -> mx.array:
+        B, T, _ = x.shape
+        q = self.q_proj(x).reshape(B, T, self.n_heads, -1)   # [B, T, Hq, D]
+        k = self.k_proj(x).reshape(B, T, self.n_kv, -1)      # [B, T, Hkv, D]
+        v = self.v_proj(x).reshape(B, T, self.n_kv, -1)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = self.rope(q.transpose(0, 2, 1, 3), view.offsets)  # [B, Hq, T, D]
+        k = self.rope(k.transpose(0, 2, 1, 3), view.offsets)
+        out = paged_attention(q, k, v.transpose(0, 2, 1, 3), kv, view, self.scale)
+        return self.o_proj(out.transpose(0, 2, 1, 3).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.down_proj(nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, a: ModelArgs):
+        super().__init__()
+        self.self_attn = Attention(a)
+        self.mlp = MLP(a.hidden_size, a.intermediate_size)
+        self.input_layernorm = nn.RMSNorm(a.hidden_size, eps=a.rms_norm_eps)
+        self.post_attention_layernorm = nn.RMSNorm(a.hidden_size, eps=a.rms_norm_eps)
+
+    def __call__(self, x, view, kv):
+        h = x + self.self_attn(self.input_layernorm(x), view, kv)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, a: ModelArgs):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(a.vocab_size, a.hidden_size)
+        self.layers = [Block(a) for _ in range(a.num_hidden_layers)]
+        self.norm = nn.RMSNorm(a.hidden_size, eps=a.rms_norm_eps)
+
+
+class Model(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        self.model_type = args.model_type
+        self.model = LlamaModel(args)
+        if not args.tie_word_embeddings:
+            self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+
+    def __call__(self, tokens: mx.array, view: BatchView, cache: ModelCache) -> mx.array:
+        h = self.model.embed_tokens(tokens)                   # [B, T, D]
+        for layer, kv in zip(self.model.layers, cache.kv):
+            h = layer(h, view, kv)
+        if not view.all_logits:
+            h = select_last(h, view)                          # [B, 1, D]
+        h = self.model.norm(h)
+        if self.args.tie_word_embeddings:
+            return self.model.embed_tokens.as_linear(h)
+        return self.lm_head(h)
+
+    def cache_spec(self, dtype: mx.Dtype | None = None) -> CacheSpec:
+        a = self.args
+        return CacheSpec(a.num_hidden_layers, a.num_key_value_heads, a.head_dim,
+                         dtype or self.model.norm.weight.dtype)
+
+    def sanitize(self, weights: dict) -> dict:
+        weights = {k: v for k, v in weights.items() if "rotary_emb.inv_freq" not in k}
+        if self.args.tie_word_embeddings:
+            weights.pop("lm_head.weight", None)
+            weights.pop("lm_head.scales", None)
+            weights.pop("lm_head.biases", None)
+        return weights

@@ -1,0 +1,81 @@
+"""Turns scheduled sequences into arrays, runs the model, returns last-token logits.
+
+Only the engine thread calls this (it touches mx).
+"""
+from __future__ import annotations
+
+import numpy as np
+import mlx.core as mx
+
+from engine.batch_view import BatchView
+from engine.config import EngineConfig
+from engine.models.base import ModelCache
+from engine.sequence import Sequence
+
+PAGE_BUCKET = 8   # block tables are padded to a multiple of this many pages (fewer shapes)
+
+
+class Runner:
+    def __init__(self, model, config: EngineConfig):
+        self.model = model
+        self.config = config
+        self.page_size = config.page_size
+        self.cache = ModelCache(model.cache_spec(), config.num_pages, config.page_size,
+                                num_slots=config.max_num_seqs)
+
+    def build_view(self, rows: list[tuple[list[int], int, int, int]], num_tokens: int,
+                   all_logits: bool = False) -> BatchView:
+        """rows: (pages, state slot, start position, new tokens) per row, right-padded to T."""
+        ps, B, T = self.page_size, len(rows), num_tokens
+        num_pages = max(-(-(start + n) // ps) for _, _, start, n in rows)
+        P = -(-num_pages // PAGE_BUCKET) * PAGE_BUCKET
+        tables = np.zeros((B, P), np.int32)
+        slot_mapping = np.empty((B, T), np.int32)
+        offsets = np.empty(B, np.int32)
+        lengths = np.empty(B, np.int32)
+        slots = np.empty(B, np.int32)
+        for b, (pages, slot, start, n) in enumerate(rows):
+            tables[b, :len(pages)] = pages
+            pos = start + np.arange(T)
+            real = tables[b, np.minimum(pos // ps, P - 1)] * ps + pos % ps
+            slot_mapping[b] = np.where(np.arange(T) < n, real, np.arange(T) % ps)
+            offsets[b], lengths[b], slots[b] = start, n, slot
+        positions = offsets[:, None] + np.arange(T, dtype=np.int32)[None]
+        return BatchView(
+            offsets=mx.array(offsets), lengths=mx.array(lengths),
+            positions=mx.array(positions), slot_mapping=mx.array(slot_mapping),
+            block_tables=mx.array(tables), state_slots=mx.array(slots), page_size=ps,
+            num_tokens=T, ragged=bool((lengths < T).any()), all_logits=all_logits)
+
+    def forward(self, tokens: np.ndarray, view: BatchView, cache: ModelCache | None = None):
+        cache = cache or self.cache
+        logits = self.model(mx.array(tokens, dtype=mx.int32), view, cache)
+        return logits, cache.arrays()
+
+    def decode(self, seqs: list[Sequence]) -> mx.array:
+        """One forward [B, 1] for every decoding sequence -> logits [B, V] (lazy)."""
+        rows = [(s.pages, s.slot, s.num_tokens - 1, 1) for s in seqs]
+        tokens = np.array([[s.all_ids[-1]] for s in seqs], np.int32)
+        logits, _ = self.forward(tokens, self.build_view(rows, 1))
+        return logits[:, -1, :]
+
+    def prefill(self, seq: Sequence, start: int, num_tokens: int) -> mx.array:
+        """One forward over a chunk of one prompt -> logits of its last token [1, V] (lazy)."""
+        ids = seq.all_ids[start:start + num_tokens]
+        view = self.build_view([(seq.pages, seq.slot, start, num_tokens)], num_tokens)
+        logits, _ = self.forward(np.array([ids], np.int32), view)
+        return logits[:, -1, :]
+
+    def cache_arrays(self) -> list[mx.array]:
+        return self.cache.arrays()
+
+    def full_logits(self, token_ids: list[int]) -> mx.array:
+        """All logits of one sequence in a private cache (scoring and tests): [T, V] float32."""
+        T = len(token_ids)
+        num_pages = -(-T // self.page_size) + 1
+        cache = ModelCache(self.model.cache_spec(), num_pages + 1, self.page_size, 1)
+        view = self.build_view([(list(range(1, num_pages + 1)), 0, 0, T)], T, all_logits=True)
+        logits, arrays = self.forward(np.array([token_ids], np.int32), view, cache)
+        out = logits[0].astype(mx.float32)
+        mx.eval(out)
+        return out

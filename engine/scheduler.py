@@ -1,0 +1,140 @@
+"""Who runs in the next step: pure Python (no mlx), testable with a fake runner.
+
+Each step decodes every running sequence that has finished its prompt in ONE
+forward [B, 1], then reads at most one chunk of one prompt (decode first, so
+streaming conversations keep streaming while a new prompt is read). A
+sequence is admitted only when the pool holds pages for its whole prompt;
+when decoding needs a page the pool lacks, the latest admitted sequence is
+preempted: its pages and slot are freed and it waits to be recomputed.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from engine.config import EngineConfig
+from engine.page_pool import PagePool, SlotPool
+from engine.sequence import Sequence, Status
+
+
+@dataclass(frozen=True)
+class PrefillChunk:
+    seq: Sequence
+    start: int          # first token index of the chunk
+    num_tokens: int
+
+    @property
+    def is_last(self) -> bool:
+        return self.start + self.num_tokens == self.seq.prefill_target
+
+
+@dataclass
+class StepPlan:
+    decode: list[Sequence] = field(default_factory=list)
+    prefill: PrefillChunk | None = None
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.decode and self.prefill is None
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, pool: PagePool, slots: SlotPool):
+        self.config = config
+        self.pool = pool
+        self.slots = slots
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []   # in admission order
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def schedule(self) -> StepPlan:
+        plan = StepPlan()
+        plan.decode = self._schedule_decode(plan.preempted)
+        plan.prefill = self._schedule_prefill()
+        return plan
+
+    # -- decode -------------------------------------------------------------
+    def _schedule_decode(self, preempted: list[Sequence]) -> list[Sequence]:
+        decode = []
+        for seq in list(self.running):
+            if seq.status is not Status.RUNNING or seq.is_prefilling:
+                continue
+            while not self._append_slot(seq):
+                victim = self._latest_running()
+                self.preempt(victim)
+                preempted.append(victim)
+                if victim is seq:
+                    break
+            if seq.status is Status.RUNNING:
+                decode.append(seq)
+        return [s for s in decode if s.status is Status.RUNNING]
+
+    def _append_slot(self, seq: Sequence) -> bool:
+        """Make sure seq has a page for the token it is about to write."""
+        need = self.pool.pages_for(seq.num_tokens) - len(seq.pages)
+        if need <= 0:
+            return True
+        if not self.pool.can_allocate(need):
+            return False
+        seq.pages.extend(self.pool.allocate(need))
+        return True
+
+    def _latest_running(self) -> Sequence:
+        return self.running[-1]
+
+    # -- prefill ------------------------------------------------------------
+    def _schedule_prefill(self) -> PrefillChunk | None:
+        seq = next((s for s in self.running if s.is_prefilling), None)
+        if seq is None and self.waiting and self._can_admit(self.waiting[0]):
+            seq = self.waiting.popleft()
+            self._admit(seq)
+        if seq is None:
+            return None
+        n = min(self.config.prefill_chunk, seq.num_to_prefill)
+        return PrefillChunk(seq, seq.num_computed, n)
+
+    def _can_admit(self, seq: Sequence) -> bool:
+        if len(self.running) >= self.config.max_num_seqs or self.slots.num_free == 0:
+            return False
+        return self.pool.can_allocate(self.pool.pages_for(seq.num_tokens + 1))
+
+    def _admit(self, seq: Sequence) -> None:
+        seq.pages = self.pool.allocate(self.pool.pages_for(seq.num_tokens + 1))
+        seq.slot = self.slots.allocate()
+        seq.status = Status.RUNNING
+        seq.num_computed = 0
+        seq.prefill_target = seq.num_tokens
+        self.running.append(seq)
+
+    # -- lifecycle ----------------------------------------------------------
+    def preempt(self, seq: Sequence) -> None:
+        """Free seq's pages and slot; it waits at the front to be recomputed."""
+        self._release(seq)
+        seq.status = Status.WAITING
+        seq.num_computed = 0
+        seq.num_preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        if seq.status is Status.WAITING:
+            self.waiting.remove(seq)
+        elif seq.status is Status.RUNNING:
+            self._release(seq)
+        seq.status = Status.FINISHED
+        seq.finish_reason = reason
+
+    def _release(self, seq: Sequence) -> None:
+        self.pool.free(seq.pages)
+        seq.pages = []
+        if seq.slot is not None:
+            self.slots.free(seq.slot)
+            seq.slot = None
+        if seq in self.running:
+            self.running.remove(seq)

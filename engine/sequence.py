@@ -1,0 +1,54 @@
+"""One request's life inside the engine: pure Python, no mlx."""
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+from engine.sampling_params import SamplingParams
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"      # queued, or preempted and waiting to be recomputed
+    RUNNING = "running"      # has pages; prefilling or decoding
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    request_id: int
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    status: Status = Status.WAITING
+    output_ids: list[int] = field(default_factory=list)
+    pages: list[int] = field(default_factory=list)
+    slot: int | None = None
+    num_computed: int = 0            # tokens whose K/V (and state) are in the cache
+    prefill_target: int = 0          # tokens to read before decoding (set on admission)
+    finish_reason: str | None = None
+    num_preemptions: int = 0
+    t_submit: float = field(default_factory=time.perf_counter)
+    t_first_token: float | None = None
+    t_prefill_start: float | None = None
+    t_finish: float | None = None
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def num_to_prefill(self) -> int:
+        """Tokens still to read before decoding (after preemption: prompt and outputs)."""
+        return max(self.prefill_target - self.num_computed, 0)
+
+    @property
+    def is_prefilling(self) -> bool:
+        return self.status is Status.RUNNING and self.num_to_prefill > 0
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is Status.FINISHED

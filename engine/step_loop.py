@@ -1,0 +1,143 @@
+"""The engine thread's work: schedule -> run -> postprocess, one step at a time.
+
+Everything here runs on the engine thread, the only thread that touches mx.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import mlx.core as mx
+
+from engine.config import EngineConfig
+from engine.events import FinishedEvent, RequestStats, StepEvent, TokenEvent
+from engine.output_stream import OutputStream
+from engine.page_pool import PagePool, SlotPool
+from engine.runner import Runner
+from engine.sampler import RowSampler, sample_batch
+from engine.scheduler import Scheduler, StepPlan
+from engine.sequence import Sequence
+
+
+class Request:
+    """Engine-side state of one request: its sequence, sampler and output stream."""
+
+    def __init__(self, seq: Sequence, sampler: RowSampler, stream: OutputStream, deliver):
+        self.seq, self.sampler, self.stream, self.deliver = seq, sampler, stream, deliver
+
+
+class StepLoop:
+    def __init__(self, model, config: EngineConfig, emit: Callable[[object], None]):
+        self.config = config
+        self.runner = Runner(model, config)
+        self.pool = PagePool(config.num_pages, config.page_size)
+        self.scheduler = Scheduler(config, self.pool, SlotPool(config.max_num_seqs))
+        self.requests: dict[int, Request] = {}
+        self.emit = emit          # broadcast to listeners (events of every request)
+        self.num_steps = 0
+
+    @property
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    def add(self, request: Request) -> None:
+        self.requests[request.seq.request_id] = request
+        self.scheduler.add(request.seq)
+
+    def cancel(self, request_id: int) -> None:
+        req = self.requests.get(request_id)
+        if req is not None:
+            self._finish(req, "cancelled", req.stream.finish())
+
+    def step(self) -> None:
+        plan = self.scheduler.schedule()
+        if plan.is_empty:
+            return
+        t0 = time.perf_counter()
+        sampled = self._run(plan)
+        self._postprocess(plan, sampled)
+        self._emit_step(plan, t0, time.perf_counter())
+
+    # -- run ----------------------------------------------------------------
+    def _run(self, plan: StepPlan) -> list[tuple[Request, mx.array, int]]:
+        """Queue the step's forwards on the device; returns (request, ids, row) to read."""
+        out = []
+        if plan.decode:
+            reqs = [self.requests[s.request_id] for s in plan.decode]
+            ids = sample_batch(self.runner.decode(plan.decode), [r.sampler for r in reqs])
+            out += [(r, ids, i) for i, r in enumerate(reqs)]
+        chunk = plan.prefill
+        if chunk is not None:
+            req = self.requests[chunk.seq.request_id]
+            if chunk.seq.t_prefill_start is None:
+                chunk.seq.t_prefill_start = time.perf_counter()
+            logits = self.runner.prefill(chunk.seq, chunk.start, chunk.num_tokens)
+            chunk.seq.num_computed = chunk.start + chunk.num_tokens
+            if chunk.is_last:
+                out.append((req, sample_batch(logits, [req.sampler]), 0))
+        mx.async_eval([ids for _, ids, _ in out] + self.runner.cache_arrays())
+        for s in plan.decode:
+            s.num_computed = s.num_tokens
+        return out
+
+    # -- postprocess --------------------------------------------------------
+    def _postprocess(self, plan: StepPlan, sampled) -> None:
+        host = {}
+        for req, ids, row in sampled:
+            values = host.setdefault(id(ids), ids.tolist())
+            self._accept(req, int(values[row]))
+
+    def _accept(self, req: Request, token: int) -> None:
+        seq = req.seq
+        if seq.is_finished:
+            return
+        now = time.perf_counter()
+        if seq.t_first_token is None:
+            seq.t_first_token = now
+        seq.output_ids.append(token)
+        req.sampler.append(token)
+        delta = req.stream.add(token, len(seq.output_ids), seq.num_tokens)
+        if delta or req.stream.finish_reason is None:
+            req.deliver(TokenEvent(seq.request_id, delta, (token,)))
+        if req.stream.finish_reason is not None:
+            self._finish(req, req.stream.finish_reason, "")
+
+    def _finish(self, req: Request, reason: str, delta: str) -> None:
+        seq = req.seq
+        if delta:
+            req.deliver(TokenEvent(seq.request_id, delta, ()))
+        self.scheduler.finish(seq, reason)
+        seq.t_finish = time.perf_counter()
+        del self.requests[seq.request_id]
+        req.deliver(FinishedEvent(seq.request_id, reason, self._stats(seq),
+                                  req.stream.text, tuple(seq.output_ids)))
+
+    def fail_all(self, message: str) -> None:
+        for req in list(self.requests.values()):
+            self._finish(req, "error", req.stream.finish())
+
+    @staticmethod
+    def _stats(seq: Sequence) -> RequestStats:
+        n = len(seq.output_ids)
+        first = seq.t_first_token
+        ttft = (first - seq.t_submit) if first else 0.0
+        decode_s = (seq.t_finish - first) if first else 0.0
+        prefill_s = (first - seq.t_prefill_start) if first and seq.t_prefill_start else 0.0
+        return RequestStats(
+            prompt_tokens=len(seq.prompt_ids), generated_tokens=n, ttft_s=ttft,
+            decode_tok_s=(n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0,
+            prefill_tok_s=len(seq.prompt_ids) / prefill_s if prefill_s > 0 else 0.0,
+            num_preemptions=seq.num_preemptions)
+
+    def _emit_step(self, plan: StepPlan, t0: float, t1: float) -> None:
+        self.num_steps += 1
+        chunk = plan.prefill
+        kind = "mixed" if plan.decode and chunk else ("decode" if plan.decode else "prefill")
+        self.emit(StepEvent(
+            step=self.num_steps, t_start=t0, t_end=t1, kind=kind,
+            decode_request_ids=tuple(s.request_id for s in plan.decode),
+            prefill_request_id=chunk.seq.request_id if chunk else None,
+            prefill_tokens=chunk.num_tokens if chunk else 0, batch_size=len(plan.decode),
+            kv_pages_used=self.pool.num_used, kv_pages_total=self.pool.num_total,
+            num_waiting=len(self.scheduler.waiting),
+            num_running=len(self.scheduler.running)))
