@@ -1,0 +1,1 @@
+"""Tandem's desktop UI (PySide6). The only package that imports Qt."""

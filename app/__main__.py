@@ -1,0 +1,74 @@
+"""python -m app [--model PATH] [--self-test] [--trace PATH]"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m app", description="Tandem chat")
+    parser.add_argument("--model", help="model folder or .gguf file (default: the last one)")
+    parser.add_argument("--self-test", action="store_true",
+                        help="two panes at once, offscreen; prints one line, exits")
+    parser.add_argument("--trace", metavar="PATH", help="record a Chrome/Perfetto trace here")
+    parser.add_argument("--data-dir", help="where conversations are kept (or $TANDEM_DATA_DIR)")
+    return parser.parse_args(argv)
+
+
+def _telemetry_and_trace(trace_path):
+    """The engine's telemetry sampler and trace recorder, if that package has them."""
+    try:
+        from app.telemetry_adapter import make_telemetry
+    except ImportError:
+        return None, None
+    return make_telemetry(trace_path)
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.self_test:
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    import qasync
+    from PySide6.QtWidgets import QApplication
+
+    from app.style import apply_style
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Tandem")
+    apply_style(app)
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    with loop:
+        if args.self_test:
+            from app.self_test import run_self_test
+            code, line = loop.run_until_complete(run_self_test(args.model))
+            print(line, flush=True)
+            return code
+        return loop.run_until_complete(_run_window(app, args))
+
+
+async def _run_window(app, args) -> int:
+    from app.bridge import EngineBridge
+    from app.data_dir import data_dir
+    from app.main_window import MainWindow
+    from app.store import Store
+    store = Store(data_dir(args.data_dir))
+    bridge = EngineBridge()
+    telemetry, recorder = _telemetry_and_trace(args.trace)
+    window = MainWindow(store, bridge, telemetry=telemetry, trace_recorder=recorder)
+    quit_event = asyncio.Event()
+    app.aboutToQuit.connect(quit_event.set)
+    window.show()
+    if store.num_interrupted:
+        window.statusBar().showMessage(
+            f"{store.num_interrupted} reply was interrupted when Tandem last quit.", 8000)
+    await window.load_model(args.model or store.get_setting("last_model"))
+    await quit_event.wait()
+    bridge.close()
+    store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

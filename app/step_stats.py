@@ -1,0 +1,69 @@
+"""Rates from StepEvents over a sliding window, for the status panel and the
+self-test (no Qt; timestamps are the events' perf_counter seconds)."""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class StatsSnapshot:
+    decode_tok_s: float = 0.0
+    prefill_tok_s: float = 0.0
+    per_request_tok_s: dict = field(default_factory=dict)   # request_id -> tok/s
+    batch_size: int = 0
+    kv_pages_used: int = 0
+    kv_pages_total: int = 0
+    num_waiting: int = 0
+    max_batch_size: int = 0
+    num_steps: int = 0
+
+
+class StepStats:
+    def __init__(self, window_s: float = 2.0, clock=time.perf_counter):
+        self.window_s = window_s
+        self._clock = clock
+        self._steps: deque = deque()
+        self._last = None
+        self.max_batch_size = 0
+        self.num_steps = 0
+
+    def add_step(self, event) -> None:
+        self._steps.append(event)
+        self._last = event
+        self.num_steps += 1
+        self.max_batch_size = max(self.max_batch_size, event.batch_size)
+        self._trim(event.t_end)
+
+    def reset_max(self) -> None:
+        self.max_batch_size = 0
+
+    def _trim(self, now: float) -> None:
+        while self._steps and self._steps[0].t_end < now - self.window_s:
+            self._steps.popleft()
+
+    def snapshot(self, now: float | None = None) -> StatsSnapshot:
+        now = self._clock() if now is None else now
+        self._trim(now)
+        last = self._last
+        if not self._steps:
+            return StatsSnapshot(kv_pages_used=getattr(last, "kv_pages_used", 0),
+                                 kv_pages_total=getattr(last, "kv_pages_total", 0),
+                                 max_batch_size=self.max_batch_size, num_steps=self.num_steps)
+        span = max(now - max(now - self.window_s, self._steps[0].t_start), 1e-3)
+        decode = prefill = 0
+        per_request: dict[int, int] = {}
+        for step in self._steps:
+            decode += step.batch_size
+            prefill += step.prefill_tokens
+            for rid in step.decode_request_ids:
+                per_request[rid] = per_request.get(rid, 0) + 1
+        idle = now - last.t_end > 0.5
+        return StatsSnapshot(
+            decode_tok_s=decode / span, prefill_tok_s=prefill / span,
+            per_request_tok_s={rid: n / span for rid, n in per_request.items()},
+            batch_size=0 if idle else last.batch_size,
+            kv_pages_used=last.kv_pages_used, kv_pages_total=last.kv_pages_total,
+            num_waiting=last.num_waiting, max_batch_size=self.max_batch_size,
+            num_steps=self.num_steps)

@@ -1,0 +1,31 @@
+"""The main window's menus and shortcuts."""
+from __future__ import annotations
+
+from PySide6.QtGui import QAction, QKeySequence
+
+
+def _action(window, menu, text, slot, shortcut=None) -> QAction:
+    action = QAction(text, window)
+    if shortcut:
+        action.setShortcut(QKeySequence(shortcut))
+    action.triggered.connect(slot)
+    menu.addAction(action)
+    return action
+
+
+def build_menus(window) -> None:
+    bar = window.menuBar()
+    file = bar.addMenu("&File")
+    _action(window, file, "New chat", lambda: window.new_conversation(False), "Ctrl+N")
+    _action(window, file, "New chat in new pane", lambda: window.new_conversation(True),
+            "Ctrl+T")
+    _action(window, file, "Close pane",
+            lambda: window.panes.active and window.close_pane(window.panes.active), "Ctrl+W")
+    file.addSeparator()
+    _action(window, file, "Settings…", window.open_settings_dialog, QKeySequence.Preferences)
+    file.addSeparator()
+    _action(window, file, "Quit", window.close, QKeySequence.Quit)
+    model = bar.addMenu("&Model")
+    _action(window, model, "Open model…", window.open_model_dialog, "Ctrl+O")
+    view = bar.addMenu("&View")
+    view.addAction(window.status_panel.toggleViewAction())
