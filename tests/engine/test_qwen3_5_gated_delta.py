@@ -41,8 +41,11 @@ def reference(q, k, v, g, beta, state, mask=None):
     return y, S
 
 
-def run(args, mask=None):
-    y, s = gated_delta(*map(mx.array, args), None if mask is None else mx.array(mask))
+IMPLS = ["kernel", "block"]   # mx.fast.gated_delta_update; our closed block form
+
+
+def run(args, mask=None, impl=None):
+    y, s = gated_delta(*map(mx.array, args), None if mask is None else mx.array(mask), impl=impl)
     return np.array(y), np.array(s)
 
 
@@ -51,11 +54,12 @@ def ragged_mask():
     return np.arange(T)[None, :] < lengths[:, None]
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("masked", [False, True])
-def test_op_matches_numpy_over_64_steps(masked):
+def test_op_matches_numpy_over_64_steps(masked, impl):
     args = inputs()
     mask = ragged_mask() if masked else None
-    y, s = run(args, mask)
+    y, s = run(args, mask, impl)
     y_ref, s_ref = reference(*args, mask)
     assert y.shape == (B, T, HV, DV) and s.shape == (B, HV, DV, DK) and s.dtype == np.float32
     np.testing.assert_allclose(y, y_ref, atol=TOL, rtol=0)
@@ -63,19 +67,21 @@ def test_op_matches_numpy_over_64_steps(masked):
     assert np.abs(s - args[-1]).max() > 0.1        # the state did move
 
 
-def test_masked_row_state_equals_its_unpadded_run():
+@pytest.mark.parametrize("impl", IMPLS)
+def test_masked_row_state_equals_its_unpadded_run(impl):
     args = inputs(1)
-    _, s = run(args, ragged_mask())
+    _, s = run(args, ragged_mask(), impl)
     *per_token, state = args
     short = [a[1:2, :40] for a in per_token] + [state[1:2]]   # row 1 alone, unpadded
-    _, s_short = run(short)
+    _, s_short = run(short, impl=impl)
     np.testing.assert_allclose(s[1:2], s_short, atol=TOL, rtol=0)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("where", ["y", "state"])
-def test_comparison_catches_a_planted_error(where):
+def test_comparison_catches_a_planted_error(where, impl):
     args = inputs(2)
-    out = dict(zip(("y", "state"), run(args)))
+    out = dict(zip(("y", "state"), run(args, impl=impl)))
     ref = dict(zip(("y", "state"), reference(*args)))
     np.testing.assert_allclose(out[where], ref[where], atol=TOL, rtol=0)
     out[where][(1, 37, 2, 5) if where == "y" else (2, 3, 1, 7)] += 1e-3
@@ -94,3 +100,16 @@ def test_decay_and_normalize_match_their_formulas():
     l2 = lambda x: x / np.sqrt((x * x).sum(-1, keepdims=True) + 1e-6)  # noqa: E731
     np.testing.assert_allclose(qn, l2(q) / np.sqrt(DK), atol=1e-5)
     np.testing.assert_allclose(kn, l2(k), atol=1e-5)
+
+
+def test_block_form_survives_strong_decay():
+    """|G| reaches thousands: decays must come out as exact differences, not inf - inf."""
+    r = np.random.default_rng(4)
+    q, k, v, _, beta, state = inputs(4)
+    g = np.where(r.uniform(size=(B, T, HV)) < 0.5, 1e-20, 0.999).astype(np.float32)
+    args = (q, k, v, g, beta, state)
+    y, s = run(args, impl="block")
+    y_ref, s_ref = reference(*args)
+    assert np.isfinite(y).all() and np.isfinite(s).all()
+    np.testing.assert_allclose(y, y_ref, atol=TOL, rtol=0)
+    np.testing.assert_allclose(s, s_ref, atol=TOL, rtol=0)
