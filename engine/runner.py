@@ -35,7 +35,8 @@ class Runner:
         lengths = np.empty(B, np.int32)
         slots = np.empty(B, np.int32)
         for b, (pages, slot, start, n) in enumerate(rows):
-            tables[b, :len(pages)] = pages
+            used = min(len(pages), P)          # pages past the chunk's end are not read
+            tables[b, :used] = pages[:used]
             pos = start + np.arange(T)
             real = tables[b, np.minimum(pos // ps, P - 1)] * ps + pos % ps
             slot_mapping[b] = np.where(np.arange(T) < n, real, np.arange(T) % ps)

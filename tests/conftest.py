@@ -1,0 +1,17 @@
+"""Shared test setup: Qt offscreen, and MLX streams cleared before the process exits."""
+import atexit
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, str(Path(__file__).parent / "engine"))   # tiny_models, qwen_fixtures
+
+
+@atexit.register
+def _clear_mlx_streams():
+    # MLX 0.32 aborts at exit unless every thread that used it clears its streams.
+    mx = sys.modules.get("mlx.core")
+    if mx is not None:
+        mx.synchronize()
+        mx.clear_streams()

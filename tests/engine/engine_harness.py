@@ -1,0 +1,68 @@
+"""Drive the engine's StepLoop directly (on the test's thread) and record logits."""
+from __future__ import annotations
+
+import mlx.core as mx
+
+from engine.config import EngineConfig
+from engine.output_stream import OutputStream
+from engine.sampler import RowSampler
+from engine.sampling_params import SamplingParams
+from engine.sequence import Sequence
+from engine.step_loop import Request, StepLoop
+
+
+class _NoDetok:
+    def add(self, token_id):
+        return ""
+
+    def flush(self):
+        return ""
+
+
+class Harness:
+    """Add sequences at chosen steps; keep every logits row each request produced."""
+
+    def __init__(self, model, **config):
+        self.config = EngineConfig(**{"num_pages": 256, "page_size": 4, **config})
+        self.steps = []
+        self.loop = StepLoop(model, self.config, emit=self.steps.append)
+        self.logits: dict[int, list[mx.array]] = {}
+        self.events = []
+        self.seqs: dict[int, Sequence] = {}
+        self._wrap_runner()
+
+    def _wrap_runner(self):
+        runner, logits = self.loop.runner, self.logits
+        decode, prefill = runner.decode, runner.prefill
+
+        def rec_decode(seqs):
+            out = decode(seqs)
+            for i, s in enumerate(seqs):
+                logits.setdefault(s.request_id, []).append(out[i])
+            return out
+
+        def rec_prefill(seq, start, n):
+            out = prefill(seq, start, n)
+            if start + n == seq.prefill_target:
+                logits.setdefault(seq.request_id, []).append(out[0])
+            return out
+        runner.decode, runner.prefill = rec_decode, rec_prefill
+
+    def add(self, rid: int, prompt: list[int], max_tokens: int) -> Sequence:
+        params = SamplingParams(max_tokens=max_tokens)
+        seq = Sequence(rid, list(prompt), params)
+        self.seqs[rid] = seq
+        stream = OutputStream(_NoDetok(), frozenset(), params, self.config.max_context)
+        self.loop.add(Request(seq, RowSampler(params, prompt), stream, self.events.append))
+        return seq
+
+    def run(self, joins: dict[int, list[tuple]] | None = None, max_steps: int = 500):
+        """joins: step -> [(rid, prompt, max_tokens)] added before that step."""
+        joins = joins or {}
+        step = 0
+        while (self.loop.has_work or any(k >= step for k in joins)) and step < max_steps:
+            for rid, prompt, n in joins.get(step, []):
+                self.add(rid, prompt, n)
+            self.loop.step()
+            step += 1
+        return self

@@ -1,0 +1,94 @@
+"""The scheduler with a fake runner: no mlx, just the bookkeeping."""
+from engine.config import EngineConfig
+from engine.page_pool import PagePool, SlotPool
+from engine.sampling_params import SamplingParams
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence, Status
+
+
+def make(num_pages=64, page_size=4, max_num_seqs=4, chunk=8):
+    cfg = EngineConfig(max_num_seqs=max_num_seqs, page_size=page_size, num_pages=num_pages,
+                       prefill_chunk=chunk, max_context=1024)
+    return Scheduler(cfg, PagePool(num_pages, page_size), SlotPool(max_num_seqs))
+
+
+def seq(rid, n_prompt, max_tokens=8):
+    return Sequence(rid, list(range(n_prompt)), SamplingParams(max_tokens=max_tokens))
+
+
+def fake_step(sched):
+    """What the runner does: decode appends one token; the last prefill chunk samples one."""
+    plan = sched.schedule()
+    for s in plan.decode:
+        s.num_computed = s.num_tokens
+        s.output_ids.append(7)
+    if plan.prefill:
+        c = plan.prefill
+        c.seq.num_computed = c.start + c.num_tokens
+        if c.is_last:
+            c.seq.output_ids.append(7)
+    for s in list(sched.running):
+        if len(s.output_ids) >= s.sampling.max_tokens:
+            sched.finish(s, "length")
+    return plan
+
+
+def test_decode_first_then_one_prefill_chunk():
+    sched = make(chunk=8)
+    a, b = seq(1, 5), seq(2, 20)
+    sched.add(a)
+    fake_step(sched)                  # a prefilled in one chunk
+    sched.add(b)
+    plan = fake_step(sched)
+    assert [s.request_id for s in plan.decode] == [1]
+    assert plan.prefill.seq is b and plan.prefill.num_tokens == 8
+    plan = fake_step(sched)
+    assert [s.request_id for s in plan.decode] == [1] and plan.prefill.start == 8
+    fake_step(sched)                  # b's last chunk (4 tokens)
+    plan = fake_step(sched)
+    assert [s.request_id for s in plan.decode] == [1, 2] and plan.prefill is None
+
+
+def test_admission_respects_max_num_seqs_and_pool():
+    sched = make(max_num_seqs=2, num_pages=64)
+    for i in range(3):
+        sched.add(seq(i, 3))
+    for _ in range(4):
+        fake_step(sched)
+    assert len(sched.running) == 2 and len(sched.waiting) == 1
+    small = make(num_pages=4, page_size=4)      # 3 usable pages = 12 tokens
+    small.add(seq(1, 10))
+    small.add(seq(2, 10))
+    fake_step(small)
+    assert len(small.running) == 1 and len(small.waiting) == 1
+
+
+def test_preemption_frees_the_latest_and_the_pool_ends_whole():
+    sched = make(num_pages=7, page_size=4, max_num_seqs=4)   # 6 usable pages
+    a, b = seq(1, 7, max_tokens=12), seq(2, 7, max_tokens=12)
+    sched.add(a)
+    sched.add(b)
+    preempted = []
+    for _ in range(60):
+        plan = fake_step(sched)
+        preempted += plan.preempted
+        if not sched.has_work:
+            break
+    assert b in preempted and b.num_preemptions >= 1
+    assert a.status is Status.FINISHED and b.status is Status.FINISHED
+    assert len(a.output_ids) == 12 and len(b.output_ids) == 12
+    assert sched.pool.num_free == sched.pool.num_total
+    assert sched.slots.num_free == 4
+
+
+def test_finish_of_waiting_running_and_prefilling_frees_everything():
+    sched = make(chunk=4)
+    seqs = [seq(i, 10) for i in range(3)]
+    for s in seqs:
+        sched.add(s)
+    fake_step(sched)                     # seq 0 mid-prefill, others waiting
+    assert seqs[0].is_prefilling
+    for s in seqs:
+        sched.finish(s, "cancelled")
+    assert not sched.has_work
+    assert sched.pool.num_free == sched.pool.num_total and sched.slots.num_free == 4
