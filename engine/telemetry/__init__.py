@@ -6,5 +6,8 @@ thread, and the trace recorder only receives plain event objects.
 from engine.telemetry.gpu import Sampler, make_sampler
 from engine.telemetry.monitor import TelemetryMonitor
 from engine.telemetry.reading import Reading
+from engine.telemetry.trace import TraceRecorder
+from engine.telemetry.trace_check import validate_trace
 
-__all__ = ["make_sampler", "Sampler", "TelemetryMonitor", "Reading"]
+__all__ = ["make_sampler", "Sampler", "TelemetryMonitor", "Reading", "TraceRecorder",
+           "validate_trace"]
