@@ -36,7 +36,13 @@ class SwitchLinear(nn.Module):
         self.weight = mx.random.uniform(-bound, bound, (num_experts, dims_out, dims_in))
 
     def __call__(self, x: mx.array, idx: mx.array, sorted_indices: bool) -> mx.array:
-        return mx.gather_mm(x, self.weight.swapaxes(-1, -2), rhs_indices=idx,
+        w = self.weight
+        if w.dtype != mx.float32 and mx.default_device() == mx.cpu:
+            # MLX's CPU gather_mm is float32 only (bf16 unquantized experts on Linux).
+            out = mx.gather_mm(x.astype(mx.float32), w.astype(mx.float32).swapaxes(-1, -2),
+                               rhs_indices=idx, sorted_indices=sorted_indices)
+            return out.astype(x.dtype)
+        return mx.gather_mm(x, w.swapaxes(-1, -2), rhs_indices=idx,
                             sorted_indices=sorted_indices)
 
     def to_quantized(self, group_size: int = 64, bits: int = 4, mode: str = "affine", **_):

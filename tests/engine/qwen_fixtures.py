@@ -186,7 +186,7 @@ def write_hf_folder(folder: Path, config: dict, weights: dict, fused: bool = Fal
         out[_hf_name(name, config)] = w if name.endswith("A_log") else w.astype(mx.bfloat16)
     for key in [k for k in out if ".switch_mlp." in k and k.endswith("gate_proj.weight")]:
         prefix = key[: key.index(".switch_mlp.")]
-        g, u, d = (out.pop(f"{prefix}.switch_mlp.{p}.weight") for p in ("gate", "up", "down"))
+        g, u, d = (out.pop(f"{prefix}.switch_mlp.{p}_proj.weight") for p in ("gate", "up", "down"))
         if fused:
             out[f"{prefix}.experts.gate_up_proj"] = mx.concatenate([g, u], axis=1)  # [E, 2I, H]
             out[f"{prefix}.experts.down_proj"] = d                                 # [E, H, I]
