@@ -5,6 +5,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+import engine.models.gated_delta as gated_delta
 from qwen_fixtures import Rows, build_model, random_weights, tiny_config
 
 TOL = 1e-4
@@ -18,6 +19,14 @@ MODEL_TYPES = ["qwen3_5_moe", "qwen3_5", "qwen3_next"]
 def model(request):
     config = tiny_config(request.param)
     return build_model(config, random_weights(config, seed=3))
+
+
+@pytest.fixture(params=["best", "kernel"], autouse=True)
+def recurrence(request, monkeypatch):
+    """Run each test with the recurrence this device picks and with mx.fast's op forced."""
+    if request.param == "kernel":
+        monkeypatch.setattr(gated_delta, "fast_op_is_a_kernel", lambda device: True)
+    return request.param
 
 
 def alone(model, prompt: list[int], steps: int) -> list[mx.array]:
