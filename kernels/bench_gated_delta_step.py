@@ -1,0 +1,63 @@
+"""Decode step: CUDA/Metal kernel vs the plain-mx path, at the real shapes.
+
+Hk=16, Hv=32, Dk=Dv=128, bf16 q/k/v, a 64-slot float32 pool, B rows on
+shuffled slots. Both paths include the write-back into the pool.
+Run: PYTHONPATH=. python -m kernels.bench_gated_delta_step
+"""
+from __future__ import annotations
+
+import importlib
+
+import mlx.core as mx
+
+from kernels import registry
+from kernels.bench_common import compare, report
+
+gds = importlib.import_module("kernels.gated_delta_step")
+
+
+def inputs(B: int, S: int = 64):
+    ks = mx.random.split(mx.random.key(B), 6)
+    q = (mx.random.normal((B, 16, 128), key=ks[0]) * 0.08).astype(mx.bfloat16)
+    k = (mx.random.normal((B, 16, 128), key=ks[1]) * 0.08).astype(mx.bfloat16)
+    v = mx.random.normal((B, 32, 128), key=ks[2]).astype(mx.bfloat16)
+    g = mx.random.uniform(0.9, 1.0, (B, 32), key=ks[3])
+    beta = mx.random.uniform(0, 1, (B, 32), key=ks[4])
+    pool = mx.zeros((S, 32, 128, 128), mx.float32)
+    slots = mx.random.permutation(S, key=ks[5])[:B].astype(mx.int32)
+    mx.eval(q, k, v, g, beta, pool, slots)
+    return q, k, v, g, beta, pool, slots
+
+
+def main() -> None:
+    backend = registry.gpu_backend()
+    print(f"gated_delta_step  backend={backend}  device={mx.default_device()}")
+    if backend is None:
+        print("no GPU backend: nothing to compare")
+        return
+    for B in (1, 8, 16, 32):
+        q, k, v, g, beta, pool, slots = inputs(B)
+
+        def plain():
+            y, rows = gds.reference(q, k, v, g, beta, pool, slots)
+            pool[slots] = rows
+            return [y, pool]
+
+        def fused(lanes):
+            def run():
+                y, rows = gds.kernel(q, k, v, g, beta, pool, slots, backend=backend,
+                                     lanes=lanes)
+                pool[slots] = rows
+                return [y, pool]
+            return run
+
+        def rows_only():
+            return list(gds.kernel(q, k, v, g, beta, pool, slots, backend=backend))
+
+        fns = {"plain_mx": plain, "lpr4": fused(4), "lpr8": fused(8), "lpr32": fused(32),
+               "lpr8_no_writeback": rows_only}
+        report(f"B={B}", compare(fns), "plain_mx")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""Gated DeltaNet prefill: the recurrence over T tokens, token loop inside the kernel.
+
+Same update as `gated_delta_step` (g is the exp'd decay), applied token by
+token for B rows of T tokens each, right-padded: row b runs its first
+lengths[b] tokens; padded tokens leave the state unchanged and give y = 0.
+The state of each row is read from pool[slots[b]] (zero when fresh[b]) and
+stays in registers for the whole chunk; the final states come back as a
+compact [B, Hv, Dv, Dk] float32 output and are put back with one indexed
+update (see gated_delta_step's docstring for why not in the kernel).
+q/k/v may be bf16/f16/f32; all arithmetic is float32.
+"""
+from __future__ import annotations
+
+import mlx.core as mx
+
+from kernels import registry
+from kernels.gated_delta_step import _CUDA_HEADER, gather_states, step_math
+
+NAME = "gated_delta_chunk"
+DEFAULT_LANES = 8
+
+# One state row per LPR lanes as in the step kernel. The next token's q/k/v/g/
+# beta are loaded before the current token's math so their latency overlaps it.
+_CUDA_SOURCE = """
+  constexpr int E = Dk / LPR;
+  constexpr int C = E / 4;
+  const int B = q_shape[0];
+  const int T = q_shape[1];
+  const int tid = blockIdx.x * blockDim.x + threadIdx.x;
+  const int row = tid / LPR;                 // (b * Hv + hv) * Dv + dv
+  const int lane = tid % LPR;
+  if (row >= B * Hv * Dv) return;            // whole warps only: Dv*LPR % 32 == 0
+  const int n = row / Dv;
+  const int hv = n % Hv;
+  const int b = n / Hv;
+  const int hk = hv / (Hv / Hk);
+  const int dv = row % Dv;
+  const int len = min(int(lengths[b]), T);
+  const float* s_in = pool + ((size_t(slots[b]) * Hv + hv) * Dv + dv) * Dk;
+  float* s_out = state_out + size_t(row) * Dk;
+  const auto* qp = q + (size_t(b) * T * Hk + hk) * Dk;   // [B, T, Hk, Dk] at token 0
+  const auto* kp = k + (size_t(b) * T * Hk + hk) * Dk;
+  const auto* vp = v + (size_t(b) * T * Hv + hv) * Dv + dv;  // [B, T, Hv, Dv]
+  const auto* gp = g + size_t(b) * T * Hv + hv;          // [B, T, Hv]
+  const auto* bp = beta + size_t(b) * T * Hv + hv;
+  auto* yp = y + (size_t(b) * T * Hv + hv) * Dv + dv;
+  const bool zero = fresh[b] != 0;
+
+  float st[E], kk[E], qq[E];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int e0 = (c * LPR + lane) * 4;
+    float4 s4 = zero ? make_float4(0.f, 0.f, 0.f, 0.f)
+                     : *reinterpret_cast<const float4*>(s_in + e0);
+    st[4 * c + 0] = s4.x; st[4 * c + 1] = s4.y; st[4 * c + 2] = s4.z; st[4 * c + 3] = s4.w;
+  }
+  float vt = 0.f, gt = 0.f, bt = 0.f;
+  if (len > 0) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int e = (c * LPR + lane) * 4 + j;
+        kk[4 * c + j] = static_cast<float>(kp[e]);
+        qq[4 * c + j] = static_cast<float>(qp[e]);
+      }
+    }
+    vt = static_cast<float>(vp[0]); gt = static_cast<float>(gp[0]); bt = static_cast<float>(bp[0]);
+  }
+  for (int t = 0; t < len; ++t) {
+    float nk[E], nq[E];
+    float nv = 0.f, ng = 0.f, nb = 0.f;
+    if (t + 1 < len) {
+      const size_t o_qk = size_t(t + 1) * Hk * Dk;
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int e = (c * LPR + lane) * 4 + j;
+          nk[4 * c + j] = static_cast<float>(kp[o_qk + e]);
+          nq[4 * c + j] = static_cast<float>(qp[o_qk + e]);
+        }
+      }
+      nv = static_cast<float>(vp[size_t(t + 1) * Hv * Dv]);
+      ng = static_cast<float>(gp[size_t(t + 1) * Hv]);
+      nb = static_cast<float>(bp[size_t(t + 1) * Hv]);
+    }
+    float kv = 0.f;
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      st[i] *= gt;
+      kv += st[i] * kk[i];
+    }
+    kv = group_sum<LPR>(kv);
+    const float delta = (vt - kv) * bt;
+    float o = 0.f;
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      st[i] += kk[i] * delta;
+      o += st[i] * qq[i];
+    }
+    o = group_sum<LPR>(o);
+    if (lane == 0) yp[size_t(t) * Hv * Dv] = static_cast<OutT>(o);
+#pragma unroll
+    for (int i = 0; i < E; ++i) { kk[i] = nk[i]; qq[i] = nq[i]; }
+    vt = nv; gt = ng; bt = nb;
+  }
+  if (lane == 0) {
+    for (int t = len; t < T; ++t) yp[size_t(t) * Hv * Dv] = static_cast<OutT>(0.f);
+  }
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int e0 = (c * LPR + lane) * 4;
+    *reinterpret_cast<float4*>(s_out + e0) =
+        make_float4(st[4 * c], st[4 * c + 1], st[4 * c + 2], st[4 * c + 3]);
+  }
+"""
+
+# Same contract for Metal (no prefetch); guarded by the self-test.
+_METAL_SOURCE = """
+  constexpr int E = Dk / LPR;
+  const int B = q_shape[0];
+  const int T = q_shape[1];
+  const int tid = int(thread_position_in_grid.x);
+  const int row = tid / LPR;
+  const int lane = tid % LPR;
+  if (row >= B * Hv * Dv) return;
+  const int n = row / Dv;
+  const int hv = n % Hv;
+  const int b = n / Hv;
+  const int hk = hv / (Hv / Hk);
+  const int dv = row % Dv;
+  const int len = min(int(lengths[b]), T);
+  auto s_in = pool + ((size_t(slots[b]) * Hv + hv) * Dv + dv) * Dk;
+  auto s_out = state_out + size_t(row) * Dk;
+  auto qp = q + (size_t(b) * T * Hk + hk) * Dk;
+  auto kp = k + (size_t(b) * T * Hk + hk) * Dk;
+  auto vp = v + (size_t(b) * T * Hv + hv) * Dv + dv;
+  auto gp = g + size_t(b) * T * Hv + hv;
+  auto bp = beta + size_t(b) * T * Hv + hv;
+  auto yp = y + (size_t(b) * T * Hv + hv) * Dv + dv;
+  const bool zero = fresh[b] != 0;
+
+  float st[E];
+  for (int i = 0; i < E; ++i) {
+    const int e = ((i / 4) * LPR + lane) * 4 + (i % 4);
+    st[i] = zero ? 0.0f : s_in[e];
+  }
+  for (int t = 0; t < len; ++t) {
+    const size_t o_qk = size_t(t) * Hk * Dk;
+    const float gt = static_cast<float>(gp[size_t(t) * Hv]);
+    float kk[E];
+    float kv = 0.0f;
+    for (int i = 0; i < E; ++i) {
+      const int e = ((i / 4) * LPR + lane) * 4 + (i % 4);
+      kk[i] = static_cast<float>(kp[o_qk + e]);
+      st[i] *= gt;
+      kv += st[i] * kk[i];
+    }
+    for (ushort off = LPR / 2; off > 0; off >>= 1) kv += simd_shuffle_xor(kv, off);
+    const float delta = (static_cast<float>(vp[size_t(t) * Hv * Dv]) - kv)
+                        * static_cast<float>(bp[size_t(t) * Hv]);
+    float o = 0.0f;
+    for (int i = 0; i < E; ++i) {
+      const int e = ((i / 4) * LPR + lane) * 4 + (i % 4);
+      st[i] += kk[i] * delta;
+      o += st[i] * static_cast<float>(qp[o_qk + e]);
+    }
+    for (ushort off = LPR / 2; off > 0; off >>= 1) o += simd_shuffle_xor(o, off);
+    if (lane == 0) yp[size_t(t) * Hv * Dv] = static_cast<OutT>(o);
+  }
+  if (lane == 0) {
+    for (int t = len; t < T; ++t) yp[size_t(t) * Hv * Dv] = static_cast<OutT>(0.0f);
+  }
+  for (int i = 0; i < E; ++i) {
+    const int e = ((i / 4) * LPR + lane) * 4 + (i % 4);
+    s_out[e] = st[i];
+  }
+"""
+
+_INPUTS = ["q", "k", "v", "g", "beta", "pool", "slots", "fresh", "lengths"]
+_OUTPUTS = ["y", "state_out"]
+_built: dict[str, object] = {}
+
+
+def _get(backend: str):
+    if backend not in _built:
+        make = mx.fast.cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
+        extra = {"header": _CUDA_HEADER} if backend == "cuda" else {}
+        source = _CUDA_SOURCE if backend == "cuda" else _METAL_SOURCE
+        _built[backend] = make(name="tandem_gated_delta_chunk", input_names=_INPUTS,
+                               output_names=_OUTPUTS, source=source, **extra)
+    return _built[backend]
+
+
+def _lengths(lengths, B: int, T: int) -> mx.array:
+    return mx.full((B,), T, dtype=mx.int32) if lengths is None else lengths.astype(mx.int32)
+
+
+def reference(q, k, v, g, beta, pool, slots, lengths=None, fresh=None):
+    """Plain-mx float32 token loop. Returns (y [B, T, Hv, Dv] in q.dtype, rows [B, Hv, Dv, Dk])."""
+    B, T = q.shape[:2]
+    lens = _lengths(lengths, B, T)
+    st = gather_states(pool, slots, fresh)                               # [B, Hv, Dv, Dk]
+    ys = []
+    for t in range(T):
+        y_t, new = step_math(st, q[:, t], k[:, t], v[:, t], g[:, t], beta[:, t])
+        live = (lens > t)[:, None, None]                                 # [B, 1, 1]
+        st = mx.where(live[..., None], new, st)
+        ys.append(mx.where(live, y_t, 0.0))
+    return mx.stack(ys, axis=1).astype(q.dtype), st
+
+
+def applies(q, k, v, pool, lanes: int = DEFAULT_LANES) -> bool:
+    B, T, Hk, Dk = q.shape
+    Hv, Dv = v.shape[2], v.shape[3]
+    return (pool.dtype == mx.float32 and Hv % Hk == 0 and k.shape == q.shape
+            and 32 % lanes == 0 and Dk % (4 * lanes) == 0 and (Dv * lanes) % 32 == 0
+            and pool.shape[1:] == (Hv, Dv, Dk))
+
+
+def kernel(q, k, v, g, beta, pool, slots, lengths=None, fresh=None, *, backend: str,
+           lanes: int = DEFAULT_LANES):
+    """Launch on `backend` ('cuda' | 'metal'). Same returns as `reference`."""
+    B, T, Hk, Dk = q.shape
+    Hv, Dv = v.shape[2], v.shape[3]
+    fr = mx.zeros((B,), mx.int32) if fresh is None else fresh.astype(mx.int32)
+    inputs = [q, k, v, g, beta, pool, slots.astype(mx.int32), fr, _lengths(lengths, B, T)]
+    y, rows = _get(backend)(
+        inputs=inputs,
+        template=[("OutT", q.dtype), ("Hk", Hk), ("Hv", Hv), ("Dk", Dk), ("Dv", Dv),
+                  ("LPR", lanes)],
+        grid=(B * Hv * Dv * lanes, 1, 1), threadgroup=(128, 1, 1),
+        output_shapes=[(B, T, Hv, Dv), (B, Hv, Dv, Dk)],
+        output_dtypes=[q.dtype, mx.float32])
+    return y, rows
+
+
+def gated_delta_chunk(q, k, v, g, beta, pool, slots, lengths=None, fresh=None):
+    """Prefill recurrence for B right-padded rows of T tokens over a slot pool.
+
+    q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g (decay, exp'd), beta [B, T, Hv];
+    pool [S, Hv, Dv, Dk] float32; slots [B] int32 (unique); lengths [B] int32
+    or None (all T); fresh [B] bool or None. Returns (y [B, T, Hv, Dv] in
+    q.dtype, zero at padded tokens; pool, updated in place as well).
+    """
+    backend = registry.active(NAME)
+    if backend is not None and applies(q, k, v, pool):
+        y, rows = kernel(q, k, v, g, beta, pool, slots, lengths, fresh, backend=backend)
+    else:
+        y, rows = reference(q, k, v, g, beta, pool, slots, lengths, fresh)
+    pool[slots] = rows
+    return y, pool

@@ -1,0 +1,254 @@
+"""Gated DeltaNet decode step for a batch of state slots, fused.
+
+Per row b, value head h (key head hk = h // (Hv // Hk)), with S the [Dv, Dk]
+state read from pool[slots[b], h] (zero when fresh[b]):
+
+    S     = g * S                      # g is the decay already exponentiated:
+                                       #   g = exp(-exp(A_log) * softplus(a + dt_bias)) in (0, 1]
+    kv    = S @ k                      # [Dv]
+    delta = (v - kv) * beta            # [Dv]
+    S     = S + outer(delta, k)        # [Dv, Dk]
+    y     = S @ q                      # [Dv]
+
+The kernel reads each row's state straight out of the pool by slot index (no
+gathered copy) and writes the new states to a compact [B, Hv, Dv, Dk] output.
+MLX custom kernels cannot alias an output onto an input buffer, and writing
+through the const input pointer would hide the write from MLX's CUDA-graph
+dependency tracking (and from any slice or snapshot sharing the pool buffer),
+so `gated_delta_step` puts the rows back with one indexed update
+`pool[slots] = rows`, which MLX performs in place when the pool is donatable.
+Slots must be unique within a batch.
+"""
+from __future__ import annotations
+
+import mlx.core as mx
+
+from kernels import registry
+
+NAME = "gated_delta_step"
+DEFAULT_LANES = 8  # lanes per state row; 8 keeps float4 loads coalesced and reductions short
+
+_CUDA_HEADER = """
+template <int LPR>
+__device__ __forceinline__ float group_sum(float x) {
+  // Butterfly inside aligned groups of LPR lanes: offsets < LPR never cross a group.
+#pragma unroll
+  for (int off = LPR / 2; off > 0; off >>= 1) {
+    x += __shfl_xor_sync(0xffffffffu, x, off);
+  }
+  return x;
+}
+"""
+
+# One state row (b, hv, dv) per LPR lanes; each lane keeps E = Dk/LPR floats of
+# it in registers as float4 chunks interleaved across the group, so every
+# float4 load of the group reads LPR*16 contiguous bytes.
+_CUDA_SOURCE = """
+  constexpr int E = Dk / LPR;
+  constexpr int C = E / 4;
+  const int B = q_shape[0];
+  const int tid = blockIdx.x * blockDim.x + threadIdx.x;
+  const int row = tid / LPR;                 // (b * Hv + hv) * Dv + dv
+  const int lane = tid % LPR;
+  if (row >= B * Hv * Dv) return;            // whole warps only: Dv*LPR % 32 == 0
+  const int n = row / Dv;                    // b * Hv + hv
+  const int hv = n % Hv;
+  const int b = n / Hv;
+  const int hk = hv / (Hv / Hk);
+  const int dv = row % Dv;
+  const float* s_in = pool + ((size_t(slots[b]) * Hv + hv) * Dv + dv) * Dk;
+  float* s_out = state_out + size_t(row) * Dk;
+  const auto* qp = q + (size_t(b) * Hk + hk) * Dk;
+  const auto* kp = k + (size_t(b) * Hk + hk) * Dk;
+  const float gt = static_cast<float>(g[n]);
+  const float bt = static_cast<float>(beta[n]);
+  const float vt = static_cast<float>(v[row]);
+  const bool zero = fresh[b] != 0;
+
+  float st[E];
+  float kk[E];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int e0 = (c * LPR + lane) * 4;
+    float4 s4 = zero ? make_float4(0.f, 0.f, 0.f, 0.f)
+                     : *reinterpret_cast<const float4*>(s_in + e0);
+    st[4 * c + 0] = s4.x; st[4 * c + 1] = s4.y; st[4 * c + 2] = s4.z; st[4 * c + 3] = s4.w;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) kk[4 * c + j] = static_cast<float>(kp[e0 + j]);
+  }
+  float kv = 0.f;
+#pragma unroll
+  for (int i = 0; i < E; ++i) {
+    st[i] *= gt;
+    kv += st[i] * kk[i];
+  }
+  kv = group_sum<LPR>(kv);
+  const float delta = (vt - kv) * bt;
+  float o = 0.f;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int e0 = (c * LPR + lane) * 4;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = 4 * c + j;
+      st[i] += kk[i] * delta;
+      o += st[i] * static_cast<float>(qp[e0 + j]);
+    }
+    *reinterpret_cast<float4*>(s_out + e0) =
+        make_float4(st[4 * c], st[4 * c + 1], st[4 * c + 2], st[4 * c + 3]);
+  }
+  o = group_sum<LPR>(o);
+  if (lane == 0) y[row] = static_cast<OutT>(o);
+"""
+
+# Same contract and layout for Metal (SIMD width 32); it cannot run on the
+# Linux machines, so the self-test guards it at engine start.
+_METAL_SOURCE = """
+  constexpr int E = Dk / LPR;
+  constexpr int C = E / 4;
+  const int B = q_shape[0];
+  const int tid = int(thread_position_in_grid.x);
+  const int row = tid / LPR;
+  const int lane = tid % LPR;
+  if (row >= B * Hv * Dv) return;
+  const int n = row / Dv;
+  const int hv = n % Hv;
+  const int b = n / Hv;
+  const int hk = hv / (Hv / Hk);
+  const int dv = row % Dv;
+  auto s_in = pool + ((size_t(slots[b]) * Hv + hv) * Dv + dv) * Dk;
+  auto s_out = state_out + size_t(row) * Dk;
+  auto qp = q + (size_t(b) * Hk + hk) * Dk;
+  auto kp = k + (size_t(b) * Hk + hk) * Dk;
+  const float gt = static_cast<float>(g[n]);
+  const float bt = static_cast<float>(beta[n]);
+  const float vt = static_cast<float>(v[row]);
+  const bool zero = fresh[b] != 0;
+
+  float st[E];
+  float kk[E];
+  for (int c = 0; c < C; ++c) {
+    const int e0 = (c * LPR + lane) * 4;
+    for (int j = 0; j < 4; ++j) {
+      st[4 * c + j] = zero ? 0.0f : s_in[e0 + j];
+      kk[4 * c + j] = static_cast<float>(kp[e0 + j]);
+    }
+  }
+  float kv = 0.0f;
+  for (int i = 0; i < E; ++i) {
+    st[i] *= gt;
+    kv += st[i] * kk[i];
+  }
+  for (ushort off = LPR / 2; off > 0; off >>= 1) kv += simd_shuffle_xor(kv, off);
+  const float delta = (vt - kv) * bt;
+  float o = 0.0f;
+  for (int c = 0; c < C; ++c) {
+    const int e0 = (c * LPR + lane) * 4;
+    for (int j = 0; j < 4; ++j) {
+      const int i = 4 * c + j;
+      st[i] += kk[i] * delta;
+      o += st[i] * static_cast<float>(qp[e0 + j]);
+      s_out[e0 + j] = st[i];
+    }
+  }
+  for (ushort off = LPR / 2; off > 0; off >>= 1) o += simd_shuffle_xor(o, off);
+  if (lane == 0) y[row] = static_cast<OutT>(o);
+"""
+
+_INPUTS = ["q", "k", "v", "g", "beta", "pool", "slots", "fresh"]
+_OUTPUTS = ["y", "state_out"]
+_built: dict[str, object] = {}
+
+
+def _get(backend: str):
+    if backend not in _built:
+        if backend == "cuda":
+            _built[backend] = mx.fast.cuda_kernel(
+                name="tandem_gated_delta_step", input_names=_INPUTS, output_names=_OUTPUTS,
+                source=_CUDA_SOURCE, header=_CUDA_HEADER)
+        else:
+            _built[backend] = mx.fast.metal_kernel(
+                name="tandem_gated_delta_step", input_names=_INPUTS, output_names=_OUTPUTS,
+                source=_METAL_SOURCE)
+    return _built[backend]
+
+
+def _fresh_flags(fresh: mx.array | None, batch: int) -> mx.array:
+    if fresh is None:
+        return mx.zeros((batch,), dtype=mx.int32)
+    return fresh.astype(mx.int32)
+
+
+def step_math(st, q, k, v, g, beta):
+    """One recurrence update in float32 on gathered states.
+
+    st [B, Hv, Dv, Dk]; q, k [B, Hk, Dk]; v [B, Hv, Dv]; g, beta [B, Hv].
+    Returns (y [B, Hv, Dv] f32, st [B, Hv, Dv, Dk] f32).
+    """
+    rep = v.shape[1] // q.shape[1]
+    qf = mx.repeat(q.astype(mx.float32), rep, axis=1)[:, :, None, :]     # [B, Hv, 1, Dk]
+    kf = mx.repeat(k.astype(mx.float32), rep, axis=1)[:, :, None, :]     # [B, Hv, 1, Dk]
+    st = st * g.astype(mx.float32)[:, :, None, None]
+    kv = (st * kf).sum(-1)                                               # [B, Hv, Dv]
+    delta = (v.astype(mx.float32) - kv) * beta.astype(mx.float32)[:, :, None]
+    st = st + delta[..., None] * kf
+    return (st * qf).sum(-1), st
+
+
+def gather_states(pool, slots, fresh=None):
+    """[B, Hv, Dv, Dk] float32 copies of the slots' states, zero where fresh."""
+    st = pool[slots].astype(mx.float32)
+    if fresh is not None:
+        st = mx.where(fresh.astype(mx.bool_)[:, None, None, None], 0.0, st)
+    return st
+
+
+def reference(q, k, v, g, beta, pool, slots, fresh=None):
+    """Plain-mx float32 step. Returns (y [B, Hv, Dv] in q.dtype, rows [B, Hv, Dv, Dk] f32)."""
+    y, st = step_math(gather_states(pool, slots, fresh), q, k, v, g, beta)
+    return y.astype(q.dtype), st
+
+
+def applies(q, k, v, pool, lanes: int = DEFAULT_LANES) -> bool:
+    """Shapes the kernel handles; anything else takes the reference."""
+    B, Hk, Dk = q.shape
+    Hv, Dv = v.shape[1], v.shape[2]
+    return (pool.dtype == mx.float32 and Hv % Hk == 0 and k.shape == q.shape
+            and 32 % lanes == 0 and Dk % (4 * lanes) == 0 and (Dv * lanes) % 32 == 0
+            and pool.shape[1:] == (Hv, Dv, Dk))
+
+
+def kernel(q, k, v, g, beta, pool, slots, fresh=None, *, backend: str, lanes: int = DEFAULT_LANES):
+    """Launch on `backend` ('cuda' | 'metal'). Same returns as `reference`."""
+    B, Hk, Dk = q.shape
+    Hv, Dv = v.shape[1], v.shape[2]
+    inputs = [q, k, v, g, beta, pool, slots.astype(mx.int32), _fresh_flags(fresh, B)]
+    y, rows = _get(backend)(
+        inputs=inputs,
+        template=[("OutT", q.dtype), ("Hk", Hk), ("Hv", Hv), ("Dk", Dk), ("Dv", Dv),
+                  ("LPR", lanes)],
+        grid=(B * Hv * Dv * lanes, 1, 1), threadgroup=(128, 1, 1),
+        output_shapes=[(B, Hv, Dv), (B, Hv, Dv, Dk)],
+        output_dtypes=[q.dtype, mx.float32])
+    return y, rows
+
+
+def step_rows(q, k, v, g, beta, pool, slots, fresh=None):
+    """(y, new rows) through the kernel when it applies, else the reference."""
+    backend = registry.active(NAME)
+    if backend is not None and applies(q, k, v, pool):
+        return kernel(q, k, v, g, beta, pool, slots, fresh, backend=backend)
+    return reference(q, k, v, g, beta, pool, slots, fresh)
+
+
+def gated_delta_step(q, k, v, g, beta, pool, slots, fresh=None):
+    """One decode step for B rows over a slot pool.
+
+    q, k [B, Hk, Dk]; v [B, Hv, Dv]; g (decay, exp'd), beta [B, Hv];
+    pool [S, Hv, Dv, Dk] float32; slots [B] int32 (unique); fresh [B] bool or
+    None (True: the row starts from a zero state). Returns (y [B, Hv, Dv] in
+    q.dtype, pool); the pool array is updated in place (MLX setitem).
+    """
+    y, rows = step_rows(q, k, v, g, beta, pool, slots, fresh)
+    pool[slots] = rows
+    return y, pool

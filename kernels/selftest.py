@@ -1,0 +1,122 @@
+"""Run every kernel against its reference on this device; turn off the ones that fail.
+
+`python -m kernels.selftest` prints a table; the engine calls `run_selftest()`
+at load. Shapes are small so the whole check is well under a second once the
+kernels are compiled. A kernel that raises (a Metal source that does not
+compile, say) counts as a failure too.
+"""
+from __future__ import annotations
+
+import importlib
+import time
+
+import mlx.core as mx
+
+from kernels import registry
+
+# kernels/__init__ binds the dispatch functions over the submodule names
+gdc = importlib.import_module("kernels.gated_delta_chunk")
+gds = importlib.import_module("kernels.gated_delta_step")
+mr = importlib.import_module("kernels.moe_route")
+pa = importlib.import_module("kernels.paged_attention")
+
+TOL = 2e-3  # float32 math on bf16 inputs; a wrong index or race is off by O(1)
+
+
+def _gdn_inputs(key, B, T, Hk, Hv, D, S, dtype):
+    ks = mx.random.split(key, 6)
+    shp = (B, T) if T else (B,)
+    q = mx.random.normal(shp + (Hk, D), key=ks[0]) / D**0.5
+    k = mx.random.normal(shp + (Hk, D), key=ks[1]) / D**0.5
+    v = mx.random.normal(shp + (Hv, D), key=ks[2])
+    g = mx.random.uniform(0.6, 1.0, shp + (Hv,), key=ks[3])
+    beta = mx.random.uniform(0.0, 1.0, shp + (Hv,), key=ks[4])
+    pool = mx.random.normal((S, Hv, D, D), key=ks[5]) * 0.1
+    slots = mx.array([(3 * i + 1) % S for i in range(B)], dtype=mx.int32)   # out of order
+    fresh = mx.array([i % 3 == 2 for i in range(B)])
+    return q.astype(dtype), k.astype(dtype), v.astype(dtype), g, beta, pool, slots, fresh
+
+
+def _err(a, b) -> float:
+    return mx.abs(a.astype(mx.float32) - b.astype(mx.float32)).max().item()
+
+
+def check_step(backend: str) -> float:
+    args = _gdn_inputs(mx.random.key(1), 3, 0, 2, 4, 32, 5, mx.bfloat16)
+    y, rows = gds.kernel(*args, backend=backend)
+    ry, rrows = gds.reference(*args)
+    return max(_err(y, ry), _err(rows, rrows))
+
+
+def check_chunk(backend: str) -> float:
+    q, k, v, g, beta, pool, slots, fresh = _gdn_inputs(mx.random.key(2), 3, 5, 2, 4, 32, 4,
+                                                       mx.bfloat16)
+    lens = mx.array([5, 1, 3], dtype=mx.int32)
+    args = (q, k, v, g, beta, pool, slots, lens, fresh)
+    y, rows = gdc.kernel(*args, backend=backend)
+    ry, rrows = gdc.reference(*args)
+    return max(_err(y, ry), _err(rows, rrows))
+
+
+def check_paged(backend: str) -> float:
+    ks = mx.random.split(mx.random.key(3), 3)
+    B, Hq, Hkv, D, ps, pages = 3, 4, 2, 64, 4, 10
+    q = mx.random.normal((B, Hq, D), key=ks[0]).astype(mx.bfloat16)
+    kp = mx.random.normal((pages * ps, Hkv, D), key=ks[1]).astype(mx.bfloat16)
+    vp = mx.random.normal((pages * ps, Hkv, D), key=ks[2]).astype(mx.bfloat16)
+    bt = mx.array([[7, 2, 9], [1, 0, 0], [4, 8, 3]], dtype=mx.int32)
+    lens = mx.array([11, 3, 12], dtype=mx.int32)
+    args = (q, kp, vp, bt, lens, ps, D**-0.5)
+    return _err(pa.kernel(*args, backend=backend, kps=8), pa.reference(*args))
+
+
+def check_route(backend: str) -> float:
+    logits = mx.random.normal((5, 64), key=mx.random.key(4))
+    idx, w = mr.kernel(logits, 4, True, backend=backend)
+    ridx, rw = mr.reference(logits, 4, True)
+    return float((idx != ridx).any().item()) + _err(w, rw)
+
+
+CHECKS = {"gated_delta_step": check_step, "gated_delta_chunk": check_chunk,
+          "paged_attention": check_paged, "moe_route": check_route}
+
+
+def run_selftest(verbose: bool = True) -> dict:
+    """name -> {'backend', 'max_abs_err', 'passed', 'status'}; failures are disabled."""
+    backend = registry.gpu_backend()
+    results = {}
+    for name, check in CHECKS.items():
+        if backend is None:
+            results[name] = {"backend": "reference", "max_abs_err": None, "passed": None,
+                             "status": f"skipped ({registry.absent_reason()})"}
+            continue
+        try:
+            err = check(backend)
+            passed = err <= TOL
+            reason = f"self-test error {err:.2e} > {TOL:.0e}"
+        except Exception as exc:  # a kernel that fails to build must not stop the engine
+            err, passed, reason = None, False, f"self-test raised {type(exc).__name__}: {exc}"
+        if passed:
+            registry.enable(name)
+        else:
+            registry.disable(name, reason.splitlines()[0][:200])
+        results[name] = {"backend": backend, "max_abs_err": err, "passed": passed,
+                         "status": "pass" if passed else "FAIL (disabled)"}
+    if verbose:
+        _print(results)
+    return results
+
+
+def _print(results: dict) -> None:
+    print(f"{'kernel':<20} {'backend':<10} {'max abs err':>12}  result")
+    for name, r in results.items():
+        err = "-" if r["max_abs_err"] is None else f"{r['max_abs_err']:.2e}"
+        print(f"{name:<20} {r['backend']:<10} {err:>12}  {r['status']}")
+
+
+if __name__ == "__main__":
+    run_selftest(verbose=True)           # first run compiles the kernels
+    t0 = time.perf_counter()
+    run_selftest(verbose=False)
+    print(f"warm self-test: {1000 * (time.perf_counter() - t0):.1f} ms")
+    print(registry.enabled())

@@ -1,0 +1,92 @@
+import importlib
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import kernel_gdn_cases as gdn_cases
+import kernel_numpy_ref as numpy_ref
+from kernel_numpy_ref import to_np
+
+gdc = importlib.import_module("kernels.gated_delta_chunk")  # the package binds the function name
+
+# (B, T, Hk, Hv, D, S, lengths): T=1 and T>1, B=1 and B>1, grouped heads, ragged rows
+GRID = [(1, 1, 2, 2, 32, 2, None), (1, 9, 2, 4, 32, 3, None), (3, 6, 1, 2, 64, 5, [6, 1, 3]),
+        (4, 17, 2, 4, 128, 6, [17, 5, 1, 12]), (2, 4, 4, 8, 32, 4, [0, 4])]
+DTYPES = [mx.float32, mx.bfloat16]
+
+
+def _args(m):
+    return (m["q"], m["k"], m["v"], m["g"], m["beta"], m["pool"], m["slots"], m["lengths"],
+            m["fresh"])
+
+
+def _numpy(n):
+    return numpy_ref.gdn(n["q"], n["k"], n["v"], n["g"], n["beta"], n["state0"], n["lengths"])
+
+
+def _check(y, rows, n, dtype):
+    ny, nst = _numpy(n)
+    s_atol, y_atol, y_rtol = gdn_cases.tolerances(dtype)
+    # long chunks accumulate float32 rounding in the state; still far below any real bug
+    s_atol *= max(1, y.shape[1] // 4)
+    assert numpy_ref.close(to_np(rows), nst, s_atol)
+    assert numpy_ref.close(to_np(y), ny, y_atol, y_rtol)
+
+
+def _make(seed, case, dtype):
+    B, T, Hk, Hv, D, S, lens = case
+    return gdn_cases.make(seed, B, T, Hk, Hv, D, S, dtype, lengths=lens)
+
+
+@pytest.mark.parametrize("case", GRID)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reference_matches_numpy(case, dtype):
+    m, n = _make(0, case, dtype)
+    _check(*gdc.reference(*_args(m)), n, dtype)
+
+
+@pytest.mark.parametrize("case", GRID)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lanes", [8, 16, 32])
+def test_kernel_matches_numpy(backend, case, dtype, lanes):
+    m, n = _make(1, case, dtype)
+    if not gdc.applies(m["q"], m["k"], m["v"], m["pool"], lanes=lanes):
+        pytest.skip("shape outside the kernel's contract for these lanes")
+    _check(*gdc.kernel(*_args(m), backend=backend, lanes=lanes), n, dtype)
+
+
+def test_padded_tokens_leave_state_and_give_zero():
+    """A row of length 0 keeps its (possibly zeroed) state; padded y is exactly 0."""
+    m, n = _make(2, (2, 4, 2, 4, 32, 4, [0, 2]), mx.float32)
+    y, pool = gdc.gated_delta_chunk(*_args(m))
+    after = to_np(pool)
+    assert np.array_equal(after[n["slots"][0]], n["state0"][0])
+    assert not np.any(to_np(y)[0]) and not np.any(to_np(y)[1, 2:])
+
+
+def test_dispatcher_writes_pool_in_place():
+    m, n = _make(3, (3, 5, 2, 4, 32, 6, [5, 2, 4]), mx.float32)
+    before = np.array(m["pool"])
+    y, pool = gdc.gated_delta_chunk(*_args(m))
+    _, nst = _numpy(n)
+    after = to_np(pool)
+    others = np.setdiff1d(np.arange(6), n["slots"])
+    assert np.array_equal(after[others], before[others])
+    assert numpy_ref.close(after[n["slots"]], nst, 2e-4)
+
+
+def _fault_caught(y, n):
+    bad = np.array(to_np(y))
+    bad[0, 0, 0] += 1.0                                   # one output row off by one
+    return not numpy_ref.close(bad, _numpy(n)[0], *gdn_cases.tolerances(mx.bfloat16)[1:])
+
+
+def test_planted_fault_is_caught_reference():
+    m, n = _make(4, (2, 3, 2, 4, 32, 3, [3, 2]), mx.bfloat16)
+    assert _fault_caught(gdc.reference(*_args(m))[0], n)
+
+
+def test_planted_fault_is_caught_kernel(backend):
+    m, n = _make(4, (2, 3, 2, 4, 32, 3, [3, 2]), mx.bfloat16)
+    assert _fault_caught(gdc.kernel(*_args(m), backend=backend)[0], n)

@@ -1,0 +1,85 @@
+import importlib
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import kernel_gdn_cases as gdn_cases
+import kernel_numpy_ref as numpy_ref
+from kernel_numpy_ref import to_np
+from kernels import registry
+
+gds = importlib.import_module("kernels.gated_delta_step")  # the package binds the function name
+
+# (B, Hk, Hv, D, S): B=1 and B>1, grouped (Hv = 2*Hk, 4*Hk) and not, pool bigger than B
+GRID = [(1, 2, 2, 32, 3), (4, 2, 4, 32, 7), (3, 1, 4, 64, 5), (5, 4, 8, 128, 9)]
+DTYPES = [mx.float32, mx.bfloat16]
+
+
+def _step_args(m):
+    """Drop the T axis: the step takes q, k [B, Hk, Dk], v [B, Hv, Dv], g, beta [B, Hv]."""
+    return (m["q"][:, 0], m["k"][:, 0], m["v"][:, 0], m["g"][:, 0], m["beta"][:, 0],
+            m["pool"], m["slots"], m["fresh"])
+
+
+def _check(y, rows, n, dtype):
+    ny, nst = numpy_ref.gdn(n["q"], n["k"], n["v"], n["g"], n["beta"], n["state0"],
+                            n["lengths"])
+    s_atol, y_atol, y_rtol = gdn_cases.tolerances(dtype)
+    assert numpy_ref.close(to_np(rows), nst, s_atol)
+    assert numpy_ref.close(to_np(y), ny[:, 0], y_atol, y_rtol)
+    return ny[:, 0], nst
+
+
+@pytest.mark.parametrize("shape", GRID)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reference_matches_numpy(shape, dtype):
+    m, n = gdn_cases.make(0, *shape[:1], 1, *shape[1:], dtype=dtype)
+    _check(*gds.reference(*_step_args(m)), n, dtype)
+
+
+@pytest.mark.parametrize("shape", GRID)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lanes", [4, 8, 32])
+def test_kernel_matches_numpy(backend, shape, dtype, lanes):
+    m, n = gdn_cases.make(1, *shape[:1], 1, *shape[1:], dtype=dtype)
+    if not gds.applies(*_step_args(m)[:3], m["pool"], lanes=lanes):
+        pytest.skip("shape outside the kernel's contract for these lanes")
+    _check(*gds.kernel(*_step_args(m), backend=backend, lanes=lanes), n, dtype)
+
+
+def test_dispatcher_writes_pool_in_place():
+    """Rows land at their slots; every other slot keeps its state (any backend)."""
+    m, n = gdn_cases.make(2, 4, 1, 2, 4, 32, 7, mx.float32)
+    before = np.array(m["pool"])
+    y, pool = gds.gated_delta_step(*_step_args(m))
+    _, nst = _check(y, pool[m["slots"]], n, mx.float32)
+    after = to_np(pool)
+    others = np.setdiff1d(np.arange(7), n["slots"])
+    assert np.array_equal(after[others], before[others])
+    assert numpy_ref.close(after[n["slots"]], nst, 2e-4)
+
+
+def test_disabled_kernel_falls_back_to_reference():
+    registry.disable(gds.NAME, "test")
+    assert registry.enabled()[gds.NAME] == "reference (test)"
+    m, n = gdn_cases.make(3, 2, 1, 2, 4, 32, 3, mx.float32)
+    y, pool = gds.gated_delta_step(*_step_args(m))
+    _check(y, pool[m["slots"]], n, mx.float32)
+
+
+def _planted(y_actual, n):
+    bad = np.array(to_np(y_actual))
+    bad[0, 0] += 1.0                                     # one row of the output off by one
+    ny, _ = numpy_ref.gdn(n["q"], n["k"], n["v"], n["g"], n["beta"], n["state0"], n["lengths"])
+    return numpy_ref.close(bad, ny[:, 0], *gdn_cases.tolerances(mx.bfloat16)[1:])
+
+
+def test_planted_fault_is_caught_reference():
+    m, n = gdn_cases.make(4, 3, 1, 2, 4, 32, 5, mx.bfloat16)
+    assert not _planted(gds.reference(*_step_args(m))[0], n)
+
+
+def test_planted_fault_is_caught_kernel(backend):
+    m, n = gdn_cases.make(4, 3, 1, 2, 4, 32, 5, mx.bfloat16)
+    assert not _planted(gds.kernel(*_step_args(m), backend=backend)[0], n)
