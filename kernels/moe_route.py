@@ -23,7 +23,7 @@ _CUDA_SOURCE = """
   if (row >= N) return;                       // whole warps: blockDim is a multiple of 32
   const auto* x = logits + size_t(row) * E;
   float p[EPL];
-  float mx_ = -INFINITY;
+  float mx_ = NEG_INF;
 #pragma unroll
   for (int i = 0; i < EPL; ++i) {
     p[i] = static_cast<float>(x[i * 32 + lane]);
@@ -111,8 +111,10 @@ _built: dict[str, object] = {}
 def _get(backend: str):
     if backend not in _built:
         make = mx.fast.cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
+        extra = {"header": "#define NEG_INF (-__int_as_float(0x7f800000))\n"} \
+            if backend == "cuda" else {}
         _built[backend] = make(
-            name="tandem_moe_route", input_names=["logits"],
+            name="tandem_moe_route", input_names=["logits"], **extra,
             output_names=["indices", "weights"],
             source=_CUDA_SOURCE if backend == "cuda" else _METAL_SOURCE)
     return _built[backend]

@@ -24,6 +24,8 @@ _NW = 4          # warps per block; they share the group's q in shared memory
 _TARGET_WARPS = 2048
 
 _CUDA_HEADER = """
+#define NEG_INF (-__int_as_float(0x7f800000))
+
 template <typename T, int N>
 __device__ __forceinline__ void load_vec(const T* p, float* out) {
   // N contiguous elements as 16-byte loads when the element size allows.
@@ -81,7 +83,7 @@ _CUDA_PASS1 = """
   float m[G], l[G], acc[G][EV];
 #pragma unroll
   for (int g = 0; g < G; ++g) {
-    m[g] = -INFINITY; l[g] = 0.f;
+    m[g] = NEG_INF; l[g] = 0.f;
 #pragma unroll
     for (int e = 0; e < EV; ++e) acc[g][e] = 0.f;
   }
@@ -115,7 +117,7 @@ _CUDA_PASS1 = """
     }
     if (kl == 0) {
 #pragma unroll
-      for (int g = 0; g < G; ++g) sc[warp][kg][g] = (j < end) ? sg[g] : -INFINITY;
+      for (int g = 0; g < G; ++g) sc[warp][kg][g] = (j < end) ? sg[g] : NEG_INF;
     }
     __syncwarp();
     const int nk = min(TILE, end - j0);
@@ -160,7 +162,7 @@ _CUDA_PASS2 = """
   const size_t bh = blockIdx.x;
   const int d = threadIdx.x;
   const float* ml = part_ml + bh * S * 2;
-  float M = -INFINITY;
+  float M = NEG_INF;
   for (int s = 0; s < S; ++s) M = fmaxf(M, ml[2 * s]);
   float num = 0.f, den = 0.f;
   for (int s = 0; s < S; ++s) {
@@ -289,7 +291,7 @@ def _get(backend: str):
                 input_names=["q", "k_pool", "v_pool", "block_tables", "context_lens", "scale"],
                 output_names=["part_acc", "part_ml"])
             p2 = mx.fast.cuda_kernel(
-                name="tandem_paged_attn_p2", source=_CUDA_PASS2,
+                name="tandem_paged_attn_p2", header=_CUDA_HEADER, source=_CUDA_PASS2,
                 input_names=["part_acc", "part_ml"], output_names=["out"])
         else:
             p1 = mx.fast.metal_kernel(
