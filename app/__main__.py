@@ -17,15 +17,6 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
-def _telemetry_and_trace(trace_path):
-    """The engine's telemetry sampler and trace recorder, if that package has them."""
-    try:
-        from app.telemetry_adapter import make_telemetry
-    except ImportError:
-        return None, None
-    return make_telemetry(trace_path)
-
-
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.self_test:
@@ -41,8 +32,11 @@ def main(argv=None) -> int:
     asyncio.set_event_loop(loop)
     with loop:
         if args.self_test:
+            import contextlib
+
             from app.self_test import run_self_test
-            code, line = loop.run_until_complete(run_self_test(args.model))
+            with contextlib.redirect_stdout(sys.stderr):    # stdout gets one line
+                code, line = loop.run_until_complete(run_self_test(args.model))
             print(line, flush=True)
             return code
         return loop.run_until_complete(_run_window(app, args))
@@ -53,18 +47,28 @@ async def _run_window(app, args) -> int:
     from app.data_dir import data_dir
     from app.main_window import MainWindow
     from app.store import Store
-    store = Store(data_dir(args.data_dir))
+    from app.telemetry_adapter import make_telemetry
+    folder = data_dir(args.data_dir)
+    store = Store(folder)
     bridge = EngineBridge()
-    telemetry, recorder = _telemetry_and_trace(args.trace)
+    telemetry, recorder = make_telemetry(args.trace, folder)
     window = MainWindow(store, bridge, telemetry=telemetry, trace_recorder=recorder)
+    if args.trace and recorder is not None:
+        window.status_panel.trace_button.setChecked(True)     # record from the start
     quit_event = asyncio.Event()
     app.aboutToQuit.connect(quit_event.set)
     window.show()
     if store.num_interrupted:
         window.statusBar().showMessage(
             f"{store.num_interrupted} reply was interrupted when Tandem last quit.", 8000)
-    await window.load_model(args.model or store.get_setting("last_model"))
+    model = args.model or store.get_setting("last_model")
+    if not await window.load_model(model) and model and not args.model:
+        await window.load_model(None)          # the last model moved: use the default
     await quit_event.wait()
+    if recorder is not None and recorder.is_recording:
+        recorder.stop()
+    if telemetry is not None:
+        telemetry.stop()
     bridge.close()
     store.close()
     return 0

@@ -48,6 +48,7 @@ class EngineBridge(QObject):
         self.model_path: str | None = None
         self.loading = False
         self._handles: dict[int, object] = {}
+        self._engine_listeners: list = []      # e.g. the trace recorder; kept across loads
         self._engine_event.connect(self._on_engine_event)
         self._progress_posted.connect(self._on_loader_progress)
 
@@ -76,10 +77,12 @@ class EngineBridge(QObject):
 
     async def _swap(self, engine) -> None:
         old, self.engine = self.engine, engine
-        engine.add_listener(self._post_event)
+        for fn in [self._post_event, *self._engine_listeners]:
+            engine.add_listener(fn)
         if old is None:
             return
-        old.remove_listener(self._post_event)
+        for fn in [self._post_event, *self._engine_listeners]:
+            old.remove_listener(fn)
         for rid in list(self._handles):     # requests of the old engine end here
             self._handles.pop(rid).cancel()
             self.request_finished.emit(rid, "cancelled", None, "", "")
@@ -88,6 +91,12 @@ class EngineBridge(QObject):
     @Slot(object)
     def _on_loader_progress(self, progress: LoadProgress) -> None:
         self.load_progress.emit(float(progress.fraction), progress.message)
+
+    def add_engine_listener(self, fn) -> None:
+        """fn(event) on the engine thread, for this engine and every later one."""
+        self._engine_listeners.append(fn)
+        if self.engine is not None:
+            self.engine.add_listener(fn)
 
     # requests
     def submit(self, prompt, params) -> int:

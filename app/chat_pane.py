@@ -90,7 +90,7 @@ class ChatPane(QFrame):
 
     def _on_session_busy_changed(self, busy: bool) -> None:
         self.send_button.setText("Stop" if busy else "Send")
-        self.send_button.setProperty("busy", busy)
+        self.send_button.setProperty("busy", "true" if busy else "false")
         self.send_button.style().unpolish(self.send_button)
         self.send_button.style().polish(self.send_button)
 

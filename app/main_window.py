@@ -28,6 +28,8 @@ class MainWindow(QMainWindow):
         self.store, self.bridge = store, bridge
         self.settings = AppSettings.from_dict(store.get_setting("settings", {}))
         self.trace_recorder = trace_recorder
+        if trace_recorder is not None:
+            bridge.add_engine_listener(trace_recorder.on_event)
         self.sessions = SessionRegistry(store, bridge, self)
         self.last_error = ""
         self.error_box: QMessageBox | None = None
@@ -167,8 +169,14 @@ class MainWindow(QMainWindow):
 
     def _on_status_panel_trace_toggled(self, recording: bool) -> None:
         recorder = self.trace_recorder
-        if recorder is not None:
-            (recorder.start if recording else recorder.stop)()
+        if recorder is None:
+            return
+        if recording:
+            recorder.start()
+            self.statusBar().showMessage(f"Recording a trace to {recorder.path}")
+        else:
+            path = recorder.stop()
+            self.statusBar().showMessage(f"Trace saved to {path} (open it in ui.perfetto.dev)")
 
     def _on_bridge_load_started(self, path: str) -> None:
         self.progress.setValue(0)

@@ -18,17 +18,14 @@ _METRICS = [("decode", "Decode tok/s", "#4f6ef7"), ("prefill", "Prefill tok/s", 
             ("watts", "GPU W", "#ec4899")]
 
 
-def _reading(telemetry, name: str):
-    """Tolerant read of the telemetry sampler's latest() (object or dict)."""
+def _latest(telemetry):
+    """The telemetry source's latest() Reading, or None (no source, or it failed)."""
     if telemetry is None:
         return None
     try:
-        latest = telemetry.latest()
+        return telemetry.latest()
     except Exception:
         return None
-    if latest is None:
-        return None
-    return latest.get(name) if isinstance(latest, dict) else getattr(latest, name, None)
 
 
 class StatusPanel(QDockWidget):
@@ -97,7 +94,9 @@ class StatusPanel(QDockWidget):
     def _on_timer_timeout(self) -> None:
         snap = self.stats.snapshot()
         rss = resident_bytes()
-        mhz, watts = _reading(self.telemetry, "mhz"), _reading(self.telemetry, "watts")
+        reading = _latest(self.telemetry)
+        mhz = getattr(reading, "gpu_mhz", None)
+        watts = getattr(reading, "gpu_watts", None)
         shown = {"decode": (f"{snap.decode_tok_s:.1f}", snap.decode_tok_s),
                  "prefill": (f"{snap.prefill_tok_s:.0f}", snap.prefill_tok_s),
                  "batch": (f"{snap.batch_size}  (max {snap.max_batch_size})", snap.batch_size),
@@ -111,10 +110,13 @@ class StatusPanel(QDockWidget):
         lines = [f"{self._title_of(rid)}: {rate:.1f} tok/s"
                  for rid, rate in sorted(snap.per_request_tok_s.items())]
         self.per_conversation.setText("\n".join(lines) or "idle")
-        self.source.setText(self._source_text())
+        self._show_source(reading)
 
-    def _source_text(self) -> str:
-        if self.telemetry is None:
-            return "GPU telemetry: n/a"
-        source = _reading(self.telemetry, "source") or _reading(self.telemetry, "mhz_source")
-        return f"GPU telemetry: {source}" if source else "GPU telemetry: waiting…"
+    def _show_source(self, reading) -> None:
+        if reading is None:
+            self.source.setText("GPU telemetry: n/a")
+            return
+        self.source.setText(f"{reading.mhz_label} from {reading.source}")
+        self.source.setToolTip(reading.tooltip)
+        for key in ("mhz", "watts"):
+            self.values[key].setToolTip(reading.tooltip)
