@@ -9,5 +9,11 @@ from engine.telemetry.reading import Reading
 from engine.telemetry.trace import TraceRecorder
 from engine.telemetry.trace_check import validate_trace
 
-__all__ = ["make_sampler", "Sampler", "TelemetryMonitor", "Reading", "TraceRecorder",
-           "validate_trace"]
+__all__ = [
+           "Reading",
+           "Sampler",
+           "TelemetryMonitor",
+           "TraceRecorder",
+           "make_sampler",
+           "validate_trace",
+]

@@ -10,8 +10,8 @@ import ctypes
 import ctypes.util
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from engine.telemetry.reading import Reading
 

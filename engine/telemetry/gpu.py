@@ -86,7 +86,7 @@ def _try(name: str, reasons: list[str]) -> Sampler | None:
             return NvmlSampler()
         from engine.telemetry.cpu import CpuSampler
         return CpuSampler()
-    except Exception as exc:  # any failure means "try the next one", with the reason kept
+    except Exception as exc:  # noqa: BLE001 -- any failure means "try the next one"
         log.info("telemetry sampler %s unavailable: %s", name, exc)
         reasons.append(f"{name}: {exc}")
         return None

@@ -12,8 +12,7 @@ from __future__ import annotations
 import ctypes
 import sys
 import time
-from ctypes import POINTER, byref, c_char_p, c_int32, c_int64, c_long, c_uint32, c_uint64, \
-    c_void_p
+from ctypes import POINTER, byref, c_char_p, c_int32, c_int64, c_long, c_uint32, c_uint64, c_void_p
 
 from engine.telemetry import ioreport_math as m
 from engine.telemetry.reading import Reading
@@ -181,7 +180,7 @@ class IOReportSampler:
     def read(self) -> Reading:
         try:
             t, cur = self._sample()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 -- degrade to n/a, keep sampling
             return Reading.unavailable(time.perf_counter(), SOURCE, str(exc), MHZ_LABEL)
         t0, prev = self._prev
         self._prev = (t, cur)

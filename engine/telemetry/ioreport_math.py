@@ -12,8 +12,8 @@ each state while the GPU was active; it is not a measured clock.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 GPU_STATS_GROUP = "GPU Stats"
 GPU_PSTATES_SUBGROUP = "GPU Performance States"
@@ -109,7 +109,7 @@ def weighted_mhz(states: Sequence[tuple[str, int]],
     return mhz, busy / total, ""
 
 
-def energy_joules(value: int | float, unit: str) -> float:
+def energy_joules(value: float, unit: str) -> float:
     """Convert an energy counter value to joules; raises ValueError on an unknown unit."""
     label = unit.strip()
     if label not in ENERGY_UNIT_JOULES:
@@ -117,7 +117,7 @@ def energy_joules(value: int | float, unit: str) -> float:
     return value * ENERGY_UNIT_JOULES[label]
 
 
-def energy_watts(delta: int | float, unit: str, dt_s: float) -> float:
+def energy_watts(delta: float, unit: str, dt_s: float) -> float:
     """Average power over an interval from an energy delta."""
     if dt_s <= 0:
         raise ValueError(f"interval must be positive, got {dt_s}")

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from engine.telemetry.gpu import Sampler, make_sampler
 from engine.telemetry.reading import Reading
@@ -60,7 +60,7 @@ class TelemetryMonitor:
         """Start sampling; idempotent."""
         if self.is_running:
             return
-        self.sampler    # choose the sampler here, so errors surface in the caller
+        _ = self.sampler    # choose the sampler here, so errors surface in the caller
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="tandem-telemetry", daemon=True)
         self._thread.start()
@@ -103,7 +103,7 @@ class TelemetryMonitor:
         sampler = self.sampler
         try:
             reading = sampler.read()
-        except Exception as exc:   # a sampler bug must not kill the panel's numbers
+        except Exception as exc:  # noqa: BLE001 -- a sampler bug must not kill the panel
             log.warning("telemetry sampler %s failed: %s", sampler.source, exc)
             reading = Reading.unavailable(time.perf_counter(), sampler.source,
                                           f"sampler error: {exc}", sampler.mhz_label)

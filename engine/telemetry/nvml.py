@@ -33,13 +33,13 @@ class NvmlSampler:
             if index >= count:
                 raise RuntimeError(f"NVML sees {count} GPU(s); index {index} is out of range")
             self._handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
-        except Exception:
+        except Exception:  # release NVML whatever failed, then re-raise
             self._nvml.nvmlShutdown()
             raise
         self.index = index
         try:
             self.device_name = _decode(self._nvml.nvmlDeviceGetName(self._handle))
-        except Exception:
+        except Exception:  # noqa: BLE001
             self.device_name = ""
         self._energy_ok = True               # cleared once the counter proves unsupported
         self._prev_energy: tuple[float, int] | None = None   # (t, mJ)
@@ -50,7 +50,7 @@ class NvmlSampler:
         try:
             mhz, reason = float(self._nvml.nvmlDeviceGetClockInfo(
                 self._handle, self._nvml.NVML_CLOCK_SM)), ""
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             mhz, reason = None, f"nvmlDeviceGetClockInfo: {exc}"
         watts, note = self._watts(t)
         return Reading(t=t, gpu_mhz=mhz, gpu_watts=watts, mhz_label=MHZ_LABEL,
@@ -61,7 +61,7 @@ class NvmlSampler:
             self._closed = True
             try:
                 self._nvml.nvmlShutdown()
-            except Exception:
+            except Exception:  # noqa: BLE001, S110
                 pass    # shutting down twice or after a driver reset is harmless
 
     def _watts(self, t: float) -> tuple[float | None, str]:
@@ -72,11 +72,11 @@ class NvmlSampler:
         try:
             return self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0, \
                 "instantaneous power (nvmlDeviceGetPowerUsage)"
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             failures.append(f"nvmlDeviceGetPowerUsage: {exc}")
         try:
             return self._average_power_w(), "average power (NVML_FI_DEV_POWER_AVERAGE)"
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             failures.append(f"power average field: {exc}")
         return None, "n/a: " + "; ".join(failures)
 
@@ -85,7 +85,7 @@ class NvmlSampler:
             return None
         try:
             mj = int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
-        except Exception:
+        except Exception:  # noqa: BLE001
             self._energy_ok = False          # not supported: stop asking every sample
             return None
         prev, self._prev_energy = self._prev_energy, (t, mj)

@@ -54,7 +54,7 @@ class Reading:
 
     @classmethod
     def unavailable(cls, t: float, source: str, reason: str,
-                    mhz_label: str = "GPU MHz") -> "Reading":
+                    mhz_label: str = "GPU MHz") -> Reading:
         """A reading that says why there is nothing to show."""
         return cls(t=t, gpu_mhz=None, gpu_watts=None, mhz_label=mhz_label,
                    source=source, power_note=reason, reason=reason)

@@ -25,8 +25,8 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from engine.events import ErrorEvent, FinishedEvent, StepEvent, SubmittedEvent, TokenEvent
 from engine.telemetry.reading import Reading
