@@ -27,6 +27,8 @@ def load_bundle(model: str | Path | None, config: EngineConfig,
                 quantize_bits: int | None = None) -> ModelBundle:
     """Runs on the engine thread: weights, tokenizer, kernel self-test."""
     report = on_progress or (lambda p: None)
+    if isinstance(model, str) and model.startswith(SYNTHETIC_PREFIX):
+        return _synthetic_bundle(model.removeprefix(SYNTHETIC_PREFIX), config)
     path = Path(model).expanduser() if model is not None else default_model_path()
     report(LoadProgress(0.05, f"Reading {path.name}"))
     loaded = load_model(path, quantize_bits=quantize_bits)
@@ -40,6 +42,17 @@ def load_bundle(model: str | Path | None, config: EngineConfig,
     report(LoadProgress(1.0, "Ready"))
     name = path.stem if path.is_file() else path.name
     return ModelBundle(loaded.model, tokenizer, loaded.config, path, name, status)
+
+
+SYNTHETIC_PREFIX = "synthetic:"
+
+
+def _synthetic_bundle(name: str, config: EngineConfig) -> ModelBundle:
+    """A full-size architecture with random 4-bit weights (benchmarks only)."""
+    from engine.bench_synthetic import IdTokenizer, synthetic_model
+    model, cfg = synthetic_model(name)
+    return ModelBundle(model, IdTokenizer(), cfg, Path(name), f"{name} (random weights)",
+                       _kernel_selftest(config))
 
 
 def _kernel_selftest(config: EngineConfig) -> dict:

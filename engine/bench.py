@@ -1,0 +1,165 @@
+"""``python -m engine bench``: our engine against mlx-lm on the same weights, in one run.
+
+Decode tok/s and per-token step time at each batch size, prefill tok/s at each
+prompt length, alternating ours / mlx-lm, medians over rounds; each run with
+its index (0 = cold), the rest before it, and the GPU MHz and W while it ran.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+
+import mlx.core as mx
+
+from engine.bench_runs import RunLog, ours_decode, ours_prefill, ours_ttft_under_load
+from engine.config import EngineConfig
+from engine.engine import Engine
+
+
+def add_bench_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None,
+                   help="model path, or synthetic:qwen3.5-35b-a3b (random full-size weights)")
+    p.add_argument("--batch", default="1,2,4,8,16", help="decode batch sizes")
+    p.add_argument("--prefill", default="128,512", help="prefill prompt lengths")
+    p.add_argument("--steps", type=int, default=16, help="decode steps per run")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (median)")
+    p.add_argument("--prefill-chunk", type=int, default=2048)
+    p.add_argument("--no-peer", action="store_true", help="skip mlx-lm")
+    p.add_argument("--ttft-load", type=int, default=0,
+                   help="also: TTFT of a prompt this long while 7 others stream")
+    p.add_argument("--sustained", type=int, default=0,
+                   help="repeat the longest prefill N times without rest (clock check)")
+    p.add_argument("--json", default=None, help="write every run here")
+    p.add_argument("--trace", default=None, help="write a Perfetto trace here")
+
+
+def _prompt(n: int, vocab: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(10, vocab - 1) for _ in range(n)]
+
+
+def _vocab(config: dict) -> int:
+    return config.get("vocab_size") or config.get("text_config", {}).get("vocab_size", 32000)
+
+
+def run_bench(args) -> int:
+    batches = [int(b) for b in args.batch.split(",") if b]
+    lengths = [int(n) for n in args.prefill.split(",") if n]
+    longest = max(lengths + [args.ttft_load, 64]) + args.steps + 16
+    cfg = EngineConfig(max_num_seqs=max(batches + [8]), page_size=16,
+                       num_pages=max(batches + [8]) * (longest // 16 + 2) + 8,
+                       prefill_chunk=args.prefill_chunk, max_context=longest + 16)
+    engine = Engine.load(args.model, cfg)
+    monitor, recorder = _telemetry(engine, args.trace)
+    log = RunLog(monitor)
+    vocab = _vocab(engine.bundle.config)
+    peer = None if args.no_peer else _make_peer(engine)
+    print(f"# model: {engine.model_name}; device: {mx.default_device()}; "
+          f"sampler: {monitor.sampler.source if monitor else 'none'}", flush=True)
+    _warm_up(engine, peer, vocab)
+    for _ in range(args.rounds):
+        for B in batches:
+            prompts = [_prompt(32, vocab, s) for s in range(B)]
+            log.timed(lambda: ours_decode(engine, prompts, args.steps),
+                      engine="tandem", what="decode", size=B)
+            if peer:
+                log.timed(lambda: (peer.decode_step_seconds(prompts, args.steps), {}),
+                          engine="mlx-lm", what="decode", size=B)
+        for n in lengths:
+            prompt = _prompt(n, vocab, n)
+            log.timed(lambda: ours_prefill(engine, prompt), engine="tandem",
+                      what="prefill", size=n)
+            if peer:
+                log.timed(lambda: (peer.prefill_seconds(prompt), {}), engine="mlx-lm",
+                          what="prefill", size=n)
+    if args.ttft_load:
+        streams = [_prompt(64, vocab, 100 + i) for i in range(7)]
+        log.timed(lambda: ours_ttft_under_load(engine, streams, _prompt(args.ttft_load, vocab, 7)),
+                  engine="tandem", what="ttft_under_load", size=args.ttft_load)
+    for _ in range(args.sustained):
+        n = max(lengths)
+        log.timed(lambda: ours_prefill(engine, _prompt(n, vocab, n)), engine="tandem",
+                  what="sustained_prefill", size=n)
+    _report(log, batches, lengths, peak_gb=mx.get_peak_memory() / 1e9)
+    _finish(engine, monitor, recorder, args, log)
+    return 0
+
+
+def _warm_up(engine, peer, vocab):
+    """First calls of a shape compile kernels: keep them out of the numbers."""
+    engine.generate([_prompt(32, vocab, 0)] * 2, None)
+    if peer:
+        peer.decode_step_seconds([_prompt(32, vocab, 0)], 4)
+
+
+def _make_peer(engine):
+    try:
+        from engine.bench_peer import Peer, peer_model
+    except ImportError:
+        print("# mlx-lm not installed: pip install -e '.[bench]'", file=sys.stderr)
+        return None
+    return Peer(peer_model(engine.bundle.model, engine.bundle.config))
+
+
+def _telemetry(engine, trace_path):
+    from engine.telemetry import TelemetryMonitor, TraceRecorder
+    monitor = TelemetryMonitor(interval_s=0.25)
+    monitor.start()
+    recorder = None
+    if trace_path:
+        recorder = TraceRecorder()
+        engine.add_listener(recorder.on_event)
+        monitor.add_listener(recorder.on_reading)
+        recorder.start()
+    return monitor, recorder
+
+
+def _median_run(log, engine, what, size):
+    rs = [r for r in log.runs if r.engine == engine and r.what == what and r.size == size]
+    return statistics.median(r.seconds for r in rs) if rs else None
+
+
+def _fmt(x, spec=".1f"):
+    return "-" if x is None else format(x, spec)
+
+
+def _report(log: RunLog, batches, lengths, peak_gb: float) -> None:
+    print("\n## decode (median per-step seconds over rounds)")
+    print("| B | tandem tok/s | tandem ms/token | mlx-lm tok/s | mlx-lm ms/token | ratio |")
+    print("|---|---|---|---|---|---|")
+    for B in batches:
+        a, b = _median_run(log, "tandem", "decode", B), _median_run(log, "mlx-lm", "decode", B)
+        print(f"| {B} | {_fmt(a and B / a)} | {_fmt(a and 1000 * a / B, '.2f')} | "
+              f"{_fmt(b and B / b)} | {_fmt(b and 1000 * b / B, '.2f')} | "
+              f"{_fmt(a and b and b / a, '.2f')}x |")
+    print("\n## prefill (median seconds to first token)")
+    print("| tokens | tandem tok/s | mlx-lm tok/s | ratio |")
+    print("|---|---|---|---|")
+    for n in lengths:
+        a, b = _median_run(log, "tandem", "prefill", n), _median_run(log, "mlx-lm", "prefill", n)
+        print(f"| {n} | {_fmt(a and n / a)} | {_fmt(b and n / b)} | "
+              f"{_fmt(a and b and b / a, '.2f')}x |")
+    print("\n## every run (index 0 = cold)")
+    print("| # | engine | what | size | seconds | tok/s | rest s | GPU MHz | GPU W | extra |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in log.runs:
+        print(f"| {r.index} | {r.engine} | {r.what} | {r.size} | {r.seconds:.4f} | "
+              f"{r.tok_s:.1f} | {r.rest_s:.2f} | {_fmt(r.mhz, '.0f')} | {_fmt(r.watts)} | "
+              f"{json.dumps(r.extra) if r.extra else ''} |")
+    print(f"\npeak memory: {peak_gb:.2f} GB")
+
+
+def _finish(engine, monitor, recorder, args, log) -> None:
+    if recorder is not None:
+        recorder.stop()
+        recorder.save(args.trace)
+    monitor.stop()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([r.__dict__ | {"tok_s": r.tok_s} for r in log.runs], f, indent=1)
+    engine.close()
+    mx.synchronize()
+    mx.clear_streams()

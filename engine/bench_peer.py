@@ -1,0 +1,86 @@
+"""mlx-lm on the same weights as ours: the peer every speed claim is measured against.
+
+The arrays are shared, not copied: both models point at the same weights.
+"""
+from __future__ import annotations
+
+import importlib
+import time
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+
+# Our module trees follow mlx-lm's names; only the model_type may differ.
+_PEER_TYPES = {"smollm": "llama", "smollm2": "llama"}
+
+
+def _quantized_modules(model: nn.Module) -> dict[str, dict]:
+    out = {}
+    for path, m in model.named_modules():
+        if hasattr(m, "bits") and hasattr(m, "group_size"):
+            out[path] = {"group_size": m.group_size, "bits": m.bits}
+    return out
+
+
+def peer_model(ours: nn.Module, config: dict) -> nn.Module:
+    """mlx-lm's implementation of our model's architecture, loaded with our arrays."""
+    from engine.models.loader import model_type_of
+    mt = model_type_of(config)
+    module = importlib.import_module(f"mlx_lm.models.{_PEER_TYPES.get(mt, mt)}")
+    peer = module.Model(module.ModelArgs.from_dict(config))
+    quantized = _quantized_modules(ours)
+    nn.quantize(peer, class_predicate=lambda p, m: quantized.get(p, False))
+    peer.load_weights(tree_flatten(ours.parameters()), strict=True)
+    return peer
+
+
+class Peer:
+    """Decode and prefill timings of mlx-lm (generate_step / BatchGenerator)."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.gen = importlib.import_module("mlx_lm.generate")
+
+    def prefill_seconds(self, prompt: list[int]) -> float:
+        """Time to the first token of one prompt (mlx-lm's default 2048-token steps)."""
+        t0 = time.perf_counter()
+        step = self.gen.generate_step(mx.array(prompt), self.model, max_tokens=1)
+        tok, _ = next(step)
+        mx.eval(tok)
+        return time.perf_counter() - t0
+
+    def decode_step_seconds(self, prompts: list[list[int]], steps: int) -> float:
+        """Median seconds per decode step of a batch of len(prompts) sequences."""
+        if len(prompts) == 1:
+            return self._decode_single(prompts[0], steps)
+        gen = self.gen.BatchGenerator(self.model, max_tokens=steps + 8,
+                                      completion_batch_size=len(prompts),
+                                      prefill_batch_size=len(prompts))
+        gen.insert(prompts, max_tokens=[steps + 8] * len(prompts))
+        times = []
+        while len(times) < steps:
+            t0 = time.perf_counter()
+            out = gen.next_generated() if hasattr(gen, "next_generated") else gen.next()
+            if not out:
+                break
+            if len(out) == len(prompts):      # every row decoded a token: a decode step
+                times.append(time.perf_counter() - t0)
+        gen.close()
+        return _median(times[2:] or times)
+
+    def _decode_single(self, prompt: list[int], steps: int) -> float:
+        times, t0 = [], None
+        for i, (tok, _) in enumerate(self.gen.generate_step(mx.array(prompt), self.model,
+                                                             max_tokens=steps + 3)):
+            mx.eval(tok)
+            now = time.perf_counter()
+            if t0 is not None and i >= 3:
+                times.append(now - t0)
+            t0 = now
+        return _median(times)
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else float("nan")

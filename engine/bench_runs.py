@@ -1,0 +1,119 @@
+"""Timed runs for the benchmark: our engine (through its public API) and the peer.
+
+Every run records its index since the process started (run 0 is cold), the
+rest before it, and the median GPU MHz and W while it ran.
+"""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+
+from engine.engine import Engine
+from engine.events import StepEvent
+from engine.sampling_params import SamplingParams
+
+
+@dataclass
+class Run:
+    engine: str              # "tandem" or "mlx-lm"
+    what: str                # "decode" or "prefill" or "load"
+    size: int                # B for decode, prompt tokens for prefill
+    seconds: float           # per decode step, or to the first token
+    index: int = 0
+    rest_s: float = 0.0
+    mhz: float | None = None
+    watts: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def tok_s(self) -> float:
+        return self.size / self.seconds if self.seconds else float("nan")
+
+
+class RunLog:
+    """Numbers runs and attaches the telemetry read while each ran."""
+
+    def __init__(self, monitor=None):
+        self.monitor = monitor
+        self.runs: list[Run] = []
+        self._last_end: float | None = None
+
+    def timed(self, run_fn, **fields) -> Run:
+        t0 = time.perf_counter()
+        seconds, extra = run_fn()
+        t1 = time.perf_counter()
+        run = Run(seconds=seconds, index=len(self.runs), extra=extra,
+                  rest_s=(t0 - self._last_end) if self._last_end else 0.0, **fields)
+        run.mhz, run.watts = self._clocks(t0, t1)
+        self._last_end = t1
+        self.runs.append(run)
+        return run
+
+    def _clocks(self, t0, t1):
+        if self.monitor is None:
+            return None, None
+        self.monitor.sample_once()
+        rs = [r for r in self.monitor.history(seconds=t1 - t0 + 1.0) if t0 <= r.t <= t1 + 0.3]
+        mhz = [r.gpu_mhz for r in rs if r.gpu_mhz is not None]
+        w = [r.gpu_watts for r in rs if r.gpu_watts is not None]
+        return (statistics.median(mhz) if mhz else None,
+                statistics.median(w) if w else None)
+
+
+class Steps:
+    """Collects the engine's StepEvents while a run is in flight."""
+
+    def __init__(self, engine: Engine):
+        self.engine, self.events, self._lock = engine, [], threading.Lock()
+
+    def __enter__(self):
+        self.engine.add_listener(self._on)
+        return self
+
+    def __exit__(self, *exc):
+        self.engine.remove_listener(self._on)
+
+    def _on(self, ev):
+        if isinstance(ev, StepEvent):
+            with self._lock:
+                self.events.append(ev)
+
+
+def ours_decode(engine: Engine, prompts: list[list[int]], steps: int):
+    """Median seconds of the decode-only steps where all B rows ran together."""
+    B = len(prompts)
+    with Steps(engine) as rec:
+        engine.generate(prompts, SamplingParams(max_tokens=steps + 4))
+    full = [e.duration for e in rec.events if e.kind == "decode" and e.batch_size == B]
+    return statistics.median(full[2:] or full), {"steps": len(full)}
+
+
+def ours_prefill(engine: Engine, prompt: list[int]):
+    out = engine.generate([prompt], SamplingParams(max_tokens=1))[0]
+    return out.stats.ttft_s, {}
+
+
+def ours_ttft_under_load(engine: Engine, streams: list[list[int]], prompt: list[int],
+                         steps: int = 48):
+    """TTFT of a new prompt while len(streams) others decode, and their step times."""
+    with Steps(engine) as rec:
+        handles = [engine.submit(p, SamplingParams(max_tokens=steps * 4)) for p in streams]
+        for h in handles:
+            next(iter(h))
+        time.sleep(0.2 + steps * 0.0)
+        before = len(rec.events)
+        new = engine.submit(prompt, SamplingParams(max_tokens=1))
+        ttft = new.result().stats.ttft_s
+        during_idx = len(rec.events)
+        time.sleep(0.05)
+        for h in handles:
+            h.cancel()
+            h.result()
+    B = len(streams)
+    calm = [e.duration for e in rec.events[:before] if e.kind == "decode" and e.batch_size == B]
+    during = [e.duration for e in rec.events[before:during_idx] if e.batch_size == B]
+    return ttft, {"itl_before_ms": 1000 * statistics.median(calm[2:] or calm),
+                  "itl_during_ms": 1000 * statistics.median(during) if during else None,
+                  "itl_during_max_ms": 1000 * max(during) if during else None}

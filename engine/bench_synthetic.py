@@ -1,0 +1,83 @@
+"""Full-size models with random quantized weights, for speed measurements only.
+
+Random weights route tokens almost uniformly over experts (like real prefill);
+decode speed does not depend on the values.
+"""
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten, tree_unflatten
+
+QWEN3_5_35B_A3B = {
+    "model_type": "qwen3_5_moe",
+    "text_config": {
+        "model_type": "qwen3_5_moe_text", "hidden_size": 2048, "num_hidden_layers": 40,
+        "full_attention_interval": 4, "num_attention_heads": 16, "num_key_value_heads": 2,
+        "head_dim": 256, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+        "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+        "num_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512, "norm_topk_prob": True,
+        "vocab_size": 248320, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+        "max_position_embeddings": 262144,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0,
+                            "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10]},
+    },
+}
+SYNTHETIC = {"qwen3.5-35b-a3b": QWEN3_5_35B_A3B}
+
+
+def _random_like(name: str, p: mx.array) -> mx.array:
+    if p.dtype == mx.uint32:                     # packed 4/8-bit weights
+        return mx.random.randint(0, 2**31 - 1, p.shape).astype(mx.uint32) * 2 + 1
+    if name.endswith(".scales"):
+        return mx.random.uniform(0.002, 0.004, p.shape).astype(p.dtype)
+    if name.endswith(".biases"):
+        return mx.full(p.shape, -0.024, p.dtype)
+    if "norm" in name:
+        return mx.ones(p.shape, p.dtype)
+    if name.endswith("A_log"):
+        return mx.random.uniform(0.0, 2.0, p.shape).astype(p.dtype)
+    return (mx.random.normal(p.shape) * 0.02).astype(p.dtype)
+
+
+def synthetic_model(name: str, bits: int = 4, group_size: int = 64, seed: int = 0):
+    """(model, config) of a named full-size architecture with random 4-bit weights."""
+    from engine.models.loader import _family, model_type_of
+    config = SYNTHETIC[name]
+    module = _family(model_type_of(config))
+    mx.random.seed(seed)
+    model = module.Model(module.ModelArgs.from_config(config))
+    model.set_dtype(mx.bfloat16, predicate=lambda k: not k.endswith("A_log"))
+    pred = getattr(module, "quantize_predicate", None) or (lambda p, m: hasattr(m, "to_quantized"))
+    nn.quantize(model, group_size=group_size, bits=bits, class_predicate=pred)
+    params = tree_flatten(model.parameters())
+    fresh = []
+    for i, (k, v) in enumerate(params):
+        fresh.append((k, _random_like(k, v)))
+        if i % 16 == 15:                         # keep the lazy graph and peak memory small
+            mx.eval([a for _, a in fresh[-16:]])
+    model.update(tree_unflatten(fresh))
+    mx.eval(model.parameters())
+    return model, config
+
+
+class IdTokenizer:
+    """Prompts are token ids; nothing is ever detokenized or stopped by EOS."""
+    eos_token_ids: frozenset = frozenset()
+
+    def encode_prompt(self, prompt):
+        if not isinstance(prompt, list) or not all(isinstance(t, int) for t in prompt):
+            raise ValueError("synthetic models take token-id prompts only")
+        return prompt
+
+    def detokenizer(self, skip_special_tokens: bool = False):
+        return _SilentDetokenizer()
+
+
+class _SilentDetokenizer:
+    def add(self, token_id: int) -> str:
+        return ""
+
+    def flush(self) -> str:
+        return ""

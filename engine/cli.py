@@ -1,0 +1,95 @@
+"""The terminal chat and batch generation behind ``python -m engine``."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from engine import Engine, EngineConfig, SamplingParams, TandemError
+from engine.events import FinishedEvent
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="MLX/HF folder or .gguf (default: built-in)")
+    p.add_argument("--max-tokens", type=int, default=512)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+
+
+def _sampling(args) -> SamplingParams:
+    return SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
+                          top_p=args.top_p, seed=args.seed)
+
+
+def _load(args, config: EngineConfig | None = None) -> Engine:
+    print(f"Loading {args.model or 'the built-in model'}...", file=sys.stderr)
+    return Engine.load(args.model, config)
+
+
+def run_generate(args) -> int:
+    try:
+        engine = _load(args)
+    except TandemError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    recorder = _start_trace(engine, args.trace)
+    with engine:
+        outs = engine.generate(args.prompt, _sampling(args))
+    for i, (prompt, out) in enumerate(zip(args.prompt, outs)):
+        s = out.stats
+        print(f"--- [{i}] {prompt!r} ({out.finish_reason}, {s.generated_tokens} tokens, "
+              f"ttft {s.ttft_s * 1000:.0f} ms, {s.decode_tok_s:.1f} tok/s)")
+        print(out.text)
+    if recorder is not None:
+        recorder.stop()
+        recorder.save(args.trace)
+        print(f"trace written to {args.trace}", file=sys.stderr)
+    return 0
+
+
+def _start_trace(engine: Engine, path: str | None):
+    if not path:
+        return None
+    from engine.telemetry import TraceRecorder
+    recorder = TraceRecorder()
+    engine.add_listener(recorder.on_event)
+    recorder.start()
+    return recorder
+
+
+def run_chat(args) -> int:
+    try:
+        engine = _load(args)
+    except TandemError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    print(f"Chatting with {engine.model_name}. Empty line or Ctrl-D to quit.")
+    with engine:
+        while True:
+            try:
+                text = input("\n> ").strip()
+            except (EOFError, KeyboardInterrupt):
+                break
+            if not text:
+                break
+            messages.append({"role": "user", "content": text})
+            reply = _stream_reply(engine, messages, _sampling(args))
+            messages.append({"role": "assistant", "content": reply})
+    return 0
+
+
+def _stream_reply(engine: Engine, messages: list[dict], sampling: SamplingParams) -> str:
+    handle = engine.submit(list(messages), sampling)
+    try:
+        for ev in handle:
+            if isinstance(ev, FinishedEvent):
+                s = ev.stats
+                print(f"\n  [{s.generated_tokens} tokens, {s.decode_tok_s:.1f} tok/s, "
+                      f"ttft {s.ttft_s * 1000:.0f} ms]", file=sys.stderr)
+                return ev.text
+            print(ev.text, end="", flush=True)
+    except KeyboardInterrupt:
+        handle.cancel()
+        return handle.result().text
+    return ""
