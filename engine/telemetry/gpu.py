@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Protocol, runtime_checkable
 
 from engine.telemetry.reading import Reading
@@ -39,7 +40,6 @@ class NullSampler:
         self.reason = reason
 
     def read(self) -> Reading:
-        import time
         return Reading.unavailable(time.perf_counter(), self.source, self.reason)
 
     def close(self) -> None:

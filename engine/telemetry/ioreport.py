@@ -139,9 +139,9 @@ class IOReportSampler:
         if not self.freqs_mhz:
             raise RuntimeError("voltage-states9 holds no GPU frequencies")
         self._channels = self._subscribe_channels()
-        subscribed = c_void_p()
+        self._subscribed = c_void_p()     # filled by IOReport; we own it
         self._sub = self._n.ior.IOReportCreateSubscription(
-            None, self._channels, byref(subscribed), 0, None)
+            None, self._channels, byref(self._subscribed), 0, None)
         if not self._sub:
             self._n.release(self._channels)
             raise RuntimeError("IOReportCreateSubscription failed")
@@ -232,5 +232,6 @@ class IOReportSampler:
         if getattr(self, "_sub", None):
             self._n.release(self._prev[1])
             self._n.release(self._channels)
+            self._n.release(self._subscribed.value)
             self._n.release(self._sub)
             self._sub = None
