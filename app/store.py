@@ -32,6 +32,7 @@ _MSG_COLS = ("role, content, state, ttft_s, decode_tok_s, num_tokens, prompt_tok
 
 class Store:
     def __init__(self, folder: Path):
+        Path(folder).mkdir(parents=True, exist_ok=True)
         self.path = Path(folder) / "tandem.sqlite3"
         self._db = sqlite3.connect(self.path)
         self._db.execute("PRAGMA journal_mode=WAL")

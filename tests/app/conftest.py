@@ -61,6 +61,7 @@ def qloop(qapp):
     loop = qasync.QEventLoop(qapp, already_running=False)
     asyncio.set_event_loop(loop)
     yield loop
+    loop.close()
     asyncio.set_event_loop(None)
 
 
