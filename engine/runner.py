@@ -50,15 +50,38 @@ class Runner:
 
     def forward(self, tokens: np.ndarray, view: BatchView, cache: ModelCache | None = None):
         cache = cache or self.cache
-        logits = self.model(mx.array(tokens, dtype=mx.int32), view, cache)
+        if not isinstance(tokens, mx.array):
+            tokens = mx.array(tokens, dtype=mx.int32)
+        logits = self.model(tokens, view, cache)
         return logits, cache.arrays()
 
     def decode(self, seqs: list[Sequence]) -> mx.array:
         """One forward [B, 1] for every decoding sequence -> logits [B, V] (lazy)."""
         rows = [(s.pages, s.slot, s.num_tokens - 1, 1) for s in seqs]
-        tokens = np.array([[s.all_ids[-1]] for s in seqs], np.int32)
-        logits, _ = self.forward(tokens, self.build_view(rows, 1))
+        logits, _ = self.forward(self._decode_tokens(seqs), self.build_view(rows, 1))
         return logits[:, -1, :]
+
+    @staticmethod
+    def _decode_tokens(seqs: list[Sequence]):
+        """[B, 1] input ids: the last token of each row, taken on the device when it was
+        sampled by a step whose result the host has not read yet (no sync needed)."""
+        if not any(s.pending for s in seqs):
+            return np.array([[s.all_ids[-1]] for s in seqs], np.int32)
+        arrays, offsets, index, host = [], {}, [], []
+        for s in seqs:
+            if s.pending:
+                arr, row = s.pending[-1]
+                if id(arr) not in offsets:
+                    offsets[id(arr)] = sum(a.size for a in arrays)
+                    arrays.append(arr)
+                index.append(offsets[id(arr)] + row)
+            else:
+                index.append(-1 - len(host))
+                host.append(s.all_ids[-1])
+        base = sum(a.size for a in arrays)
+        index = [i if i >= 0 else base + (-1 - i) for i in index]
+        source = mx.concatenate(arrays + [mx.array(host, mx.int32)] if host else arrays)
+        return source.astype(mx.int32)[mx.array(index)].reshape(-1, 1)
 
     def prefill(self, seq: Sequence, start: int, num_tokens: int) -> mx.array:
         """One forward over a chunk of one prompt -> logits of its last token [1, V] (lazy)."""

@@ -40,8 +40,12 @@ class StepPlan:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, pool: PagePool, slots: SlotPool):
+    def __init__(self, config: EngineConfig, pool: PagePool, slots: SlotPool,
+                 on_pressure=None):
         self.config = config
+        # Called before preempting: the runner reads back tokens still in flight, so a
+        # preempted sequence is recomputed from exact ids (it may also finish some).
+        self.on_pressure = on_pressure or (lambda: None)
         self.pool = pool
         self.slots = slots
         self.waiting: deque[Sequence] = deque()
@@ -66,7 +70,9 @@ class Scheduler:
         for seq in list(self.running):
             if seq.status is not Status.RUNNING or seq.is_prefilling:
                 continue
-            while not self._append_slot(seq):
+            if not self._append_slot(seq):
+                self.on_pressure()
+            while seq.status is Status.RUNNING and not self._append_slot(seq):
                 victim = self._latest_running()
                 self.preempt(victim)
                 preempted.append(victim)
@@ -117,6 +123,7 @@ class Scheduler:
     def preempt(self, seq: Sequence) -> None:
         """Free seq's pages and slot; it waits at the front to be recomputed."""
         self._release(seq)
+        assert not seq.pending, "resolve in-flight tokens before preempting"
         seq.status = Status.WAITING
         seq.num_computed = 0
         seq.num_preemptions += 1

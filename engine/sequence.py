@@ -21,6 +21,9 @@ class Sequence:
     sampling: SamplingParams
     status: Status = Status.WAITING
     output_ids: list[int] = field(default_factory=list)
+    # Tokens sampled on the device but not read back yet: (ids array, row). The
+    # next decode step feeds them to the model without waiting for the host.
+    pending: list = field(default_factory=list)
     pages: list[int] = field(default_factory=list)
     slot: int | None = None
     num_computed: int = 0            # tokens whose K/V (and state) are in the cache
@@ -34,11 +37,12 @@ class Sequence:
 
     @property
     def all_ids(self) -> list[int]:
+        """Every token known on the host (pending ones are not)."""
         return self.prompt_ids + self.output_ids
 
     @property
     def num_tokens(self) -> int:
-        return len(self.prompt_ids) + len(self.output_ids)
+        return len(self.prompt_ids) + len(self.output_ids) + len(self.pending)
 
     @property
     def num_to_prefill(self) -> int:

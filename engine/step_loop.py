@@ -31,10 +31,13 @@ class StepLoop:
         self.config = config
         self.runner = Runner(model, config)
         self.pool = PagePool(config.num_pages, config.page_size)
-        self.scheduler = Scheduler(config, self.pool, SlotPool(config.max_num_seqs))
+        self.scheduler = Scheduler(config, self.pool, SlotPool(config.max_num_seqs),
+                                   on_pressure=self.flush)
         self.requests: dict[int, Request] = {}
         self.emit = emit          # broadcast to listeners (events of every request)
         self.num_steps = 0
+        # The step whose tokens are still on the device: (plan, sampled, t_start).
+        self._inflight = None
 
     @property
     def has_work(self) -> bool:
@@ -50,13 +53,34 @@ class StepLoop:
             self._finish(req, "cancelled", req.stream.finish())
 
     def step(self) -> None:
+        """Queue step n on the device, then read and post-process step n-1 while it runs."""
         plan = self.scheduler.schedule()
         if plan.is_empty:
+            self.flush()
             return
         t0 = time.perf_counter()
         sampled = self._run(plan)
+        previous, self._inflight = self._inflight, (plan, sampled, t0)
+        if previous is not None:
+            self._complete(previous, t_end=t0)
+        if not self._can_pipeline():
+            self.flush()
+
+    def flush(self) -> None:
+        """Read back the step still in flight (before going idle, or preempting)."""
+        if self._inflight is not None:
+            previous, self._inflight = self._inflight, None
+            self._complete(previous, t_end=None)
+
+    def _can_pipeline(self) -> bool:
+        # The repetition penalty needs every earlier token on the host before sampling.
+        return all(r.sampler.params.repetition_penalty == 1.0 for r in self.requests.values())
+
+    def _complete(self, inflight, t_end: float | None) -> None:
+        plan, sampled, t0 = inflight
         self._postprocess(plan, sampled)
-        self._emit_step(plan, t0, time.perf_counter())
+        # A step lasts until the next one starts: the cadence a stream sees.
+        self._emit_step(plan, t0, t_end or time.perf_counter())
 
     # -- run ----------------------------------------------------------------
     def _run(self, plan: StepPlan) -> list[tuple[Request, mx.array, int]]:
@@ -75,9 +99,11 @@ class StepLoop:
             chunk.seq.num_computed = chunk.start + chunk.num_tokens
             if chunk.is_last:
                 out.append((req, sample_batch(logits, [req.sampler]), 0))
-        mx.async_eval([ids for _, ids, _ in out] + self.runner.cache_arrays())
         for s in plan.decode:
             s.num_computed = s.num_tokens
+        for req, ids, row in out:
+            req.seq.pending.append((ids, row))
+        mx.async_eval([ids for _, ids, _ in out] + self.runner.cache_arrays())
         return out
 
     # -- postprocess --------------------------------------------------------
@@ -85,11 +111,13 @@ class StepLoop:
         host = {}
         for req, ids, row in sampled:
             values = host.setdefault(id(ids), ids.tolist())
+            if req.seq.pending:
+                req.seq.pending.pop(0)
             self._accept(req, int(values[row]))
 
     def _accept(self, req: Request, token: int) -> None:
         seq = req.seq
-        if seq.is_finished:
+        if seq.is_finished:          # finished by an earlier token or cancelled: drop it
             return
         now = time.perf_counter()
         if seq.t_first_token is None:
@@ -106,6 +134,7 @@ class StepLoop:
         seq = req.seq
         if delta:
             req.deliver(TokenEvent(seq.request_id, delta, ()))
+        seq.pending.clear()          # tokens still in flight for it are discarded
         self.scheduler.finish(seq, reason)
         seq.t_finish = time.perf_counter()
         del self.requests[seq.request_id]
@@ -113,6 +142,7 @@ class StepLoop:
                                   req.stream.text, tuple(seq.output_ids)))
 
     def fail_all(self, message: str) -> None:
+        self._inflight = None
         for req in list(self.requests.values()):
             self._finish(req, "error", req.stream.finish())
 
