@@ -2,6 +2,24 @@
 
 Nothing here imports Qt, and nothing imports mlx: samplers run on their own
 thread, and the trace recorder only receives plain event objects.
+
+Status panel (readings arrive on the monitor thread; re-emit as a signal):
+
+    monitor = TelemetryMonitor(interval_s=0.5)        # make_sampler() picks the source
+    monitor.add_listener(bridge.on_reading)
+    monitor.start()
+    r = monitor.latest()        # r.mhz_text "1398 MHz" | "n/a", r.watts_text, r.tooltip,
+                                # r.mhz_label "DVFS-weighted MHz", r.source "IOReport"
+    monitor.history(60)         # sparkline data, oldest first
+    monitor.stop()
+
+Record-trace toggle:
+
+    rec = TraceRecorder()
+    engine.add_listener(rec.on_event)
+    monitor.add_listener(rec.on_reading)
+    rec.start(path)             # path is a valid trace from now on (streaming)
+    rec.stop()                  # final save; rec.save(other_path) exports a copy
 """
 from engine.telemetry.gpu import Sampler, make_sampler
 from engine.telemetry.monitor import TelemetryMonitor
@@ -9,11 +27,5 @@ from engine.telemetry.reading import Reading
 from engine.telemetry.trace import TraceRecorder
 from engine.telemetry.trace_check import validate_trace
 
-__all__ = [
-           "Reading",
-           "Sampler",
-           "TelemetryMonitor",
-           "TraceRecorder",
-           "make_sampler",
-           "validate_trace",
-]
+__all__ = ["Reading", "Sampler", "TelemetryMonitor", "TraceRecorder", "make_sampler",
+           "validate_trace"]
