@@ -48,14 +48,36 @@ def gated_delta(q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.arr
     float32; mask [B, T] bool or None. Returns y [B, T, Hv, Dv] (dtype of v) and
     the new float32 state [B, Hv, Dv, Dk]. impl: "kernel", "block" or None (best here).
     """
-    impl = impl or ("kernel" if fast_op_is_a_kernel(str(mx.default_device())) else "block")
+    if impl is None:
+        fast = fast_op_is_a_kernel(str(mx.default_device()))
+        impl = "kernel" if fast else ("step" if q.shape[1] == 1 else "block")
     g, beta, state = (a.astype(mx.float32) for a in (g, beta, state))
-    if impl == "kernel":
+    if impl == "step":      # decode: one token, a handful of ops on the default device
+        y, new_state = gated_delta_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0], beta[:, 0], state,
+                                        None if mask is None else mask[:, 0])
+        y = y[:, None]
+    elif impl == "kernel":
         y, new_state = mx.fast.gated_delta_update(q, k, v, g, beta, state, mask)
     else:
         with mx.stream(mx.cpu):   # the block form needs linalg and float64: CPU ops
             y, new_state = gated_delta_block(q, k, v, g, beta, state, mask)
     return y.astype(v.dtype), new_state.astype(mx.float32)
+
+
+def gated_delta_step(q, k, v, g, beta, state, mask=None):
+    """One token: q, k [B, Hk, Dk]; v [B, Hv, Dv]; g, beta [B, Hv]; state [B, Hv, Dv, Dk]."""
+    r = v.shape[1] // q.shape[1]
+    q, k = (mx.repeat(x, r, axis=1).astype(mx.float32) if r > 1 else x.astype(mx.float32)
+            for x in (q, k))                                                 # [B, Hv, Dk]
+    s = state * g[..., None, None]                                          # [B, Hv, Dv, Dk]
+    kv_mem = (s @ k[..., None])[..., 0]                                     # [B, Hv, Dv]
+    delta = (v.astype(mx.float32) - kv_mem) * beta[..., None]               # [B, Hv, Dv]
+    s = s + delta[..., None] * k[..., None, :]                              # [B, Hv, Dv, Dk]
+    y = (s @ q[..., None])[..., 0]                                          # [B, Hv, Dv]
+    if mask is not None:    # a padded token leaves the state as it was and outputs zeros
+        s = mx.where(mask[:, None, None, None], s, state)
+        y = mx.where(mask[:, None, None], y, 0.0)
+    return y, s
 
 
 def gated_delta_block(q, k, v, g, beta, state, mask=None):
