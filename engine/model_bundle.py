@@ -60,7 +60,7 @@ def _kernel_selftest(config: EngineConfig) -> dict:
     if not config.use_kernels:
         return {}
     try:
-        from kernels.selftest import run_selftest
+        from kernels import run_selftest
     except ImportError:
         return {}
-    return run_selftest()
+    return run_selftest(verbose=False)
