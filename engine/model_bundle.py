@@ -58,9 +58,16 @@ def _synthetic_bundle(name: str, config: EngineConfig) -> ModelBundle:
 def _kernel_selftest(config: EngineConfig) -> dict:
     """Run the kernels' self-test; failing kernels are disabled (reference path used)."""
     if not config.use_kernels:
-        return {}
+        try:
+            from kernels.registry import NAMES, disable
+        except ImportError:
+            return {}
+        for name in NAMES:
+            disable(name, "turned off in settings")
+        return {name: "reference (turned off in settings)" for name in NAMES}
     try:
-        from kernels import run_selftest
+        from kernels import enabled, run_selftest
     except ImportError:
         return {}
-    return run_selftest(verbose=False)
+    run_selftest(verbose=False)
+    return enabled()      # name -> "cuda" | "metal" | "reference (why)"
