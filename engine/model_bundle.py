@@ -66,8 +66,11 @@ def _kernel_selftest(config: EngineConfig) -> dict:
             disable(name, "turned off in settings")
         return {name: "reference (turned off in settings)" for name in NAMES}
     try:
-        from kernels import enabled, run_selftest
+        from kernels import enable, enabled, run_selftest
+        from kernels.registry import NAMES
     except ImportError:
         return {}
+    for name in NAMES:     # a previous engine in this process may have turned them off
+        enable(name)
     run_selftest(verbose=False)
     return enabled()      # name -> "cuda" | "metal" | "reference (why)"
