@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QVBoxLayout
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPushButton, QSizePolicy,
+                               QToolButton, QVBoxLayout)
 
 from app.chat_session import ChatSession
 from app.chat_view import ChatView
@@ -25,12 +26,15 @@ class ChatPane(QFrame):
         self.session = session
         self.title = QLabel(objectName="paneTitle")
         self.subtitle = QLabel(objectName="paneSubtitle")
+        for label in (self.title, self.subtitle):     # elided, never widen the pane
+            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.settings_button = QToolButton(text="⚙", objectName="paneButton",
                                            toolTip="Conversation settings")
         self.close_button = QToolButton(text="✕", objectName="paneButton", toolTip="Close pane")
         self.view = ChatView()
         self.view.set_model(session.model)
-        self.composer = Composer("Message…  (Enter sends, Shift+Enter new line)")
+        self.composer = Composer("Message…")
+        self.composer.setToolTip("Enter sends, Shift+Enter starts a new line")
         self.send_button = QPushButton("Send", objectName="sendButton")
         self._lay_out()
         self._connect()
@@ -96,11 +100,21 @@ class ChatPane(QFrame):
 
     def _on_session_conversation_changed(self) -> None:
         c = self.session.conversation
-        self.title.setText(c.title)
-        self.subtitle.setText(f"temp {c.temperature:g} · top-p {c.top_p:g} · "
-                              f"max {c.max_tokens} tokens")
+        self.title.setToolTip(c.title)
+        self._elide()
+
+    def _elide(self) -> None:
+        c = self.session.conversation
+        subtitle = f"temp {c.temperature:g} · top-p {c.top_p:g} · max {c.max_tokens} tokens"
+        for label, text in ((self.title, c.title), (self.subtitle, subtitle)):
+            label.setText(label.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight,
+                                                         max(label.width(), 40)))
 
     # Qt overrides
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self._elide()
+
     def eventFilter(self, watched, event):
         if event.type() == QEvent.Type.FocusIn:
             self.activated.emit()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy,
                                QToolButton, QVBoxLayout, QWidget)
 
 from app.markdown_view import MarkdownView
@@ -56,14 +56,19 @@ class MessageWidget(QWidget):
         self.editor = QPlainTextEdit(objectName="editEditor")
         self.stats = QLabel(objectName="statsLabel")
         self.stats.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.stats.setWordWrap(True)     # narrow panes: wrap, never widen the bubble
+        self.stats.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.role_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.buttons = self._make_buttons()
         self._lay_out()
         self.set_message(msg)
 
     def _make_buttons(self) -> dict[str, QToolButton]:
-        names = {"stop": "Stop", "regenerate": "Regenerate", "edit": "Edit", "copy": "Copy",
-                 "send_edit": "Send", "cancel_edit": "Cancel"}
-        buttons = {k: QToolButton(text=v, objectName="messageAction") for k, v in names.items()}
+        names = {"stop": ("■ Stop", "Stop generating"), "regenerate": ("↻", "Regenerate"),
+                 "edit": ("✎", "Edit and resend"), "copy": ("Copy", "Copy the text"),
+                 "send_edit": ("Send", "Send the edited message"), "cancel_edit": ("Cancel", "")}
+        buttons = {k: QToolButton(text=text, toolTip=tip, objectName="messageAction")
+                   for k, (text, tip) in names.items()}
         buttons["stop"].clicked.connect(self.stop_requested)
         buttons["regenerate"].clicked.connect(self.regenerate_requested)
         buttons["copy"].clicked.connect(self._on_copy_clicked)
@@ -103,7 +108,6 @@ class MessageWidget(QWidget):
         answer = parts.answer if parts else msg.content
         self.body.set_markdown(answer if answer.strip() or not msg.is_streaming else "…")
         self.stats.setText(stats_text(msg))
-        self.stats.setVisible(msg.role == "assistant")
         self._update_buttons()
 
     def _update_buttons(self) -> None:

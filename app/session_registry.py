@@ -20,6 +20,7 @@ class SessionRegistry(QObject):
         super().__init__(parent)
         self._store, self._bridge = store, bridge
         self._sessions: dict[int, ChatSession] = {}
+        self._request_titles: dict[int, str] = {}    # outlives the request, for the panel
 
     def create(self, settings) -> ChatSession:
         conv = self._store.create_conversation(Conversation(
@@ -36,6 +37,7 @@ class SessionRegistry(QObject):
             session = ChatSession(conv, self._store, self._bridge, self)
             session.conversation_changed.connect(self.changed)
             session.error.connect(self.error)
+            session.busy_changed.connect(lambda busy, s=session: self._on_session_busy(s, busy))
             self._sessions[conv_id] = session
         return self._sessions[conv_id]
 
@@ -55,11 +57,12 @@ class SessionRegistry(QObject):
         self._store.delete_conversation(conv_id)
         self.changed.emit()
 
+    def _on_session_busy(self, session: ChatSession, busy: bool) -> None:
+        if busy and session.request_id is not None:
+            self._request_titles[session.request_id] = session.title
+
     def title_of_request(self, request_id: int) -> str:
-        for session in self._sessions.values():
-            if session.request_id == request_id:
-                return session.title
-        return f"request {request_id}"
+        return self._request_titles.get(request_id, f"request {request_id}")
 
     def close_all(self) -> None:
         for session in self._sessions.values():

@@ -28,6 +28,10 @@ def _latest(telemetry):
         return None
 
 
+def _short(title: str, n: int = 26) -> str:
+    return title if len(title) <= n else title[:n - 1] + "…"
+
+
 class StatusPanel(QDockWidget):
     """Signals:
         trace_toggled(bool): the user started (True) or stopped recording a trace
@@ -107,7 +111,7 @@ class StatusPanel(QDockWidget):
         for key, (text, value) in shown.items():
             self.values[key].setText(text)
             self.sparklines[key].append(value)
-        lines = [f"{self._title_of(rid)}: {rate:.1f} tok/s"
+        lines = [f"{_short(self._title_of(rid))}  {rate:.1f} tok/s"
                  for rid, rate in sorted(snap.per_request_tok_s.items())]
         self.per_conversation.setText("\n".join(lines) or "idle")
         self._show_source(reading)

@@ -1,0 +1,60 @@
+"""Renders the window offscreen with N panes streaming on the default model and
+saves a PNG: python tests/app/screenshots.py N OUT.png [MODEL]"""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+
+import qasync  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from app.bridge import EngineBridge  # noqa: E402
+from app.main_window import MainWindow  # noqa: E402
+from app.store import Store  # noqa: E402
+from app.style import apply_style  # noqa: E402
+
+PROMPTS = ["Write a haiku about two rivers meeting.",
+           "Give me three tips for writing clean Python, as a list.",
+           "Show a Python function that reverses a string, in a code block.",
+           "What is the capital of France? Answer in one sentence."]
+
+
+async def shoot(num_panes: int, out: str, model: str | None) -> None:
+    store = Store(tempfile.mkdtemp())
+    bridge = EngineBridge()
+    window = MainWindow(store, bridge)
+    window.resize(1600 if num_panes <= 2 else 1920, 960)
+    window.show()
+    assert await window.load_model(model), window.last_error
+    old = window.new_conversation(True)             # a finished chat in the sidebar
+    old.session.send("Hi! Who are you?")
+    while old.session.busy:
+        await asyncio.sleep(0.1)
+    window.close_pane(old)
+    for pane in window.panes.panes():               # the empty first chat
+        window.delete_conversation(pane.session.conversation.id)
+    panes = [window.new_conversation(True) for _ in range(num_panes)]
+    for pane, prompt in zip(panes, PROMPTS):
+        pane.session.send(prompt)
+    await asyncio.sleep(12 if num_panes <= 2 else 16)
+    window.grab().save(out)
+    for pane in panes:
+        pane.session.stop()
+    await asyncio.sleep(0.5)
+    window.close()
+    bridge.close()
+
+
+if __name__ == "__main__":
+    app = QApplication(sys.argv[:1])
+    apply_style(app)
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    with loop:
+        loop.run_until_complete(shoot(int(sys.argv[1]), sys.argv[2],
+                                      sys.argv[3] if len(sys.argv) > 3 else None))
