@@ -28,7 +28,7 @@ class AppSettings:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "AppSettings":
+    def from_dict(cls, data: dict) -> AppSettings:
         known = {f.name for f in fields(cls)}
         try:
             return cls(**{k: v for k, v in data.items() if k in known})

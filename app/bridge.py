@@ -8,12 +8,18 @@ import functools
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from engine.events import (ErrorEvent, FinishedEvent, LoadProgress, StepEvent,
-                           SubmittedEvent, TokenEvent)
+from engine.events import (
+    ErrorEvent,
+    FinishedEvent,
+    LoadProgress,
+    StepEvent,
+    SubmittedEvent,
+    TokenEvent,
+)
 
 
 def default_loader(model=None, config=None, on_progress=None):
-    from engine import Engine      # imported late: loading mlx is slow
+    from engine import Engine  # imported late: loading mlx is slow
     return Engine.load(model=model, config=config, on_progress=on_progress)
 
 
@@ -65,7 +71,7 @@ class EngineBridge(QObject):
                                  on_progress=self._progress_posted.emit)
         try:
             engine = await asyncio.get_running_loop().run_in_executor(None, load)
-        except Exception as exc:            # ModelLoadError and anything unexpected
+        except Exception as exc:  # noqa: BLE001 - any load failure leaves the old model serving
             self.loading = False
             self.load_failed.emit(str(exc) or type(exc).__name__)
             return False

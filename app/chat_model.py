@@ -20,8 +20,8 @@ class ChatModel(QAbstractListModel):
         self._repaint.timeout.connect(self._on_repaint_timeout)
 
     # Qt overrides
-    def rowCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self._messages)
+    def rowCount(self, parent=None) -> int:
+        return 0 if parent is not None and parent.isValid() else len(self._messages)
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
         if not index.isValid() or not 0 <= index.row() < len(self._messages):

@@ -10,6 +10,7 @@ from app.chat_model import ChatModel
 from app.conversation import Conversation
 from app.message import Message, MessageState
 from app.think_text import strip_think
+from engine.errors import TandemError
 from engine.sampling_params import SamplingParams
 
 SAVE_MS = 1000     # a streaming message reaches the database at least this often
@@ -108,7 +109,7 @@ class ChatSession(QObject):
         prompt = self._prompt()
         try:
             rid = self._bridge.submit(prompt, self._params())
-        except Exception as exc:          # TandemError: no model, prompt too long
+        except (TandemError, ValueError) as exc:    # no model, prompt too long, empty
             self.error.emit(str(exc))
             return False
         reply = Message("assistant", state=MessageState.STREAMING,

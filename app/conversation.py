@@ -17,5 +17,5 @@ class Conversation:
     updated_at: float = field(default_factory=time.time)
     snippet: str = ""            # last message text, for the sidebar (not stored)
 
-    def copy(self, **changes) -> "Conversation":
+    def copy(self, **changes) -> Conversation:
         return replace(self, **changes)

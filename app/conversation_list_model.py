@@ -2,7 +2,7 @@
 titles are editable in place (rename)."""
 from __future__ import annotations
 
-from PySide6.QtCore import QAbstractListModel, QModelIndex, Qt, Signal
+from PySide6.QtCore import QAbstractListModel, Qt, Signal
 
 from app.conversation import Conversation
 
@@ -36,8 +36,8 @@ class ConversationListModel(QAbstractListModel):
         return [c.id for c in self._items]
 
     # Qt overrides
-    def rowCount(self, parent=QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self._items)
+    def rowCount(self, parent=None) -> int:
+        return 0 if parent is not None and parent.isValid() else len(self._items)
 
     def data(self, index, role=Qt.ItemDataRole.DisplayRole):
         if not index.isValid():

@@ -1,8 +1,7 @@
 """One conversation's title, system prompt and sampling settings."""
 from __future__ import annotations
 
-from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFormLayout, QLineEdit,
-                               QPlainTextEdit)
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLineEdit, QPlainTextEdit
 
 from app.conversation import Conversation
 from app.settings_dialog import dspin, spin

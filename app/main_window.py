@@ -2,11 +2,16 @@
 model loading; it wires widgets to sessions and the bridge."""
 from __future__ import annotations
 
-import asyncio
-
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QLabel, QMainWindow, QMessageBox, QProgressBar, QSplitter,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
 from qasync import asyncSlot
 
 from app.app_settings import AppSettings
@@ -16,8 +21,8 @@ from app.pane_area import PaneArea
 from app.session_registry import SessionRegistry
 from app.sidebar import Sidebar
 from app.status_panel import StatusPanel
-from app.window_state import restore_window_state, save_window_state
 from app.window_menus import build_menus
+from app.window_state import restore_window_state, save_window_state
 
 
 class MainWindow(QMainWindow):

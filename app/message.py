@@ -33,5 +33,5 @@ class Message:
     def is_streaming(self) -> bool:
         return self.state == MessageState.STREAMING
 
-    def copy(self, **changes) -> "Message":
+    def copy(self, **changes) -> Message:
         return replace(self, **changes)

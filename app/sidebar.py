@@ -2,8 +2,15 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QFrame, QLineEdit, QListView, QMenu,
-                               QPushButton, QVBoxLayout)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFrame,
+    QLineEdit,
+    QListView,
+    QMenu,
+    QPushButton,
+    QVBoxLayout,
+)
 
 from app.conversation_delegate import ConversationDelegate
 from app.conversation_list_model import ConversationListModel

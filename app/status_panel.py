@@ -4,8 +4,7 @@ source ("n/a" without one) and a trace-recording toggle."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QDockWidget, QGridLayout, QLabel, QPushButton, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import QDockWidget, QGridLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.process_memory import format_bytes, resident_bytes
 from app.sparkline import Sparkline
@@ -24,7 +23,7 @@ def _latest(telemetry):
         return None
     try:
         return telemetry.latest()
-    except Exception:
+    except Exception:  # noqa: BLE001 - a failing sampler shows n/a
         return None
 
 

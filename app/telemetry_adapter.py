@@ -25,7 +25,7 @@ def make_telemetry(trace_path: str | None, folder: Path):
     monitor = TelemetryMonitor(interval_s=0.5)
     try:
         monitor.start()
-    except Exception as exc:            # a broken sampler must not stop the app
+    except Exception as exc:  # noqa: BLE001 - a broken sampler must not stop the app
         log.warning("telemetry monitor failed to start: %s", exc)
         monitor = None
     path = Path(trace_path).expanduser() if trace_path else default_trace_path(folder)

@@ -10,8 +10,14 @@ from pathlib import Path
 
 from engine.config import EngineConfig
 from engine.errors import ModelLoadError
-from engine.events import (FinishedEvent, LoadProgress, RequestStats, StepEvent,
-                           SubmittedEvent, TokenEvent)
+from engine.events import (
+    FinishedEvent,
+    LoadProgress,
+    RequestStats,
+    StepEvent,
+    SubmittedEvent,
+    TokenEvent,
+)
 
 REPLY = ("<think>The user wants a short answer.</think>Here is **an answer** with a list:\n\n"
          "- one\n- two\n\n```python\nprint('hi')\n```\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"

@@ -10,13 +10,13 @@ import tempfile
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-import qasync  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+import qasync
+from PySide6.QtWidgets import QApplication
 
-from app.bridge import EngineBridge  # noqa: E402
-from app.main_window import MainWindow  # noqa: E402
-from app.store import Store  # noqa: E402
-from app.style import apply_style  # noqa: E402
+from app.bridge import EngineBridge
+from app.main_window import MainWindow
+from app.store import Store
+from app.style import apply_style
 
 PROMPTS = ["Write a haiku about two rivers meeting.",
            "Give me three tips for writing clean Python, as a list.",
