@@ -1,0 +1,84 @@
+"""Build the Tandem app with PyInstaller: `python packaging/build.py [--dist DIR]`.
+
+macOS: DIST/Tandem.app, ad-hoc signed, and DIST/Tandem-<version>-macos-<arch>.zip.
+Linux: DIST/Tandem/ (one folder; run DIST/Tandem/Tandem).
+Needs the `package` extra: `pip install -e ".[package]"`.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import bundle_config as cfg  # noqa: E402
+
+SPEC = HERE / "tandem.spec"
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python packaging/build.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--dist", type=Path, default=cfg.ROOT / "dist",
+                        help="where the app goes (default: dist/)")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="PyInstaller's work folder (default: build/pyinstaller)")
+    parser.add_argument("--no-zip", action="store_true", help="macOS: skip the .zip")
+    return parser.parse_args(argv)
+
+
+def run(cmd: list[str]) -> None:
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    subprocess.run([str(c) for c in cmd], check=True)
+
+
+def pyinstaller(dist: Path, work: Path) -> None:
+    run([sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN",
+         "--distpath", dist, "--workpath", work, SPEC])
+
+
+def sign_and_zip(app: Path, zip_it: bool) -> Path | None:
+    # Ad-hoc: runs on this Mac and on others after a right-click > Open; notarization
+    # needs a Developer ID (docs/PACKAGING.md).
+    run(["codesign", "--force", "--deep", "--sign", "-", app])
+    run(["codesign", "--verify", "--deep", "--strict", app])
+    if not zip_it:
+        return None
+    archive = app.parent / f"{cfg.APP_NAME}-{cfg.project_version()}-macos-{platform.machine()}.zip"
+    archive.unlink(missing_ok=True)
+    run(["ditto", "-c", "-k", "--keepParent", app, archive])
+    return archive
+
+
+def folder_size(path: Path) -> int:
+    return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    dist = args.dist.resolve()
+    work = (args.work or cfg.ROOT / "build" / "pyinstaller").resolve()
+    t0 = time.monotonic()
+    pyinstaller(dist, work)
+    if sys.platform == "darwin":
+        app = dist / f"{cfg.APP_NAME}.app"
+        shutil.rmtree(dist / cfg.APP_NAME, ignore_errors=True)   # the unbundled copy
+        archive = sign_and_zip(app, not args.no_zip)
+        exe = app / "Contents" / "MacOS" / cfg.APP_NAME
+    else:
+        app = dist / cfg.APP_NAME
+        archive = None
+        exe = app / cfg.APP_NAME
+    print(f"built {app} ({folder_size(app) / 2**20:.0f} MiB) in {time.monotonic() - t0:.0f} s")
+    if archive:
+        print(f"zipped {archive} ({archive.stat().st_size / 2**20:.0f} MiB)")
+    print(f"try it: {exe} --self-test")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
