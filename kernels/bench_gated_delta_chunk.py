@@ -42,7 +42,7 @@ def main() -> None:
             return list(gdc.reference(*args))
 
         def fused(lanes):
-            return lambda: list(gdc.kernel(*args, backend=backend, lanes=lanes))
+            return lambda: [gdc.kernel(*args, backend=backend, lanes=lanes)]
 
         fns = {"plain_mx": plain, "lpr8": fused(8), "lpr16": fused(16), "lpr32": fused(32)}
         slow = T >= 4096

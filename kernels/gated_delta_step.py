@@ -10,14 +10,23 @@ state read from pool[slots[b], h] (zero when fresh[b]):
     S     = S + outer(delta, k)        # [Dv, Dk]
     y     = S @ q                      # [Dv]
 
-The kernel reads each row's state straight out of the pool by slot index (no
-gathered copy) and writes the new states to a compact [B, Hv, Dv, Dk] output.
-MLX custom kernels cannot alias an output onto an input buffer, and writing
-through the const input pointer would hide the write from MLX's CUDA-graph
-dependency tracking (and from any slice or snapshot sharing the pool buffer),
-so `gated_delta_step` puts the rows back with one indexed update
-`pool[slots] = rows`, which MLX performs in place when the pool is donatable.
-Slots must be unique within a batch.
+The kernel reads each row's state straight out of the pool by slot index and
+writes the new state back into the same place: no gathered copy, no scatter.
+MLX custom kernels cannot alias an output onto an input, so it writes through
+the pool input's pointer. The alternative, compact rows plus `pool[slots] =
+rows`, is far worse than it looks: the kernel that read the pool still holds
+its buffer when the scatter runs, so MLX cannot donate it and copies the
+whole pool (every slot, every step; measured ~5x the kernel at B=32).
+
+In-place contract (see also `gated_delta_chunk`):
+- the pool is a materialised array whose last axis has unit stride (any pool
+  made by mx.zeros / concatenate / slicing along the slot axis); other axes
+  may be strided (the kernel reads pool_strides);
+- use the returned pool: it depends on y, so whatever is built on it is
+  scheduled after the kernel; and evaluate the step before reading pool rows
+  (snapshots, tests): MLX tracks GPU-side ordering by declared outputs only,
+  so a reader in the same graph could otherwise race with the write;
+- slots are unique within a batch.
 """
 from __future__ import annotations
 
@@ -56,8 +65,9 @@ _CUDA_SOURCE = """
   const int b = n / Hv;
   const int hk = hv / (Hv / Hk);
   const int dv = row % Dv;
-  const float* s_in = pool + ((size_t(slots[b]) * Hv + hv) * Dv + dv) * Dk;
-  float* s_out = state_out + size_t(row) * Dk;
+  // In place: the pool is declared an input but this row is written back below.
+  float* s_io = const_cast<float*>(pool) + slots[b] * pool_strides[0] + hv * pool_strides[1]
+                + dv * pool_strides[2];
   const auto* qp = q + (size_t(b) * Hk + hk) * Dk;
   const auto* kp = k + (size_t(b) * Hk + hk) * Dk;
   const float gt = static_cast<float>(g[n]);
@@ -71,7 +81,7 @@ _CUDA_SOURCE = """
   for (int c = 0; c < C; ++c) {
     const int e0 = (c * LPR + lane) * 4;
     float4 s4 = zero ? make_float4(0.f, 0.f, 0.f, 0.f)
-                     : *reinterpret_cast<const float4*>(s_in + e0);
+                     : *reinterpret_cast<const float4*>(s_io + e0);
     st[4 * c + 0] = s4.x; st[4 * c + 1] = s4.y; st[4 * c + 2] = s4.z; st[4 * c + 3] = s4.w;
 #pragma unroll
     for (int j = 0; j < 4; ++j) kk[4 * c + j] = static_cast<float>(kp[e0 + j]);
@@ -94,7 +104,7 @@ _CUDA_SOURCE = """
       st[i] += kk[i] * delta;
       o += st[i] * static_cast<float>(qp[e0 + j]);
     }
-    *reinterpret_cast<float4*>(s_out + e0) =
+    *reinterpret_cast<float4*>(s_io + e0) =
         make_float4(st[4 * c], st[4 * c + 1], st[4 * c + 2], st[4 * c + 3]);
   }
   o = group_sum<LPR>(o);
@@ -116,8 +126,8 @@ _METAL_SOURCE = """
   const int b = n / Hv;
   const int hk = hv / (Hv / Hk);
   const int dv = row % Dv;
-  auto s_in = pool + ((size_t(slots[b]) * Hv + hv) * Dv + dv) * Dk;
-  auto s_out = state_out + size_t(row) * Dk;
+  auto s_io = const_cast<device float*>(pool) + slots[b] * pool_strides[0]
+              + hv * pool_strides[1] + dv * pool_strides[2];
   auto qp = q + (size_t(b) * Hk + hk) * Dk;
   auto kp = k + (size_t(b) * Hk + hk) * Dk;
   const float gt = static_cast<float>(g[n]);
@@ -130,7 +140,7 @@ _METAL_SOURCE = """
   for (int c = 0; c < C; ++c) {
     const int e0 = (c * LPR + lane) * 4;
     for (int j = 0; j < 4; ++j) {
-      st[4 * c + j] = zero ? 0.0f : s_in[e0 + j];
+      st[4 * c + j] = zero ? 0.0f : s_io[e0 + j];
       kk[4 * c + j] = static_cast<float>(kp[e0 + j]);
     }
   }
@@ -148,7 +158,7 @@ _METAL_SOURCE = """
       const int i = 4 * c + j;
       st[i] += kk[i] * delta;
       o += st[i] * static_cast<float>(qp[e0 + j]);
-      s_out[e0 + j] = st[i];
+      s_io[e0 + j] = st[i];
     }
   }
   for (ushort off = LPR / 2; off > 0; off >>= 1) o += simd_shuffle_xor(o, off);
@@ -156,7 +166,7 @@ _METAL_SOURCE = """
 """
 
 _INPUTS = ["q", "k", "v", "g", "beta", "pool", "slots", "fresh"]
-_OUTPUTS = ["y", "state_out"]
+_OUTPUTS = ["y"]
 _built: dict[str, object] = {}
 
 
@@ -165,11 +175,11 @@ def _get(backend: str):
         if backend == "cuda":
             _built[backend] = mx.fast.cuda_kernel(
                 name="tandem_gated_delta_step", input_names=_INPUTS, output_names=_OUTPUTS,
-                source=_CUDA_SOURCE, header=_CUDA_HEADER)
+                source=_CUDA_SOURCE, header=_CUDA_HEADER, ensure_row_contiguous=False)
         else:
             _built[backend] = mx.fast.metal_kernel(
                 name="tandem_gated_delta_step", input_names=_INPUTS, output_names=_OUTPUTS,
-                source=_METAL_SOURCE)
+                source=_METAL_SOURCE, ensure_row_contiguous=False)
     return _built[backend]
 
 
@@ -219,26 +229,20 @@ def applies(q, k, v, pool, lanes: int = DEFAULT_LANES) -> bool:
 
 
 def kernel(q, k, v, g, beta, pool, slots, fresh=None, *, backend: str, lanes: int = DEFAULT_LANES):
-    """Launch on `backend` ('cuda' | 'metal'). Same returns as `reference`."""
+    """Launch on `backend` ('cuda' | 'metal'): returns y [B, Hv, Dv] in q.dtype and
+    rewrites pool[slots] in place when evaluated (see the module's contract)."""
     B, Hk, Dk = q.shape
     Hv, Dv = v.shape[1], v.shape[2]
-    inputs = [q, k, v, g, beta, pool, slots.astype(mx.int32), _fresh_flags(fresh, B)]
-    y, rows = _get(backend)(
-        inputs=inputs,
+    # the kernel indexes everything but the pool as dense row-major
+    dense = [mx.contiguous(x) for x in (q, k, v, g, beta, slots.astype(mx.int32),
+                                         _fresh_flags(fresh, B))]
+    (y,) = _get(backend)(
+        inputs=dense[:5] + [pool] + dense[5:],
         template=[("OutT", q.dtype), ("Hk", Hk), ("Hv", Hv), ("Dk", Dk), ("Dv", Dv),
                   ("LPR", lanes)],
         grid=(B * Hv * Dv * lanes, 1, 1), threadgroup=(128, 1, 1),
-        output_shapes=[(B, Hv, Dv), (B, Hv, Dv, Dk)],
-        output_dtypes=[q.dtype, mx.float32])
-    return y, rows
-
-
-def step_rows(q, k, v, g, beta, pool, slots, fresh=None):
-    """(y, new rows) through the kernel when it applies, else the reference."""
-    backend = registry.active(NAME)
-    if backend is not None and applies(q, k, v, pool):
-        return kernel(q, k, v, g, beta, pool, slots, fresh, backend=backend)
-    return reference(q, k, v, g, beta, pool, slots, fresh)
+        output_shapes=[(B, Hv, Dv)], output_dtypes=[q.dtype])
+    return y
 
 
 def gated_delta_step(q, k, v, g, beta, pool, slots, fresh=None):
@@ -247,8 +251,13 @@ def gated_delta_step(q, k, v, g, beta, pool, slots, fresh=None):
     q, k [B, Hk, Dk]; v [B, Hv, Dv]; g (decay, exp'd), beta [B, Hv];
     pool [S, Hv, Dv, Dk] float32; slots [B] int32 (unique); fresh [B] bool or
     None (True: the row starts from a zero state). Returns (y [B, Hv, Dv] in
-    q.dtype, pool); the pool array is updated in place (MLX setitem).
+    q.dtype, pool): the pool's rows at `slots` are updated in place; keep the
+    returned array (it is ordered after the write).
     """
-    y, rows = step_rows(q, k, v, g, beta, pool, slots, fresh)
+    backend = registry.active(NAME)
+    if backend is not None and applies(q, k, v, pool):
+        y = kernel(q, k, v, g, beta, pool, slots, fresh, backend=backend)
+        return y, mx.depends(pool, y)
+    y, rows = reference(q, k, v, g, beta, pool, slots, fresh)
     pool[slots] = rows
     return y, pool

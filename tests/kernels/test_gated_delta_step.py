@@ -33,7 +33,7 @@ def _check(y, rows, n, dtype):
 
 @pytest.mark.parametrize("shape", GRID)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_reference_matches_numpy(shape, dtype):
+def test_reference_matches_numpy(shape, dtype, cpu_stream):
     m, n = gdn_cases.make(0, *shape[:1], 1, *shape[1:], dtype=dtype)
     _check(*gds.reference(*_step_args(m)), n, dtype)
 
@@ -45,7 +45,25 @@ def test_kernel_matches_numpy(backend, shape, dtype, lanes):
     m, n = gdn_cases.make(1, *shape[:1], 1, *shape[1:], dtype=dtype)
     if not gds.applies(*_step_args(m)[:3], m["pool"], lanes=lanes):
         pytest.skip("shape outside the kernel's contract for these lanes")
-    _check(*gds.kernel(*_step_args(m), backend=backend, lanes=lanes), n, dtype)
+    before = np.array(m["pool"])
+    y = gds.kernel(*_step_args(m), backend=backend, lanes=lanes)
+    mx.eval(y)                                   # the pool is rewritten in place
+    _check(y, m["pool"][m["slots"]], n, dtype)
+    others = np.setdiff1d(np.arange(shape[-1]), n["slots"])
+    assert np.array_equal(to_np(m["pool"])[others], before[others])
+
+
+def test_kernel_writes_through_a_strided_pool(backend):
+    """The pool may be a view (slot axis strided): writes land in the parent array."""
+    m, n = gdn_cases.make(5, 3, 1, 2, 4, 32, 5, mx.float32)
+    big = mx.stack([mx.zeros_like(m["pool"]), m["pool"]], axis=1)   # [S, 2, Hv, Dv, Dk]
+    mx.eval(big)
+    args = list(_step_args(m))
+    args[5] = big[:, 1]
+    y = gds.kernel(*args, backend=backend)
+    mx.eval(y)
+    _check(y, big[:, 1][m["slots"]], n, mx.float32)
+    assert not np.any(to_np(big[:, 0]))
 
 
 def test_dispatcher_writes_pool_in_place():
@@ -53,6 +71,7 @@ def test_dispatcher_writes_pool_in_place():
     m, n = gdn_cases.make(2, 4, 1, 2, 4, 32, 7, mx.float32)
     before = np.array(m["pool"])
     y, pool = gds.gated_delta_step(*_step_args(m))
+    mx.eval(y, pool)                             # evaluate before reading rows (contract)
     _, nst = _check(y, pool[m["slots"]], n, mx.float32)
     after = to_np(pool)
     others = np.setdiff1d(np.arange(7), n["slots"])
@@ -65,6 +84,7 @@ def test_disabled_kernel_falls_back_to_reference():
     assert registry.enabled()[gds.NAME] == "reference (test)"
     m, n = gdn_cases.make(3, 2, 1, 2, 4, 32, 3, mx.float32)
     y, pool = gds.gated_delta_step(*_step_args(m))
+    mx.eval(y, pool)
     _check(y, pool[m["slots"]], n, mx.float32)
 
 
@@ -82,4 +102,4 @@ def test_planted_fault_is_caught_reference():
 
 def test_planted_fault_is_caught_kernel(backend):
     m, n = gdn_cases.make(4, 3, 1, 2, 4, 32, 5, mx.bfloat16)
-    assert not _planted(gds.kernel(*_step_args(m), backend=backend)[0], n)
+    assert not _planted(gds.kernel(*_step_args(m), backend=backend), n)

@@ -31,7 +31,7 @@ def _check(idx, w, nl, k, normalize):
 @pytest.mark.parametrize("case", GRID)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("normalize", [True, False])
-def test_reference_matches_numpy(case, dtype, normalize):
+def test_reference_matches_numpy(case, dtype, normalize, cpu_stream):
     N, E, k = case
     m, nl = _make(0, N, E, dtype)
     _check(*mr.reference(m, k, normalize), nl, k, normalize)
