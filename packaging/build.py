@@ -16,7 +16,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import bundle_config as cfg  # noqa: E402
+import bundle_config as cfg
 
 SPEC = HERE / "tandem.spec"
 

@@ -13,9 +13,17 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QPointF, QRectF, Qt  # noqa: E402
-from PySide6.QtGui import (QBrush, QColor, QGuiApplication, QImage, QLinearGradient,  # noqa: E402
-                           QPainter, QPainterPath, QPen)
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QPointF, QRectF, Qt
+from PySide6.QtGui import (
+    QBrush,
+    QColor,
+    QGuiApplication,
+    QImage,
+    QLinearGradient,
+    QPainter,
+    QPainterPath,
+    QPen,
+)
 
 OUT = Path(__file__).resolve().parent.parent / "resources" / "icons"
 GRID = 1024.0      # Apple's icon grid: the body is 824 x 824, inset 100, radius ~185

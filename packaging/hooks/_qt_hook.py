@@ -5,9 +5,8 @@ Filtering here, before PyInstaller analyses binary dependencies, also keeps out 
 only the dropped plugins link against (GTK, cairo, Wayland, EGL, ...)."""
 from pathlib import Path
 
-from PyInstaller.utils.hooks.qt import add_qt6_dependencies
-
 import bundle_config  # on sys.path: tandem.spec put packaging/ there
+from PyInstaller.utils.hooks.qt import add_qt6_dependencies
 
 
 def qt6_dependencies(hook_file: str):

@@ -3,6 +3,6 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _qt_hook import qt6_dependencies  # noqa: E402
+from _qt_hook import qt6_dependencies
 
 hiddenimports, binaries, datas = qt6_dependencies(__file__)

@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "packaging"))
-import bundle_config as cfg  # noqa: E402
+import bundle_config as cfg
 
 IS_MAC = sys.platform == "darwin"
 pytestmark = pytest.mark.skipif(
@@ -49,7 +49,7 @@ def bundle(tmp_path_factory):
     work = tmp_path_factory.mktemp("work")
     out = subprocess.run([sys.executable, str(ROOT / "packaging" / "build.py"), "--dist", str(dist),
                           "--work", str(work), "--no-zip"],
-                         capture_output=True, text=True, timeout=900, cwd=str(ROOT))
+                         check=False, capture_output=True, text=True, timeout=900, cwd=str(ROOT))
     assert out.returncode == 0, f"build failed:\n{out.stdout[-4000:]}\n{out.stderr[-8000:]}"
     if IS_MAC:
         app = dist / f"{cfg.APP_NAME}.app"
@@ -63,7 +63,7 @@ def _files(folder: Path) -> list[str]:
 
 def _bundled_modules(exe: Path) -> set[str]:
     out = subprocess.run([sys.executable, "-m", "PyInstaller.utils.cliutils.archive_viewer",
-                          "-r", "-b", str(exe)], capture_output=True, text=True, timeout=120)
+                          "-r", "-b", str(exe)], check=False, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return {line.strip().strip("'") for line in out.stdout.splitlines()}
 
@@ -96,12 +96,12 @@ def _clean_env(tmp: Path, model: Path) -> dict:
 
 
 def test_bundled_app_passes_its_self_test(bundle, tmp_path):
-    folder, exe = bundle
+    _, exe = bundle
     model = _default_model()
     cmd = [str(exe), "--self-test"]
     if not _engine_reads_env_var(model, tmp_path):
         cmd += ["--model", str(model)]    # until engine/default_model.py reads the env var
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=str(tmp_path),
+    out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600, cwd=str(tmp_path),
                          env=_clean_env(tmp_path, model))
     lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
     detail = f"exit {out.returncode}\nstdout:\n{out.stdout[-2000:]}\nstderr:\n{out.stderr[-6000:]}"
@@ -109,8 +109,33 @@ def test_bundled_app_passes_its_self_test(bundle, tmp_path):
     assert lines and re.match(r"self-test ok: .*max batch [2-9]", lines[-1]), detail
 
 
+def test_bundled_app_finds_the_model_in_the_shared_models_folder(bundle, tmp_path):
+    """What a double-clicked app does: no flags, no env var; the model was linked into
+    <user data dir of "Tandem">/models by `make model` (engine.default_model.share_default_model)."""
+    import engine.default_model as dm
+    if not hasattr(dm, "models_dir"):
+        pytest.skip("engine/default_model.py has no shared models folder yet (docs/PACKAGING.md)")
+    _, exe = bundle
+    model = _default_model()
+    env = _clean_env(tmp_path, model)
+    del env["TANDEM_DEFAULT_MODEL"]
+    env["HOME"] = str(tmp_path / "home")
+    code = "import engine.default_model as m; print(m.models_dir())"
+    where = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(ROOT),
+                           check=False, capture_output=True, text=True, timeout=120)
+    assert where.returncode == 0, where.stderr
+    models = Path(where.stdout.strip())
+    assert tmp_path in models.parents          # never the real user's folder
+    models.mkdir(parents=True)
+    (models / model.name).symlink_to(model)
+    out = subprocess.run([str(exe), "--self-test"], check=False, capture_output=True, text=True, timeout=600,
+                         cwd=str(tmp_path), env=env)
+    detail = f"exit {out.returncode}\nstdout:\n{out.stdout[-2000:]}\nstderr:\n{out.stderr[-6000:]}"
+    assert out.returncode == 0 and "self-test ok" in out.stdout, detail
+
+
 def test_bundle_holds_engine_ui_and_resources(bundle):
-    folder, exe = bundle
+    folder, _ = bundle
     files = _files(folder)
     need = [r"(^|/)resources/tandem\.qss$", r"(^|/)tokenizers/tokenizers[^/]*\.(so|pyd)$",
             r"(^|/)mlx/core[^/]*\.so$", r"(^|/)PySide6/Qt/plugins/platforms/libq(offscreen|cocoa)"]
@@ -145,7 +170,7 @@ def test_bundled_qt_plugins_find_their_libraries(bundle):
     """Every library a bundled Qt plugin links to resolves as well as in the source tree
     (the recipe drops Qt libraries; it must not drop one a kept plugin needs)."""
     import PySide6
-    folder, exe = bundle
+    folder, _ = bundle
     source_plugins = Path(PySide6.__file__).parent / "Qt" / "plugins"
     plugins = sorted((folder / "_internal" / "PySide6" / "Qt" / "plugins").rglob("*.so"))
     assert plugins
@@ -158,7 +183,7 @@ def test_bundled_qt_plugins_find_their_libraries(bundle):
 def test_mac_info_plist(bundle):
     if not IS_MAC:
         pytest.skip("Tandem.app is built on macOS only")
-    folder, exe = bundle
+    folder, _ = bundle
     with open(folder / "Contents" / "Info.plist", "rb") as f:
         plist = plistlib.load(f)
     assert plist["CFBundleIdentifier"] == cfg.BUNDLE_ID
@@ -170,5 +195,5 @@ def test_mac_info_plist(bundle):
 
 
 def _unresolved(lib: Path) -> set[str]:
-    out = subprocess.run(["ldd", str(lib)], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(["ldd", str(lib)], check=False, capture_output=True, text=True, timeout=60)
     return {line.split("=>")[0].strip() for line in out.stdout.splitlines() if "not found" in line}

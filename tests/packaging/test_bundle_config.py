@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "packaging"))
-import bundle_config as cfg  # noqa: E402
+import bundle_config as cfg
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
