@@ -54,6 +54,16 @@ def sign_and_zip(app: Path, zip_it: bool) -> Path | None:
     return archive
 
 
+def strip_libpython(folder: Path) -> None:
+    """Linux: libpython may carry ~19 MB of debug info; other libraries are left alone
+    (stripping numpy's patched OpenBLAS breaks it)."""
+    if shutil.which("strip") is None:
+        return
+    for lib in folder.glob("_internal/libpython3*.so*"):
+        if not lib.is_symlink():
+            run(["strip", "--strip-debug", lib])
+
+
 def folder_size(path: Path) -> int:
     return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
@@ -71,6 +81,7 @@ def main(argv=None) -> int:
         exe = app / "Contents" / "MacOS" / cfg.APP_NAME
     else:
         app = dist / cfg.APP_NAME
+        strip_libpython(app)
         archive = None
         exe = app / cfg.APP_NAME
     print(f"built {app} ({folder_size(app) / 2**20:.0f} MiB) in {time.monotonic() - t0:.0f} s")
