@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+import kernels
+from kernels.registry import active as kernel_active
 from engine.batch_view import BatchView
 
 
@@ -37,6 +39,11 @@ def paged_attention(q: mx.array, k: mx.array, v: mx.array, kv: list[mx.array],
     """
     kv[0] = write_kv(kv[0], k, view)
     kv[1] = write_kv(kv[1], v, view)
+    if view.num_tokens == 1 and kernel_active("paged_attention"):
+        # Decode: read K/V through the block tables, without gathering them first.
+        out = kernels.paged_decode_attention(q[:, :, 0], kv[0], kv[1], view.block_tables,
+                                             view.offsets + 1, view.page_size, scale)
+        return out[:, :, None]                                              # [B, Hq, 1, D]
     keys = gather_kv(kv[0], view).astype(q.dtype)
     values = gather_kv(kv[1], view).astype(q.dtype)
     return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
+import kernels
+from kernels.registry import active as kernel_active
 from engine.batch_view import BatchView
 from engine.models.base import StateSpec
 from engine.models.gated_delta import decay, gated_delta, normalize_qk
@@ -72,7 +74,6 @@ class GatedDeltaNet(nn.Module):
         # Slots are reused without clearing: a row starting a sequence reads zeros.
         fresh = (view.offsets == 0)[:, None, None]                            # [B, 1, 1]
         conv_state = mx.where(fresh, 0.0, states[0][slots]).astype(x.dtype)  # [B, K-1, C]
-        state = mx.where(fresh[..., None], 0.0, states[1][slots])            # [B, Hv, Dv, Dk]
 
         conv_in = mx.concatenate([conv_state, qkv], axis=1)                  # [B, K-1+T, C]
         states[0][slots] = self._conv_tail(conv_in, view).astype(states[0].dtype)
@@ -85,12 +86,29 @@ class GatedDeltaNet(nn.Module):
         q, k = normalize_qk(q, k)
         g = decay(self.A_log, a, self.dt_bias)                               # [B, T, Hv]
         beta = mx.sigmoid(b)                                                 # [B, T, Hv]
-        mask = _valid_mask(view) if view.ragged else None                    # [B, T]
-        y, new_state = gated_delta(q, k, v, g, beta, state, mask)            # [B, T, Hv, Dv]
-        states[1][slots] = new_state
+        y = self._recurrence(q, k, v, g, beta, view, states)                 # [B, T, Hv, Dv]
 
         y = self.norm(y, z)                                                  # [B, T, Hv, Dv]
         return self.out_proj(y.reshape(B, T, -1))                            # [B, T, H]
+
+    def _recurrence(self, q, k, v, g, beta, view: BatchView, states: list[mx.array]):
+        """Delta rule over T tokens; reads and writes the slot pool states[1]."""
+        slots, fresh = view.state_slots, view.offsets == 0
+        if kernel_active("gated_delta_step" if view.num_tokens == 1 else "gated_delta_chunk"):
+            # The kernel gathers, updates and writes each row's state in the pool itself.
+            if view.num_tokens == 1:
+                y, states[1] = kernels.gated_delta_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0],
+                                                        beta[:, 0], states[1], slots, fresh)
+                return y[:, None]
+            lengths = view.lengths if view.ragged else None
+            y, states[1] = kernels.gated_delta_chunk(q, k, v, g, beta, states[1], slots,
+                                                     lengths, fresh)
+            return y
+        state = mx.where(fresh[:, None, None, None], 0.0, states[1][slots])   # [B, Hv, Dv, Dk]
+        mask = _valid_mask(view) if view.ragged else None                    # [B, T]
+        y, new_state = gated_delta(q, k, v, g, beta, state, mask)            # [B, T, Hv, Dv]
+        states[1][slots] = new_state
+        return y
 
     def _conv_tail(self, conv_in: mx.array, view: BatchView) -> mx.array:
         """The last K-1 conv inputs at each row's own length: [B, K-1, C]."""

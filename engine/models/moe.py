@@ -12,6 +12,9 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
+import kernels
+from kernels.registry import active as kernel_active
+
 # Sorting costs two argsorts and a gather; it pays once the pairs outnumber this.
 SORT_MIN_PAIRS = 64
 
@@ -117,14 +120,22 @@ class SparseMoeBlock(nn.Module):
         self.shared_expert = MLP(dims, shared_hidden)
         self.shared_expert_gate = nn.Linear(dims, 1, bias=False)
 
-    def __call__(self, x: mx.array) -> mx.array:
-        shape = x.shape
-        x = x.reshape(-1, shape[-1])                                         # [N, D]
-        probs = mx.softmax(self.gate(x), axis=-1, precise=True)              # [N, E]
+    def route(self, logits: mx.array) -> tuple[mx.array, mx.array]:
+        """Softmax over all experts, top-k, renormalised: (idx [N, k], scores [N, k])."""
+        if kernel_active("moe_route"):     # one kernel instead of four ops
+            idx, scores = kernels.moe_route(logits, self.top_k, self.norm_topk_prob)
+            return idx, scores.astype(logits.dtype)
+        probs = mx.softmax(logits, axis=-1, precise=True)                    # [N, E]
         idx = mx.argpartition(probs, kth=-self.top_k, axis=-1)[:, -self.top_k:]  # [N, k]
         scores = mx.take_along_axis(probs, idx, axis=-1)                     # [N, k]
         if self.norm_topk_prob:
             scores = scores / scores.sum(axis=-1, keepdims=True)
+        return idx, scores
+
+    def __call__(self, x: mx.array) -> mx.array:
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])                                         # [N, D]
+        idx, scores = self.route(self.gate(x))                               # [N, k] each
         y = self.switch_mlp(x, idx)                                          # [N, k, D]
         y = (y * scores[..., None]).sum(axis=-2)                             # [N, D]
         shared = mx.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
