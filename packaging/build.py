@@ -1,12 +1,13 @@
 """Build the Tandem app with PyInstaller: `python packaging/build.py [--dist DIR]`.
 
-macOS: DIST/Tandem.app, ad-hoc signed, and DIST/Tandem-<version>-macos-<arch>.zip.
-Linux: DIST/Tandem/ (one folder; run DIST/Tandem/Tandem).
-Needs the `package` extra: `pip install -e ".[package]"`.
+macOS: DIST/Tandem.app, signed (ad hoc unless --sign "Developer ID Application: ..."),
+and DIST/Tandem-<version>-macos-<arch>.zip. Linux: DIST/Tandem/ (one folder; run
+DIST/Tandem/Tandem). Needs the `package` extra: `pip install -e ".[package]"`.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ sys.path.insert(0, str(HERE))
 import bundle_config as cfg
 
 SPEC = HERE / "tandem.spec"
+ENTITLEMENTS = HERE / "entitlements.plist"
 
 
 def parse_args(argv):
@@ -28,23 +30,29 @@ def parse_args(argv):
     parser.add_argument("--work", type=Path, default=None,
                         help="PyInstaller's work folder (default: build/pyinstaller)")
     parser.add_argument("--no-zip", action="store_true", help="macOS: skip the .zip")
+    parser.add_argument("--sign", default="-", metavar="IDENTITY",
+                        help='macOS: codesign identity (default "-": ad hoc); a Developer ID '
+                             "adds the hardened runtime, a timestamp and packaging/entitlements.plist")
     return parser.parse_args(argv)
 
 
-def run(cmd: list[str]) -> None:
+def run(cmd: list, env: dict | None = None) -> None:
     print("+", " ".join(str(c) for c in cmd), flush=True)
-    subprocess.run([str(c) for c in cmd], check=True)
+    subprocess.run([str(c) for c in cmd], check=True, env=env)
 
 
-def pyinstaller(dist: Path, work: Path) -> None:
+def pyinstaller(dist: Path, work: Path, identity: str) -> None:
     run([sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN",
-         "--distpath", dist, "--workpath", work, SPEC])
+         "--distpath", dist, "--workpath", work, SPEC],
+        env=dict(os.environ, TANDEM_CODESIGN_IDENTITY=identity))
 
 
-def sign_and_zip(app: Path, zip_it: bool) -> Path | None:
-    # Ad-hoc: runs on this Mac and on others after a right-click > Open; notarization
+def sign_and_zip(app: Path, identity: str, zip_it: bool) -> Path | None:
+    # Ad hoc runs on this Mac, and on others after right-click > Open; notarization
     # needs a Developer ID (docs/PACKAGING.md).
-    run(["codesign", "--force", "--deep", "--sign", "-", app])
+    extra = [] if identity == "-" else ["--options", "runtime", "--timestamp",
+                                        "--entitlements", ENTITLEMENTS]
+    run(["codesign", "--force", "--deep", *extra, "--sign", identity, app])
     run(["codesign", "--verify", "--deep", "--strict", app])
     if not zip_it:
         return None
@@ -73,11 +81,11 @@ def main(argv=None) -> int:
     dist = args.dist.resolve()
     work = (args.work or cfg.ROOT / "build" / "pyinstaller").resolve()
     t0 = time.monotonic()
-    pyinstaller(dist, work)
+    pyinstaller(dist, work, args.sign)
     if sys.platform == "darwin":
         app = dist / f"{cfg.APP_NAME}.app"
         shutil.rmtree(dist / cfg.APP_NAME, ignore_errors=True)   # the unbundled copy
-        archive = sign_and_zip(app, not args.no_zip)
+        archive = sign_and_zip(app, args.sign, not args.no_zip)
         exe = app / "Contents" / "MacOS" / cfg.APP_NAME
     else:
         app = dist / cfg.APP_NAME
