@@ -43,7 +43,7 @@ def test_reference_matches_numpy(shape, dtype, cpu_stream):
 @pytest.mark.parametrize("lanes", [4, 8, 32])
 def test_kernel_matches_numpy(backend, shape, dtype, lanes):
     m, n = gdn_cases.make(1, *shape[:1], 1, *shape[1:], dtype=dtype)
-    if not gds.applies(*_step_args(m)[:3], m["pool"], lanes=lanes):
+    if not gds.applies(*_step_args(m)[:3], m["pool"], lanes):
         pytest.skip("shape outside the kernel's contract for these lanes")
     before = np.array(m["pool"])
     y = gds.kernel(*_step_args(m), backend=backend, lanes=lanes)
@@ -103,3 +103,11 @@ def test_planted_fault_is_caught_reference():
 def test_planted_fault_is_caught_kernel(backend):
     m, n = gdn_cases.make(4, 3, 1, 2, 4, 32, 5, mx.bfloat16)
     assert not _planted(gds.kernel(*_step_args(m), backend=backend), n)
+
+
+@pytest.mark.parametrize("shape", GRID)
+def test_picked_lanes_fit_the_shape(shape):
+    B, Hk, Hv, D, S = shape
+    lanes = gds.pick_lanes(D, D)
+    assert gds.applies(mx.zeros((B, Hk, D)), mx.zeros((B, Hk, D)), mx.zeros((B, Hv, D)),
+                       mx.zeros((S, Hv, D, D)), lanes)
