@@ -51,9 +51,9 @@ async def _run_window(app, args) -> int:
     folder = data_dir(args.data_dir)
     store = Store(folder)
     bridge = EngineBridge()
-    telemetry, recorder = make_telemetry(args.trace, folder)
-    window = MainWindow(store, bridge, telemetry=telemetry, trace_recorder=recorder)
-    if args.trace and recorder is not None:
+    telemetry = make_telemetry()
+    window = MainWindow(store, bridge, telemetry=telemetry, trace_path=args.trace)
+    if args.trace:
         window.status_panel.trace_button.setChecked(True)     # record from the start
     quit_event = asyncio.Event()
     app.aboutToQuit.connect(quit_event.set)
@@ -65,8 +65,7 @@ async def _run_window(app, args) -> int:
     if not await window.load_model(model) and model and not args.model:
         await window.load_model(None)          # the last model moved: use the default
     await quit_event.wait()
-    if recorder is not None and recorder.is_recording:
-        recorder.stop()
+    window.trace.close()                       # --trace PATH: the final save
     if telemetry is not None:
         telemetry.stop()
     bridge.close()

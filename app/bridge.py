@@ -28,7 +28,8 @@ class EngineBridge(QObject):
         load_started(str): a load began (path, "" for the default model)
         load_progress(float, str): fraction 0..1 and a message
         model_loaded(str): the new engine's model name
-        load_failed(str): the engine's message; the previous model keeps serving
+        load_failed(str): the engine's message (the previous model is loaded again)
+        model_unloaded(): the engine was closed (a load follows)
         request_submitted(int, int): request id, prompt tokens
         token_received(int, str, int): request id, text delta, number of tokens
         request_finished(int, str, object, str, str): request id, reason ("stop",
@@ -40,6 +41,7 @@ class EngineBridge(QObject):
     load_progress = Signal(float, str)
     model_loaded = Signal(str)
     load_failed = Signal(str)
+    model_unloaded = Signal()
     request_submitted = Signal(int, int)
     token_received = Signal(int, str, int)
     request_finished = Signal(int, str, object, str, str)
@@ -52,6 +54,7 @@ class EngineBridge(QObject):
         self._loader = loader
         self.engine = None
         self.model_path: str | None = None
+        self.config = None                     # the EngineConfig the engine was loaded with
         self.loading = False
         self._handles: dict[int, object] = {}
         self._engine_listeners: list = []      # e.g. the trace recorder; kept across loads
@@ -62,37 +65,67 @@ class EngineBridge(QObject):
     def model_name(self) -> str:
         return self.engine.model_name if self.engine else ""
 
+    @property
+    def kernel_status(self) -> dict:
+        """name -> "cuda" | "metal" | "reference (why)" for the loaded engine."""
+        return dict(getattr(self.engine, "kernel_status", None) or {})
+
     # loading
     async def load_model(self, path: str | None, config=None) -> bool:
-        """Load off the GUI thread; on failure keep the current engine."""
+        """Close the current engine (two big models never share memory), then load
+        `path` off the GUI thread; if that fails, load the previous model again
+        with its previous config. True if `path` is now loaded."""
+        if self.loading:
+            return False
         self.loading = True
-        self.load_started.emit(path or "")
+        previous = (self.model_path, self.config) if self.engine is not None else None
+        try:
+            self.load_started.emit(path or "")
+            await self._unload()
+            error = await self._load(path, config)
+            if error is None:
+                return True
+            self.load_failed.emit(error)
+            if previous is not None:
+                await self._reload(*previous)
+            return False
+        finally:
+            self.loading = False
+
+    async def _load(self, path, config) -> str | None:
+        """Load and install an engine; the error message if it failed."""
         load = functools.partial(self._loader, model=path, config=config,
                                  on_progress=self._progress_posted.emit)
         try:
             engine = await asyncio.get_running_loop().run_in_executor(None, load)
-        except Exception as exc:  # noqa: BLE001 - any load failure leaves the old model serving
-            self.loading = False
-            self.load_failed.emit(str(exc) or type(exc).__name__)
-            return False
-        self.loading = False
-        await self._swap(engine)
-        self.model_path = path
-        self.model_loaded.emit(engine.model_name)
-        return True
-
-    async def _swap(self, engine) -> None:
-        old, self.engine = self.engine, engine
+        except Exception as exc:  # noqa: BLE001 - any load failure is shown to the user
+            return str(exc) or type(exc).__name__
+        self.engine, self.model_path, self.config = engine, path, config
         for fn in [self._post_event, *self._engine_listeners]:
             engine.add_listener(fn)
+        self.model_loaded.emit(engine.model_name)
+        return None
+
+    async def _reload(self, path, config) -> None:
+        self.load_started.emit(path or "")
+        error = await self._load(path, config)
+        if error is not None:
+            self.load_failed.emit(f"The previous model could not be loaded again: {error}")
+
+    async def _unload(self) -> None:
+        """Cancel the running requests (their messages end as stopped) and close
+        the engine on a worker thread."""
+        old, self.engine = self.engine, None
         if old is None:
             return
+        self.load_progress.emit(0.0, "Closing the previous model…")
         for fn in [self._post_event, *self._engine_listeners]:
             old.remove_listener(fn)
-        for rid in list(self._handles):     # requests of the old engine end here
+        for rid in list(self._handles):
             self._handles.pop(rid).cancel()
             self.request_finished.emit(rid, "cancelled", None, "", "")
         await asyncio.get_running_loop().run_in_executor(None, old.close)
+        self.model_unloaded.emit()
 
     @Slot(object)
     def _on_loader_progress(self, progress: LoadProgress) -> None:
@@ -109,6 +142,8 @@ class EngineBridge(QObject):
         """Returns the request id; raises TandemError (e.g. prompt too long)."""
         if self.engine is None:
             from engine.errors import EngineClosedError
+            if self.loading:
+                raise EngineClosedError("The model is loading; send again when it is ready.")
             raise EngineClosedError("No model is loaded: open one from the Model menu.")
         handle = self.engine.submit(prompt, params)
         self._handles[handle.request_id] = handle

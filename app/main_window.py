@@ -2,6 +2,8 @@
 model loading; it wires widgets to sessions and the bridge."""
 from __future__ import annotations
 
+import dataclasses
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QLabel,
@@ -21,21 +23,22 @@ from app.pane_area import PaneArea
 from app.session_registry import SessionRegistry
 from app.sidebar import Sidebar
 from app.status_panel import StatusPanel
+from app.store import UNTOUCHED_TITLE
+from app.trace_controller import TraceController
 from app.window_menus import build_menus
 from app.window_state import restore_window_state, save_window_state
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, store, bridge, telemetry=None, trace_recorder=None, parent=None):
+    def __init__(self, store, bridge, telemetry=None, trace_path=None, parent=None):
         super().__init__(parent)
         self.setWindowTitle("Tandem")
         self.resize(1280, 800)
         self.store, self.bridge = store, bridge
         self.settings = AppSettings.from_dict(store.get_setting("settings", {}))
-        self.trace_recorder = trace_recorder
-        if trace_recorder is not None:
-            bridge.add_engine_listener(trace_recorder.on_event)
         self.sessions = SessionRegistry(store, bridge, self)
+        self.trace = TraceController(bridge, store.path.parent, telemetry, path=trace_path,
+                                     parent=self)
         self.last_error = ""
         self.error_box: QMessageBox | None = None
         self.conversations = ConversationListModel(store, self)
@@ -43,7 +46,7 @@ class MainWindow(QMainWindow):
         self.panes = PaneArea()
         self.broadcast = BroadcastBox()
         self.status_panel = StatusPanel(bridge, self.sessions.title_of_request, telemetry,
-                                        can_trace=trace_recorder is not None)
+                                        num_streaming=self.sessions.num_streaming)
         self._build_layout()
         build_menus(self)
         self._connect()
@@ -74,14 +77,17 @@ class MainWindow(QMainWindow):
     def _connect(self) -> None:
         self.sidebar.new_requested.connect(self.new_conversation)
         self.sidebar.open_requested.connect(self.open_conversation)
-        self.sidebar.delete_requested.connect(self.delete_conversation)
+        self.sidebar.delete_requested.connect(self.confirm_delete_conversation)
         self.conversations.renamed.connect(self.sessions.rename)
         self.sessions.changed.connect(lambda: self.conversations.refresh())
         self.sessions.error.connect(self.show_error)
         self.panes.pane_close_requested.connect(self.close_pane)
         self.panes.pane_settings_requested.connect(self._on_panes_pane_settings_requested)
         self.broadcast.broadcast_requested.connect(self.broadcast_prompt)
-        self.status_panel.trace_toggled.connect(self._on_status_panel_trace_toggled)
+        self.status_panel.trace_toggled.connect(self.trace.set_recording)
+        self.status_panel.save_trace_requested.connect(self.save_trace_as)
+        self.trace.state_changed.connect(self.status_panel.set_trace_state)
+        self.trace.message.connect(lambda text: self.statusBar().showMessage(text, 10000))
         self.bridge.load_started.connect(self._on_bridge_load_started)
         self.bridge.load_progress.connect(self._on_bridge_load_progress)
         self.bridge.model_loaded.connect(self._on_bridge_model_loaded)
@@ -89,6 +95,10 @@ class MainWindow(QMainWindow):
 
     # conversations and panes
     def new_conversation(self, new_pane: bool = True):
+        active = self.panes.active
+        if not new_pane and active is not None and self._untouched(active.session):
+            active.composer.setFocus()        # the active chat is already a new one
+            return active
         session = self.sessions.create(self.settings)
         pane = self._show(session, new_pane)
         pane.composer.setFocus()
@@ -114,11 +124,30 @@ class MainWindow(QMainWindow):
     def close_pane(self, pane) -> None:
         self.panes.remove_pane(pane)
 
+    def confirm_delete_conversation(self, conv_id: int) -> bool:
+        """Ask first (the sidebar's Delete); True if it was deleted."""
+        conv = self.store.conversation(conv_id)
+        if conv is None:
+            return False
+        answer = QMessageBox.question(
+            self, "Delete chat", f"Delete “{conv.title}” and all its messages?\n"
+            "This cannot be undone.",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+            QMessageBox.StandardButton.Cancel)
+        if answer != QMessageBox.StandardButton.Yes:
+            return False
+        self.delete_conversation(conv_id)
+        return True
+
     def delete_conversation(self, conv_id: int) -> None:
         pane = self.panes.pane_for(conv_id)
         if pane is not None:
             self.panes.remove_pane(pane)
         self.sessions.delete(conv_id)
+
+    def save_trace_as(self):
+        """Ask for a .json file and export the trace recorded so far."""
+        return self.trace.choose_and_save(self)
 
     def broadcast_prompt(self, text: str) -> int:
         panes = self.panes.panes()
@@ -156,7 +185,11 @@ class MainWindow(QMainWindow):
             limits = ("max_num_seqs", "num_pages", "prefill_chunk")
             if self.bridge.engine and any(getattr(old, k) != getattr(self.settings, k)
                                           for k in limits):
-                await self.load_model(self.bridge.model_path)
+                if not await self.load_model(self.bridge.model_path):
+                    # The bridge reloaded the model with the old limits: keep them.
+                    self.settings = dataclasses.replace(
+                        self.settings, **{k: getattr(old, k) for k in limits})
+                    self.store.set_setting("settings", self.settings.to_dict())
 
     def show_error(self, message: str, title: str = "Tandem") -> None:
         """Non-modal, so streaming and the event loop go on."""
@@ -171,17 +204,6 @@ class MainWindow(QMainWindow):
         dialog = ConversationSettingsDialog(pane.session.conversation, self)
         dialog.accepted.connect(lambda: pane.session.update_conversation(dialog.conversation()))
         dialog.open()
-
-    def _on_status_panel_trace_toggled(self, recording: bool) -> None:
-        recorder = self.trace_recorder
-        if recorder is None:
-            return
-        if recording:
-            recorder.start()
-            self.statusBar().showMessage(f"Recording a trace to {recorder.path}")
-        else:
-            path = recorder.stop()
-            self.statusBar().showMessage(f"Trace saved to {path} (open it in ui.perfetto.dev)")
 
     def _on_bridge_load_started(self, path: str) -> None:
         self.progress.setValue(0)
@@ -203,15 +225,32 @@ class MainWindow(QMainWindow):
         self.model_label.setText(f"Model: {current}" if current else "No model")
         self.show_error(message, "Could not load the model")
 
+    def _untouched(self, session) -> bool:
+        return session.conversation.title == UNTOUCHED_TITLE and session.model.rowCount() == 0
+
+    def _open_start_chat(self) -> None:
+        """At start: reuse an empty "New chat" rather than add one more each time,
+        and drop the other empty ones that no pane shows."""
+        shown = {p.session.conversation.id for p in self.panes.panes()}
+        spare = [i for i in self.store.untouched_conversation_ids() if i not in shown]
+        if not self.panes.panes():
+            if spare:
+                self.open_conversation(spare.pop(0), new_pane=True)
+            else:
+                self.new_conversation()
+        for conv_id in spare:
+            self.sessions.delete(conv_id)
+
     # Qt overrides
     def showEvent(self, event):
         super().showEvent(event)
         if not getattr(self, "_restored", False):
             self._restored = True
-            if not restore_window_state(self, self.store) or not self.panes.panes():
-                self.new_conversation()
+            restore_window_state(self, self.store)
+            self._open_start_chat()
 
     def closeEvent(self, event):
         save_window_state(self, self.store)
+        self.trace.close()
         self.sessions.close_all()
         super().closeEvent(event)

@@ -61,6 +61,10 @@ class SessionRegistry(QObject):
         if busy and session.request_id is not None:
             self._request_titles[session.request_id] = session.title
 
+    def num_streaming(self) -> int:
+        """Conversations with a reply in flight."""
+        return sum(1 for s in self._sessions.values() if s.busy)
+
     def title_of_request(self, request_id: int) -> str:
         return self._request_titles.get(request_id, f"request {request_id}")
 

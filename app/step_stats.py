@@ -12,12 +12,16 @@ class StatsSnapshot:
     decode_tok_s: float = 0.0
     prefill_tok_s: float = 0.0
     per_request_tok_s: dict = field(default_factory=dict)   # request_id -> tok/s
-    batch_size: int = 0
+    batch_size: int = 0              # rows of the last decode step; 0 once decoding went idle
+    last_decode_batch: int = 0       # rows of the last decode step, however long ago
     kv_pages_used: int = 0
     kv_pages_total: int = 0
     num_waiting: int = 0
     max_batch_size: int = 0
     num_steps: int = 0
+
+
+IDLE_S = 0.5     # no decode step for this long: the batch reads 0
 
 
 class StepStats:
@@ -26,12 +30,15 @@ class StepStats:
         self._clock = clock
         self._steps: deque = deque()
         self._last = None
+        self._last_decode = None     # prefill-only steps (batch_size 0) do not replace it
         self.max_batch_size = 0
         self.num_steps = 0
 
     def add_step(self, event) -> None:
         self._steps.append(event)
         self._last = event
+        if event.batch_size > 0:
+            self._last_decode = event
         self.num_steps += 1
         self.max_batch_size = max(self.max_batch_size, event.batch_size)
         self._trim(event.t_end)
@@ -46,10 +53,12 @@ class StepStats:
     def snapshot(self, now: float | None = None) -> StatsSnapshot:
         now = self._clock() if now is None else now
         self._trim(now)
-        last = self._last
+        last, last_decode = self._last, self._last_decode
+        last_batch = last_decode.batch_size if last_decode is not None else 0
         if not self._steps:
             return StatsSnapshot(kv_pages_used=getattr(last, "kv_pages_used", 0),
                                  kv_pages_total=getattr(last, "kv_pages_total", 0),
+                                 last_decode_batch=last_batch,
                                  max_batch_size=self.max_batch_size, num_steps=self.num_steps)
         span = max(now - max(now - self.window_s, self._steps[0].t_start), 1e-3)
         decode = prefill = 0
@@ -59,11 +68,11 @@ class StepStats:
             prefill += step.prefill_tokens
             for rid in step.decode_request_ids:
                 per_request[rid] = per_request.get(rid, 0) + 1
-        idle = now - last.t_end > 0.5
+        idle = last_decode is None or now - last_decode.t_end > IDLE_S
         return StatsSnapshot(
             decode_tok_s=decode / span, prefill_tok_s=prefill / span,
             per_request_tok_s={rid: n / span for rid, n in per_request.items()},
-            batch_size=0 if idle else last.batch_size,
+            batch_size=0 if idle else last_batch, last_decode_batch=last_batch,
             kv_pages_used=last.kv_pages_used, kv_pages_total=last.kv_pages_total,
             num_waiting=last.num_waiting, max_batch_size=self.max_batch_size,
             num_steps=self.num_steps)

@@ -30,6 +30,9 @@ _MSG_COLS = ("role, content, state, ttft_s, decode_tok_s, num_tokens, prompt_tok
              "error, created_at")
 
 
+UNTOUCHED_TITLE = Conversation().title
+
+
 class Store:
     def __init__(self, folder: Path):
         Path(folder).mkdir(parents=True, exist_ok=True)
@@ -92,6 +95,14 @@ class Store:
         for conv in convs:
             conv.snippet = self._snippet(conv.id)
         return convs
+
+    def untouched_conversation_ids(self) -> list[int]:
+        """Newest first: chats still titled "New chat" with no message."""
+        rows = self._db.execute(
+            "SELECT id FROM conversations WHERE title=? AND id NOT IN "
+            "(SELECT conversation_id FROM messages) ORDER BY updated_at DESC, id DESC",
+            (UNTOUCHED_TITLE,)).fetchall()
+        return [r[0] for r in rows]
 
     def _snippet(self, conv_id: int) -> str:
         row = self._db.execute("SELECT content FROM messages WHERE conversation_id=? "

@@ -22,6 +22,8 @@ def build_menus(window) -> None:
     _action(window, file, "Close pane",
             lambda: window.panes.active and window.close_pane(window.panes.active), "Ctrl+W")
     file.addSeparator()
+    _action(window, file, "Save trace as…", window.save_trace_as, "Ctrl+Shift+S")
+    file.addSeparator()
     _action(window, file, "Settings…", window.open_settings_dialog, QKeySequence.Preferences)
     file.addSeparator()
     _action(window, file, "Quit", window.close, QKeySequence.Quit)

@@ -85,19 +85,21 @@ def wait_until(run):
 
 @pytest.fixture
 def make_window(qapp, data_dir, loader, model_path, run):
-    """make_window() -> a shown MainWindow on the data dir with the model loaded."""
+    """make_window() -> a shown MainWindow on the data dir with the model loaded.
+    telemetry: a TelemetryMonitor for the status panel and the trace;
+    wrap_loader(loader) -> loader: to watch or alter model loads."""
     from app.app_settings import AppSettings
     from app.bridge import EngineBridge
     from app.main_window import MainWindow
     from app.store import Store
     made = []
 
-    def make(load=True, max_tokens=24):
+    def make(load=True, max_tokens=24, telemetry=None, wrap_loader=None):
         store = Store(data_dir)
         store.set_setting("settings", AppSettings(max_tokens=max_tokens,
                                                   temperature=0.0).to_dict())
-        bridge = EngineBridge(loader)
-        window = MainWindow(store, bridge)
+        bridge = EngineBridge(wrap_loader(loader) if wrap_loader else loader)
+        window = MainWindow(store, bridge, telemetry=telemetry)
         made.append((window, bridge, store))
         window.show()
         if load:

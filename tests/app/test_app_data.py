@@ -75,6 +75,17 @@ def test_step_stats_rates_and_batch():
     assert stats.snapshot(now=10.0).decode_tok_s == 0           # idle decays to 0
 
 
+def test_prefill_only_step_keeps_the_last_decode_batch():
+    stats = StepStats(window_s=1.0)
+    stats.add_step(StepEvent(1, 0.0, 0.1, "decode", (1, 2, 3), batch_size=3))
+    stats.add_step(StepEvent(2, 0.1, 0.3, "prefill", (), prefill_request_id=4,
+                             prefill_tokens=512, batch_size=0))
+    snap = stats.snapshot(now=0.3)
+    assert (snap.batch_size, snap.last_decode_batch) == (3, 3)
+    later = stats.snapshot(now=5.0)                       # nothing decoded for a while
+    assert (later.batch_size, later.last_decode_batch) == (0, 3)
+
+
 def test_find_models_in_hf_cache_and_lmstudio(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))

@@ -20,7 +20,7 @@ def _steps(window):
 
 
 def test_two_panes_stream_in_one_batch(make_window, wait_until, qtbot):
-    window = make_window()
+    window = make_window(max_tokens=64)
     steps = _steps(window)
     first = window.panes.panes()[0]
     second = window.new_conversation(True)
@@ -29,6 +29,7 @@ def test_two_panes_stream_in_one_batch(make_window, wait_until, qtbot):
         pane.session.model.dataChanged.connect(
             lambda *_a, p=pane: streamed.setdefault(p, _reply(p).content))
         qtbot.keyClicks(pane.composer, "Tell me a story")
+    for pane in (first, second):      # typed first, so both requests go in together
         qtbot.keyClick(pane.composer, Qt.Key.Key_Return)
     assert first.session.busy and second.session.busy
     both = {first.session.request_id, second.session.request_id}

@@ -1,0 +1,91 @@
+"""The status panel's words (no Qt): what the telemetry numbers are and where
+they came from, and a one-line summary of the engine's custom kernels."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NOT_AVAILABLE = "n/a"
+ON_BACKENDS = ("cuda", "metal")
+SELF_TEST_MARK = "self-test"       # kernels/selftest.py's reasons start with it
+
+
+def _note(text: str) -> str:
+    """'n/a: no GPU power sensor on this machine (nvml: …)' -> 'no GPU power sensor on this machine'."""
+    text = text.strip()
+    if text.lower().startswith("n/a:"):
+        text = text[4:].strip()
+    return text.split(" (")[0].split(";")[0].strip()
+
+
+@dataclass(frozen=True)
+class ReadingText:
+    mhz: str = NOT_AVAILABLE
+    mhz_caption: str = "no telemetry"
+    watts: str = NOT_AVAILABLE
+    watts_caption: str = "no telemetry"
+    tooltip: str = "GPU telemetry is not available in this build"
+
+
+def reading_text(reading) -> ReadingText:
+    """'1398 MHz' / 'DVFS-weighted MHz · IOReport', '12.3 W' / 'GPU W · NVML', …"""
+    if reading is None:
+        return ReadingText()
+    source = reading.source
+    mhz_caption = f"{reading.mhz_label} · {source}"
+    if reading.gpu_mhz is None and reading.reason:
+        mhz_caption = f"{_note(reading.reason)} · {source}"
+    if reading.gpu_watts is not None:
+        watts_caption = f"{_power_label(reading)} · {source}"
+    else:
+        watts_caption = _note(reading.power_note) or "no power reading"
+    return ReadingText(reading.mhz_text, mhz_caption, reading.watts_text, watts_caption,
+                       reading.tooltip)
+
+
+def _power_label(reading) -> str:
+    return "CPU W" if reading.mhz_label.startswith("CPU") else "GPU W"
+
+
+@dataclass(frozen=True)
+class KernelText:
+    line: str
+    tooltip: str
+    warn: bool               # a kernel the self-test turned off
+
+
+def kernel_text(status: dict[str, str]) -> KernelText:
+    """'kernels: 4 on (cuda)', 'kernels: reference (no GPU backend in this MLX build)',
+    'kernels: 3 on (cuda), 1 disabled by self-test'."""
+    if not status:
+        return KernelText("kernels: none", "this engine reports no custom kernels", False)
+    on = {name: s for name, s in status.items() if s in ON_BACKENDS}
+    off = {name: s for name, s in status.items() if s not in ON_BACKENDS}
+    failed = [name for name, s in off.items() if SELF_TEST_MARK in s]
+    tooltip = "\n".join(f"{name}: {s}" + ("  ← disabled by the self-test" if name in failed
+                                           else "") for name, s in status.items())
+    if not on:
+        reasons = {_reason(s) for s in off.values()}
+        if len(reasons) == 1 and not failed:
+            return KernelText(f"kernels: reference ({reasons.pop()})", tooltip, False)
+    parts = []
+    if on:
+        parts.append(f"{len(on)} on ({'/'.join(sorted(set(on.values())))})")
+    if failed:
+        parts.append(f"{len(failed)} disabled by self-test")
+    others = len(off) - len(failed)
+    if others:
+        parts.append(f"{others} reference")
+    return KernelText("kernels: " + ", ".join(parts), tooltip, bool(failed))
+
+
+def _reason(status: str) -> str:
+    """'reference (no GPU backend in this MLX build)' -> 'no GPU backend in this MLX build'."""
+    if status.startswith("reference (") and status.endswith(")"):
+        return status[len("reference ("):-1]
+    return status
+
+
+def batch_text(batch_size: int, num_streaming: int) -> tuple[str, str]:
+    """Value and caption for the batch row."""
+    streaming = f"{num_streaming} streaming conversation" + ("" if num_streaming == 1 else "s")
+    return str(batch_size), f"last decode batch · {streaming}"

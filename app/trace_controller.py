@@ -1,0 +1,112 @@
+"""Trace recording for the window: one TraceRecorder fed by every engine the
+bridge loads and by the telemetry monitor; start/stop and "Save trace as…"."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QFileDialog
+
+from engine.telemetry.trace import TraceRecorder
+
+FILE_FILTER = "Chrome / Perfetto trace (*.json)"
+
+
+def default_trace_path(folder: Path) -> Path:
+    return Path(folder) / "traces" / time.strftime("tandem-trace-%Y%m%d-%H%M%S.json")
+
+
+class TraceController(QObject):
+    """Signals:
+        state_changed(bool, bool): recording, a trace exists to save
+        message(str): a line for the status bar (where a trace went, or why not)
+    """
+    state_changed = Signal(bool, bool)
+    message = Signal(str)
+
+    def __init__(self, bridge, folder: Path, telemetry=None, recorder=None,
+                 path: str | Path | None = None, parent=None):
+        super().__init__(parent)
+        self.folder = Path(folder)
+        self.recorder = recorder or TraceRecorder()
+        self._next_path = Path(path).expanduser() if path else None   # --trace PATH
+        self._has_trace = False
+        self.last_path: Path | None = None
+        # The bridge re-attaches its engine listeners to every engine it loads.
+        bridge.add_engine_listener(self.recorder.on_event)
+        self._telemetry = telemetry
+        if telemetry is not None:
+            telemetry.add_listener(self.recorder.on_reading)
+
+    @property
+    def is_recording(self) -> bool:
+        return self.recorder.is_recording
+
+    @property
+    def can_save(self) -> bool:
+        return self._has_trace
+
+    def start(self) -> bool:
+        if self.is_recording:
+            return True
+        path = self._next_path or default_trace_path(self.folder)
+        self._next_path = None
+        try:
+            self.recorder.start(path)
+        except OSError as exc:
+            self.message.emit(f"Could not record a trace to {path}: {exc}")
+            self.state_changed.emit(False, self._has_trace)
+            return False
+        self._has_trace = True
+        self.last_path = path
+        self.message.emit(f"Recording a trace to {path}")
+        self.state_changed.emit(True, True)
+        return True
+
+    def stop(self) -> Path | None:
+        if not self.is_recording:
+            return None
+        try:
+            path = self.recorder.stop()
+        except OSError as exc:
+            self.message.emit(f"Could not save the trace: {exc}; use Save trace as…")
+            path = None
+        if path is not None:
+            self.message.emit(f"Trace saved to {path} (open it in ui.perfetto.dev)")
+        self.state_changed.emit(False, self._has_trace)
+        return path
+
+    def set_recording(self, recording: bool) -> None:
+        if recording:
+            self.start()
+        else:
+            self.stop()
+
+    def save_as(self, path: str | Path) -> Path | None:
+        """Export the recording (in progress or stopped) to `path`."""
+        path = Path(path)
+        if path.suffix.lower() != ".json":
+            path = path.with_name(path.name + ".json")
+        try:
+            saved = self.recorder.save(path)
+        except (OSError, ValueError) as exc:
+            self.message.emit(f"Could not save the trace to {path}: {exc}")
+            return None
+        self.message.emit(f"Trace saved to {saved} (open it in ui.perfetto.dev)")
+        return saved
+
+    def choose_and_save(self, parent=None) -> Path | None:
+        """Ask where (QFileDialog), then save_as; None if cancelled."""
+        if not self._has_trace:
+            self.message.emit("Nothing to save yet: record a trace first.")
+            return None
+        start = str(self.last_path or default_trace_path(self.folder))
+        path, _filter = QFileDialog.getSaveFileName(parent, "Save trace as", start, FILE_FILTER)
+        return self.save_as(path) if path else None
+
+    def close(self) -> None:
+        """Finish a recording in progress (the window is closing)."""
+        self.stop()
+        if self._telemetry is not None:
+            self._telemetry.remove_listener(self.recorder.on_reading)
