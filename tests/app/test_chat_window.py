@@ -174,3 +174,36 @@ def test_pane_limit_grows_with_width(make_window, width, expected):
     window = make_window(load=False)
     window.panes.resize(width, 600)
     assert window.panes.max_panes == expected
+
+
+def test_delete_from_the_sidebar_asks_first(make_window, monkeypatch):
+    from PySide6.QtWidgets import QMessageBox
+    window = make_window(load=False)
+    conv_id = window.panes.panes()[0].session.conversation.id
+    answers, asked = [QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Yes], []
+
+    def question(parent, title, text, *args):
+        asked.append(text)
+        return answers.pop(0)
+    monkeypatch.setattr(QMessageBox, "question", question)
+    window.sidebar.delete_requested.emit(conv_id)
+    assert asked and "New chat" in asked[0]
+    assert conv_id in window.conversations.conversation_ids()      # cancelled: kept
+    window.sidebar.delete_requested.emit(conv_id)
+    assert conv_id not in window.conversations.conversation_ids()
+    assert window.store.conversation(conv_id) is None
+
+
+def test_an_empty_new_chat_is_not_added_again_on_each_start(make_window):
+    first = make_window(load=False)
+    ids = first.conversations.conversation_ids()
+    assert len(ids) == 1
+    first.close()
+    assert make_window(load=False).conversations.conversation_ids() == ids   # normal restart
+    store = make_window(load=False).store
+    store.set_setting("window", None)           # as after a crash: no saved panes
+    again = make_window(load=False)
+    assert again.conversations.conversation_ids() == ids
+    assert [p.session.conversation.id for p in again.panes.panes()] == ids
+    again.new_conversation(False)               # "New chat" on an empty chat: no new one
+    assert again.conversations.conversation_ids() == ids

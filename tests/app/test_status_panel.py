@@ -1,0 +1,75 @@
+"""The status panel: what the clock and power numbers mean, the kernels line,
+and the batch size while conversations stream."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from fixed_sampler import fixed_monitor
+
+from app.bridge import EngineBridge
+from app.status_panel import StatusPanel
+from app.status_text import kernel_text
+from engine.events import StepEvent
+
+
+def test_clock_and_power_show_their_meaning_and_source(make_window, qtbot):
+    monitor = fixed_monitor(mhz=1398.0, watts=12.5)
+    reading = monitor.sample_once()
+    panel = make_window(load=False, telemetry=monitor).status_panel
+    qtbot.waitUntil(lambda: panel.value_text("mhz") == "1398 MHz")
+    assert panel.caption_text("mhz") == "SM clock MHz · NVML"
+    assert panel.value_text("watts") == "12.5 W"
+    assert panel.caption_text("watts") == "GPU W · NVML"
+    assert panel.values["mhz"].toolTip() == reading.tooltip
+    assert panel.sparklines["mhz"].values[-1] == 1398.0
+
+
+def test_cpu_fallback_shows_a_real_clock(make_window, qtbot):
+    from engine.telemetry import TelemetryMonitor, make_sampler
+    sampler = make_sampler("cpu")
+    if sampler.source == "none":
+        pytest.skip(f"no CPU clock on this machine: {sampler.read().reason}")
+    monitor = TelemetryMonitor(interval_s=0.5, sampler=sampler)
+    monitor.sample_once()
+    panel = make_window(load=False, telemetry=monitor).status_panel
+    qtbot.waitUntil(lambda: panel.value_text("mhz").endswith(" MHz"))
+    assert panel.caption_text("mhz") == f"CPU MHz · {sampler.source}"
+    assert panel.value_text("watts") == "n/a" and "power" in panel.caption_text("watts")
+
+
+def test_kernel_line_after_load_lists_each_kernel(make_window):
+    window = make_window()
+    status = window.bridge.kernel_status
+    line = window.status_panel.kernels
+    assert line.text() == kernel_text(status).line and line.text().startswith("kernels:")
+    for name in status:
+        assert name in line.toolTip()
+
+
+def test_kernel_disabled_by_self_test_is_highlighted(make_window):
+    panel = make_window(load=False).status_panel
+    panel.show_kernels({"a": "cuda", "b": "cuda", "c": "cuda", "d": "cuda"})
+    assert panel.kernels.text() == "kernels: 4 on (cuda)" and not panel.kernels.property("warn")
+    panel.show_kernels({"a": "cuda", "b": "reference (self-test error 3.1e-01 > 1e-03)"})
+    assert panel.kernels.text() == "kernels: 1 on (cuda), 1 disabled by self-test"
+    assert panel.kernels.property("warn") is True
+    assert "b: reference (self-test error" in panel.kernels.toolTip()
+
+
+def test_kernel_text_without_gpu_backend():
+    status = {n: "reference (no GPU backend)" for n in ("a", "b")}
+    assert kernel_text(status).line == "kernels: reference (no GPU backend)"
+
+
+def test_prefill_only_step_does_not_zero_the_batch_while_streaming(qtbot):
+    bridge = EngineBridge()
+    streaming = [3]
+    panel = StatusPanel(bridge, num_streaming=lambda: streaming[0])
+    qtbot.addWidget(panel)
+    now = time.perf_counter()
+    bridge.step.emit(StepEvent(1, now, now, "decode", (1, 2, 3), batch_size=3))
+    bridge.step.emit(StepEvent(2, now, now, "prefill", (), prefill_request_id=4,
+                               prefill_tokens=256, batch_size=0))
+    qtbot.waitUntil(lambda: panel.stats.num_steps == 2 and panel.value_text("batch") == "3")
+    assert panel.caption_text("batch") == "last decode batch · 3 streaming conversations"
