@@ -7,6 +7,13 @@ import sys
 from engine.cli import add_model_args, run_chat, run_generate
 
 
+def _clear_mlx_streams() -> None:
+    # MLX 0.32 aborts at exit unless each thread that used it clears its streams.
+    import mlx.core as mx
+    mx.synchronize()
+    mx.clear_streams()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -29,4 +36,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    import atexit
+    atexit.register(_clear_mlx_streams)
     sys.exit(main())

@@ -24,21 +24,30 @@ QWEN3_5_35B_A3B = {
                             "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10]},
     },
 }
-SYNTHETIC = {"qwen3.5-35b-a3b": QWEN3_5_35B_A3B}
+# The same architecture at toy size: checks the benchmark's code paths on a CPU.
+QWEN3_5_TOY = {"model_type": "qwen3_5_moe", "text_config": {
+    **QWEN3_5_35B_A3B["text_config"], "hidden_size": 128, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 32,
+    "linear_value_head_dim": 32, "num_experts": 16, "num_experts_per_tok": 4,
+    "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64, "vocab_size": 1024}}
+SYNTHETIC = {"qwen3.5-35b-a3b": QWEN3_5_35B_A3B, "qwen3.5-toy": QWEN3_5_TOY}
 
 
 def _random_like(name: str, p: mx.array) -> mx.array:
+    """Random values of p's shape; bf16 like a shipped checkpoint (A_log stays fp32)."""
+    bf16 = mx.bfloat16
     if p.dtype == mx.uint32:                     # packed 4/8-bit weights
         return mx.random.randint(0, 2**31 - 1, p.shape).astype(mx.uint32) * 2 + 1
     if name.endswith(".scales"):
-        return mx.random.uniform(0.002, 0.004, p.shape).astype(p.dtype)
+        return mx.random.uniform(0.002, 0.004, p.shape).astype(bf16)
     if name.endswith(".biases"):
-        return mx.full(p.shape, -0.024, p.dtype)
+        return mx.full(p.shape, -0.024, bf16)
     if "norm" in name:
-        return mx.ones(p.shape, p.dtype)
+        return mx.ones(p.shape, bf16)
     if name.endswith("A_log"):
-        return mx.random.uniform(0.0, 2.0, p.shape).astype(p.dtype)
-    return (mx.random.normal(p.shape) * 0.02).astype(p.dtype)
+        return mx.random.uniform(0.0, 2.0, p.shape)
+    return (mx.random.normal(p.shape) * 0.02).astype(bf16)
 
 
 def synthetic_model(name: str, bits: int = 4, group_size: int = 64, seed: int = 0):
@@ -48,7 +57,6 @@ def synthetic_model(name: str, bits: int = 4, group_size: int = 64, seed: int = 
     module = _family(model_type_of(config))
     mx.random.seed(seed)
     model = module.Model(module.ModelArgs.from_config(config))
-    model.set_dtype(mx.bfloat16, predicate=lambda k: not k.endswith("A_log"))
     pred = getattr(module, "quantize_predicate", None) or (lambda p, m: hasattr(m, "to_quantized"))
     nn.quantize(model, group_size=group_size, bits=bits, class_predicate=pred)
     params = tree_flatten(model.parameters())
