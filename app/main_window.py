@@ -183,13 +183,13 @@ class MainWindow(QMainWindow):
             old, self.settings = self.settings, dialog.settings()
             self.store.set_setting("settings", self.settings.to_dict())
             limits = ("max_num_seqs", "num_pages", "prefill_chunk")
-            if self.bridge.engine and any(getattr(old, k) != getattr(self.settings, k)
-                                          for k in limits):
-                if not await self.load_model(self.bridge.model_path):
-                    # The bridge reloaded the model with the old limits: keep them.
-                    self.settings = dataclasses.replace(
-                        self.settings, **{k: getattr(old, k) for k in limits})
-                    self.store.set_setting("settings", self.settings.to_dict())
+            changed = any(getattr(old, k) != getattr(self.settings, k) for k in limits)
+            if changed and self.bridge.engine and not await self.load_model(
+                    self.bridge.model_path):
+                # The bridge reloaded the model with the old limits: keep them.
+                self.settings = dataclasses.replace(
+                    self.settings, **{k: getattr(old, k) for k in limits})
+                self.store.set_setting("settings", self.settings.to_dict())
 
     def show_error(self, message: str, title: str = "Tandem") -> None:
         """Non-modal, so streaming and the event loop go on."""

@@ -46,6 +46,7 @@ def _short(title: str, n: int = 26) -> str:
 def _label(text: str, name: str) -> QLabel:
     label = QLabel(text, objectName=name)
     label.setTextFormat(Qt.TextFormat.PlainText)
+    label.setIndent(0)          # a style-sheet padding would otherwise indent the text
     return label
 
 
@@ -175,7 +176,7 @@ class StatusPanel(QDockWidget):
                  "prefill": (f"{snap.prefill_tok_s:.0f}", snap.prefill_tok_s),
                  "batch": (batch_value, batch),
                  "kv": (f"{snap.kv_pages_used} / {snap.kv_pages_total}", snap.kv_pages_used),
-                 "memory": (format_bytes(rss), rss or 0),
+                 "memory": (format_bytes(rss), rss),
                  "mhz": (text.mhz, getattr(reading, "gpu_mhz", None)),
                  "watts": (text.watts, getattr(reading, "gpu_watts", None))}
         for key, (value_text, value) in shown.items():
