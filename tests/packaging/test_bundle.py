@@ -10,6 +10,7 @@ import importlib.util
 import os
 import plistlib
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,8 +54,11 @@ def bundle(tmp_path_factory):
     assert out.returncode == 0, f"build failed:\n{out.stdout[-4000:]}\n{out.stderr[-8000:]}"
     if IS_MAC:
         app = dist / f"{cfg.APP_NAME}.app"
-        return app, app / "Contents" / "MacOS" / cfg.APP_NAME
-    return dist / cfg.APP_NAME, dist / cfg.APP_NAME / cfg.APP_NAME
+        yield app, app / "Contents" / "MacOS" / cfg.APP_NAME
+    else:
+        yield dist / cfg.APP_NAME, dist / cfg.APP_NAME / cfg.APP_NAME
+    for folder in (dist, work):                 # ~200 MB each run: do not keep them in /tmp
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _files(folder: Path) -> list[str]:
