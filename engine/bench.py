@@ -17,6 +17,7 @@ import mlx.core as mx
 from engine.bench_runs import RunLog, ours_decode, ours_prefill, ours_ttft_under_load
 from engine.config import EngineConfig
 from engine.engine import Engine
+from engine.sampling_params import SamplingParams
 
 
 def add_bench_args(p: argparse.ArgumentParser) -> None:
@@ -90,7 +91,7 @@ def run_bench(args) -> int:
 
 def _warm_up(engine, peer, vocab):
     """First calls of a shape compile kernels: keep them out of the numbers."""
-    engine.generate([_prompt(32, vocab, 0)] * 2, None)
+    engine.generate([_prompt(32, vocab, 0)] * 2, SamplingParams(max_tokens=8))
     if peer:
         peer.decode_step_seconds([_prompt(32, vocab, 0)], 4)
 

@@ -31,7 +31,15 @@ QWEN3_5_TOY = {"model_type": "qwen3_5_moe", "text_config": {
     "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 32,
     "linear_value_head_dim": 32, "num_experts": 16, "num_experts_per_tok": 4,
     "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64, "vocab_size": 1024}}
-SYNTHETIC = {"qwen3.5-35b-a3b": QWEN3_5_35B_A3B, "qwen3.5-toy": QWEN3_5_TOY}
+# The built-in model's shapes (SmolLM2-135M, Q4_1 GGUF = 4-bit, group 32), for the GPU
+# machine, where the 98 MB file cannot travel: speed does not depend on the values.
+SMOLLM2_135M = {"model_type": "llama", "hidden_size": 576, "num_hidden_layers": 30,
+                "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3,
+                "head_dim": 64, "vocab_size": 49152, "rms_norm_eps": 1e-5,
+                "rope_theta": 100000.0, "tie_word_embeddings": True,
+                "quantization": {"group_size": 32, "bits": 4}}
+SYNTHETIC = {"qwen3.5-35b-a3b": QWEN3_5_35B_A3B, "qwen3.5-toy": QWEN3_5_TOY,
+             "smollm2-135m": SMOLLM2_135M}
 
 
 def _random_like(name: str, p: mx.array) -> mx.array:
@@ -50,10 +58,12 @@ def _random_like(name: str, p: mx.array) -> mx.array:
     return (mx.random.normal(p.shape) * 0.02).astype(bf16)
 
 
-def synthetic_model(name: str, bits: int = 4, group_size: int = 64, seed: int = 0):
+def synthetic_model(name: str, seed: int = 0):
     """(model, config) of a named full-size architecture with random 4-bit weights."""
     from engine.models.loader import _family, model_type_of
     config = SYNTHETIC[name]
+    q = config.get("quantization", {})
+    bits, group_size = q.get("bits", 4), q.get("group_size", 64)
     module = _family(model_type_of(config))
     mx.random.seed(seed)
     model = module.Model(module.ModelArgs.from_config(config))
