@@ -29,6 +29,8 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (median)")
     p.add_argument("--prefill-chunk", type=int, default=2048)
     p.add_argument("--no-peer", action="store_true", help="skip mlx-lm")
+    p.add_argument("--peer-max-prefill", type=int, default=1 << 30,
+                   help="skip mlx-lm's prefill above this many tokens (it is slow)")
     p.add_argument("--ttft-load", type=int, default=0,
                    help="also: TTFT of a prompt this long while 7 others stream")
     p.add_argument("--sustained", type=int, default=0,
@@ -50,8 +52,11 @@ def run_bench(args) -> int:
     batches = [int(b) for b in args.batch.split(",") if b]
     lengths = [int(n) for n in args.prefill.split(",") if n]
     longest = max(lengths + [args.ttft_load, 64]) + args.steps + 16
-    cfg = EngineConfig(max_num_seqs=max(batches + [8]), page_size=16,
-                       num_pages=max(batches + [8]) * (longest // 16 + 2) + 8,
+    max_b = max(batches + [8])
+    # Pages for every decode run (all rows at once) plus the longest prompt, no more.
+    per_row = -(-(64 + 4 * args.steps + max_b + 16) // 16)
+    cfg = EngineConfig(max_num_seqs=max_b, page_size=16,
+                       num_pages=max_b * per_row + -(-longest // 16) + 64,
                        prefill_chunk=args.prefill_chunk, max_context=longest + 16)
     engine = Engine.load(args.model, cfg)
     monitor, recorder = _telemetry(engine, args.trace)
@@ -73,7 +78,7 @@ def run_bench(args) -> int:
             prompt = _prompt(n, vocab, n)
             log.timed(lambda: ours_prefill(engine, prompt), engine="tandem",
                       what="prefill", size=n)
-            if peer:
+            if peer and n <= args.peer_max_prefill:
                 log.timed(lambda: (peer.prefill_seconds(prompt), {}), engine="mlx-lm",
                           what="prefill", size=n)
     if args.ttft_load:
