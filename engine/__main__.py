@@ -10,7 +10,10 @@ from engine.cli import add_model_args, run_chat, run_generate
 def _clear_mlx_streams() -> None:
     # MLX 0.32 aborts at exit unless each thread that used it clears its streams.
     import mlx.core as mx
-    mx.synchronize()
+    try:
+        mx.synchronize()
+    except RuntimeError:    # this thread never made a stream of the default device
+        pass
     mx.clear_streams()
 
 

@@ -167,5 +167,3 @@ def _finish(engine, monitor, recorder, args, log) -> None:
         with open(args.json, "w") as f:
             json.dump([r.__dict__ | {"tok_s": r.tok_s} for r in log.runs], f, indent=1)
     engine.close()
-    mx.synchronize()
-    mx.clear_streams()

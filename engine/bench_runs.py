@@ -49,6 +49,10 @@ class RunLog:
         run.mhz, run.watts = self._clocks(t0, t1)
         self._last_end = t1
         self.runs.append(run)
+        # One line per run as it ends, so a run cut short still leaves its numbers.
+        print(f"run {run.index}: {run.engine} {run.what} {run.size}: {run.seconds:.4f} s "
+              f"({run.tok_s:.1f} tok/s) MHz={run.mhz} W={run.watts} {run.extra or ''}",
+              flush=True)
         return run
 
     def _clocks(self, t0, t1):
