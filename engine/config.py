@@ -9,7 +9,9 @@ class EngineConfig:
     max_num_seqs: int = 16          # sequences decoded together in one forward
     page_size: int = 16             # tokens per KV page
     num_pages: int = 4096           # KV budget: pages in the pool (page 0 is scratch)
-    prefill_chunk: int = 512        # tokens of one prompt read per step
+    prefill_chunk: int = 512        # prompt tokens read per step (several prompts may share it)
+    # While others stream, a step's prompt reading may slow their decode by this fraction.
+    max_decode_slowdown: float = 0.25
     max_context: int = 8192         # prompt + generation, per sequence
     use_kernels: bool = True        # custom kernels where the self-test passed
 
@@ -17,6 +19,8 @@ class EngineConfig:
         for name in ("max_num_seqs", "page_size", "num_pages", "prefill_chunk", "max_context"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name} must be >= 1")
+        if self.max_decode_slowdown <= 0:
+            raise ValueError("EngineConfig.max_decode_slowdown must be > 0")
         if self.num_pages < 2:
             raise ValueError("EngineConfig.num_pages must be >= 2 (page 0 is scratch)")
 

@@ -48,8 +48,9 @@ class StepEvent:
     t_end: float
     kind: str                  # "decode", "prefill" or "mixed"
     decode_request_ids: tuple[int, ...] = ()
-    prefill_request_id: int | None = None
-    prefill_tokens: int = 0
+    prefill_request_id: int | None = None      # the first of prefill_request_ids
+    prefill_request_ids: tuple[int, ...] = ()  # prompts read together in this step
+    prefill_tokens: int = 0                    # their tokens, all together
     batch_size: int = 0        # rows decoded in this step
     kv_pages_used: int = 0
     kv_pages_total: int = 0

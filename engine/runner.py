@@ -83,11 +83,14 @@ class Runner:
         source = mx.concatenate(arrays + [mx.array(host, mx.int32)] if host else arrays)
         return source.astype(mx.int32)[mx.array(index)].reshape(-1, 1)
 
-    def prefill(self, seq: Sequence, start: int, num_tokens: int) -> mx.array:
-        """One forward over a chunk of one prompt -> logits of its last token [1, V] (lazy)."""
-        ids = seq.all_ids[start:start + num_tokens]
-        view = self.build_view([(seq.pages, seq.slot, start, num_tokens)], num_tokens)
-        logits, _ = self.forward(np.array([ids], np.int32), view)
+    def prefill(self, chunks) -> mx.array:
+        """One ragged forward over prompt chunks -> each row's last-token logits [B, V] (lazy)."""
+        T = max(c.num_tokens for c in chunks)
+        tokens = np.zeros((len(chunks), T), np.int32)
+        for b, c in enumerate(chunks):
+            tokens[b, :c.num_tokens] = c.seq.all_ids[c.start:c.start + c.num_tokens]
+        rows = [(c.seq.pages, c.seq.slot, c.start, c.num_tokens) for c in chunks]
+        logits, _ = self.forward(tokens, self.build_view(rows, T))
         return logits[:, -1, :]
 
     def cache_arrays(self) -> list[mx.array]:

@@ -31,12 +31,21 @@ class PrefillChunk:
 @dataclass
 class StepPlan:
     decode: list[Sequence] = field(default_factory=list)
-    prefill: PrefillChunk | None = None
+    # Prompt chunks read together in one ragged forward [len(prefills), T].
+    prefills: list[PrefillChunk] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
 
     @property
+    def prefill(self) -> PrefillChunk | None:
+        return self.prefills[0] if self.prefills else None
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.prefills)
+
+    @property
     def is_empty(self) -> bool:
-        return not self.decode and self.prefill is None
+        return not self.decode and not self.prefills
 
 
 class Scheduler:
@@ -58,10 +67,11 @@ class Scheduler:
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
-    def schedule(self) -> StepPlan:
+    def schedule(self, prefill_budget: int | None = None) -> StepPlan:
+        """prefill_budget: padded prompt tokens this step may read (default: one chunk)."""
         plan = StepPlan()
         plan.decode = self._schedule_decode(plan.preempted)
-        plan.prefill = self._schedule_prefill()
+        plan.prefills = self._schedule_prefill(prefill_budget or self.config.prefill_chunk)
         return plan
 
     # -- decode -------------------------------------------------------------
@@ -96,15 +106,32 @@ class Scheduler:
         return self.running[-1]
 
     # -- prefill ------------------------------------------------------------
-    def _schedule_prefill(self) -> PrefillChunk | None:
-        seq = next((s for s in self.running if s.is_prefilling), None)
-        if seq is None and self.waiting and self._can_admit(self.waiting[0]):
-            seq = self.waiting.popleft()
-            self._admit(seq)
-        if seq is None:
-            return None
-        n = min(self.config.prefill_chunk, seq.num_to_prefill)
-        return PrefillChunk(seq, seq.num_computed, n)
+    def _schedule_prefill(self, budget: int) -> list[PrefillChunk]:
+        """Chunks of one or more prompts whose padded forward [rows, T] fits the budget.
+
+        Prompts already being read go first, then waiting ones in order; several short
+        prompts (a broadcast to every pane) are read in one forward, the weights once.
+        """
+        chunks: list[PrefillChunk] = []
+        for seq in self._prefill_candidates():
+            width = max((c.num_tokens for c in chunks), default=0)
+            todo = seq.num_tokens if seq.status is Status.WAITING else seq.num_to_prefill
+            n = min(todo, budget)
+            if chunks and (len(chunks) + 1) * max(width, n) > budget:
+                n = min(todo, width)      # fill the forward's width rather than widen it
+                if (len(chunks) + 1) * width > budget:
+                    break
+            if seq.status is Status.WAITING:
+                if not self._can_admit(seq):
+                    break
+                self.waiting.remove(seq)
+                self._admit(seq)
+            chunks.append(PrefillChunk(seq, seq.num_computed, n))
+        return chunks
+
+    def _prefill_candidates(self):
+        yield from [s for s in self.running if s.is_prefilling]
+        yield from list(self.waiting)
 
     def _can_admit(self, seq: Sequence) -> bool:
         if len(self.running) >= self.config.max_num_seqs or self.slots.num_free == 0:

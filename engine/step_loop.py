@@ -13,6 +13,7 @@ from engine.config import EngineConfig
 from engine.events import FinishedEvent, RequestStats, StepEvent, TokenEvent
 from engine.output_stream import OutputStream
 from engine.page_pool import PagePool, SlotPool
+from engine.prefill_budget import PrefillBudget
 from engine.runner import Runner
 from engine.sampler import RowSampler, sample_batch
 from engine.scheduler import Scheduler, StepPlan
@@ -38,6 +39,7 @@ class StepLoop:
         self.num_steps = 0
         # The step whose tokens are still on the device: (plan, sampled, t_start).
         self._inflight = None
+        self.budget = PrefillBudget(config.prefill_chunk, config.max_decode_slowdown)
 
     @property
     def has_work(self) -> bool:
@@ -54,7 +56,8 @@ class StepLoop:
 
     def step(self) -> None:
         """Queue step n on the device, then read and post-process step n-1 while it runs."""
-        plan = self.scheduler.schedule()
+        decoding = any(not s.is_prefilling for s in self.scheduler.running)
+        plan = self.scheduler.schedule(self.budget.tokens(decoding))
         if plan.is_empty:
             self.flush()
             return
@@ -90,21 +93,30 @@ class StepLoop:
             reqs = [self.requests[s.request_id] for s in plan.decode]
             ids = sample_batch(self.runner.decode(plan.decode), [r.sampler for r in reqs])
             out += [(r, ids, i) for i, r in enumerate(reqs)]
-        chunk = plan.prefill
-        if chunk is not None:
-            req = self.requests[chunk.seq.request_id]
-            if chunk.seq.t_prefill_start is None:
-                chunk.seq.t_prefill_start = time.perf_counter()
-            logits = self.runner.prefill(chunk.seq, chunk.start, chunk.num_tokens)
-            chunk.seq.num_computed = chunk.start + chunk.num_tokens
-            if chunk.is_last:
-                out.append((req, sample_batch(logits, [req.sampler]), 0))
+        if plan.prefills:
+            out += self._run_prefill(plan.prefills)
         for s in plan.decode:
             s.num_computed = s.num_tokens
         for req, ids, row in out:
             req.seq.pending.append((ids, row))
         mx.async_eval([ids for _, ids, _ in out] + self.runner.cache_arrays())
         return out
+
+    def _run_prefill(self, chunks) -> list[tuple[Request, mx.array, int]]:
+        """One ragged forward over the chunks; sample where a prompt's last chunk ends."""
+        now = time.perf_counter()
+        logits = self.runner.prefill(chunks)                                  # [B, V]
+        finishing = [i for i, c in enumerate(chunks) if c.is_last]
+        for c in chunks:
+            c.seq.t_prefill_start = c.seq.t_prefill_start or now
+            c.seq.num_computed = c.start + c.num_tokens
+        if not finishing:
+            return []
+        reqs = [self.requests[chunks[i].seq.request_id] for i in finishing]
+        if len(finishing) < len(chunks):
+            logits = logits[mx.array(finishing)]
+        ids = sample_batch(logits, [r.sampler for r in reqs])
+        return [(r, ids, row) for row, r in enumerate(reqs)]
 
     # -- postprocess --------------------------------------------------------
     def _postprocess(self, plan: StepPlan, sampled) -> None:
@@ -161,13 +173,15 @@ class StepLoop:
 
     def _emit_step(self, plan: StepPlan, t0: float, t1: float) -> None:
         self.num_steps += 1
+        self.budget.observe(t1 - t0, len(plan.decode), plan.prefill_tokens)
         chunk = plan.prefill
         kind = "mixed" if plan.decode and chunk else ("decode" if plan.decode else "prefill")
         self.emit(StepEvent(
             step=self.num_steps, t_start=t0, t_end=t1, kind=kind,
             decode_request_ids=tuple(s.request_id for s in plan.decode),
             prefill_request_id=chunk.seq.request_id if chunk else None,
-            prefill_tokens=chunk.num_tokens if chunk else 0, batch_size=len(plan.decode),
+            prefill_request_ids=tuple(c.seq.request_id for c in plan.prefills),
+            prefill_tokens=plan.prefill_tokens, batch_size=len(plan.decode),
             kv_pages_used=self.pool.num_used, kv_pages_total=self.pool.num_total,
             num_waiting=len(self.scheduler.waiting),
             num_running=len(self.scheduler.running)))

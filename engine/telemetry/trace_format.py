@@ -106,7 +106,9 @@ class TraceFormatter:
                 "kv_pages": f"{ev.kv_pages_used}/{ev.kv_pages_total}"}))
         if ev.kind in ("prefill", "mixed") and ev.prefill_request_id is not None:
             out.append(self._slice("prefill_chunk", ts, dur, {
-                **common, "request_id": ev.prefill_request_id, "tokens": ev.prefill_tokens}))
+                **common, "request_id": ev.prefill_request_id,
+                "request_ids": list(ev.prefill_request_ids or (ev.prefill_request_id,)),
+                "tokens": ev.prefill_tokens}))
         seconds = ev.t_end - ev.t_start
         if seconds > 0:
             out += self._counter(DECODE_TOK_S, ts, ev.batch_size / seconds)

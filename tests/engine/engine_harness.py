@@ -41,10 +41,11 @@ class Harness:
                 logits.setdefault(s.request_id, []).append(out[i])
             return out
 
-        def rec_prefill(seq, start, n):
-            out = prefill(seq, start, n)
-            if start + n == seq.prefill_target:
-                logits.setdefault(seq.request_id, []).append(out[0])
+        def rec_prefill(chunks):
+            out = prefill(chunks)
+            for i, c in enumerate(chunks):
+                if c.is_last:
+                    logits.setdefault(c.seq.request_id, []).append(out[i])
             return out
         runner.decode, runner.prefill = rec_decode, rec_prefill
 

@@ -92,3 +92,14 @@ def test_paged_attention_equals_contiguous_attention():
     for i, tok in enumerate(tokens):
         assert mx.abs(out - h.logits[0][i]).max().item() < TOL
         out = ref(mx.array([[tok]]), cache=cache)[0, -1]
+
+
+def test_prompts_arriving_together_are_read_in_one_forward(model):
+    refs = {i: alone(model, PROMPTS[i], 5) for i in (1, 3, 4)}
+    h = Harness(model, max_num_seqs=8, prefill_chunk=64)
+    seqs = {i: h.add(i, PROMPTS[i], 5) for i in (1, 3, 4)}
+    h.run()
+    assert max(len(ev.prefill_request_ids) for ev in h.steps) == 3
+    for i, s in seqs.items():
+        assert s.output_ids == refs[i].seqs[0].output_ids
+        assert_same(refs[i], h, 0, i)

@@ -92,3 +92,28 @@ def test_finish_of_waiting_running_and_prefilling_frees_everything():
         sched.finish(s, "cancelled")
     assert not sched.has_work
     assert sched.pool.num_free == sched.pool.num_total and sched.slots.num_free == 4
+
+
+def test_several_short_prompts_are_read_in_one_forward_within_the_budget():
+    sched = make(chunk=32, max_num_seqs=8)
+    for i, n in enumerate([5, 7, 6, 30]):
+        sched.add(seq(i, n))
+    plan = sched.schedule()
+    assert [c.seq.request_id for c in plan.prefills] == [0, 1, 2, 3]
+    width = max(c.num_tokens for c in plan.prefills)
+    assert len(plan.prefills) * width <= 32
+    long = plan.prefills[3]       # the long prompt fills the rest of the forward's width
+    assert long.num_tokens == 7 and not long.is_last
+    for c in plan.prefills:
+        c.seq.num_computed = c.start + c.num_tokens
+        if c.is_last:
+            c.seq.output_ids.append(7)
+    plan = sched.schedule()
+    assert [c.seq.request_id for c in plan.prefills] == [3] and plan.prefill.start == 7
+
+
+def test_budget_argument_limits_the_chunk():
+    sched = make(chunk=64)
+    sched.add(seq(1, 50))
+    plan = sched.schedule(prefill_budget=16)
+    assert plan.prefill.num_tokens == 16 and not plan.prefill.is_last

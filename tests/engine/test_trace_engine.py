@@ -33,7 +33,8 @@ def test_two_prompts_decode_together_in_batches_of_2(trace):
     steps = [e for e in trace["traceEvents"] if e.get("name") == "decode_step"]
     assert steps and max(e["args"]["batch_size"] for e in steps) == 2
     prefills = [e for e in trace["traceEvents"] if e.get("name") == "prefill_chunk"]
-    assert len(prefills) == 2
+    read = {rid for e in prefills for rid in e["args"]["request_ids"]}
+    assert len(read) == 2                 # both prompts (read together, in one forward)
 
 
 def test_request_spans_contain_their_first_token(trace):
