@@ -30,6 +30,9 @@ class BatchView:
     num_tokens: int         # T
     ragged: bool            # some row has lengths < T
     all_logits: bool = False  # True: logits for every token; False: only each row's last
+    # Set when every row has the same offset and T real tokens: each row then sees
+    # exactly keys 0..context_len-1, and attention needs no mask array (causal or none).
+    context_len: int | None = None
 
     @property
     def batch_size(self) -> int:

@@ -46,7 +46,9 @@ class Runner:
             offsets=mx.array(offsets), lengths=mx.array(lengths),
             positions=mx.array(positions), slot_mapping=mx.array(slot_mapping),
             block_tables=mx.array(tables), state_slots=mx.array(slots), page_size=ps,
-            num_tokens=T, ragged=bool((lengths < T).any()), all_logits=all_logits)
+            num_tokens=T, ragged=bool((lengths < T).any()), all_logits=all_logits,
+            context_len=int(offsets[0]) + T if (offsets == offsets[0]).all()
+            and (lengths == T).all() else None)
 
     def forward(self, tokens: np.ndarray, view: BatchView, cache: ModelCache | None = None):
         cache = cache or self.cache

@@ -17,10 +17,13 @@ def write_kv(pool: mx.array, new: mx.array, view: BatchView) -> mx.array:
 
 
 def gather_kv(pool: mx.array, view: BatchView) -> mx.array:
-    """Read each row's keys through its block table: [B, Hkv, L, D] with L = kv_len."""
+    """Read each row's keys through its block table: [B, Hkv, L, D], L = the context
+    length when every row shares it (nothing past it is read), else kv_len."""
     ps = view.page_size
     idx = view.block_tables[:, :, None] * ps + mx.arange(ps, dtype=mx.int32)  # [B, P, ps]
     idx = idx.reshape(view.batch_size, -1)                                  # [B, L]
+    if view.context_len is not None:
+        idx = idx[:, :view.context_len]
     return pool[idx].transpose(0, 2, 1, 3)
 
 
@@ -46,5 +49,10 @@ def paged_attention(q: mx.array, k: mx.array, v: mx.array, kv: list[mx.array],
         return out[:, :, None]                                              # [B, Hq, 1, D]
     keys = gather_kv(kv[0], view).astype(q.dtype)
     values = gather_kv(kv[1], view).astype(q.dtype)
-    return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale,
-                                                mask=causal_mask(view))
+    if view.context_len is not None:
+        # Keys are exactly 0..context_len-1: the chunk's queries are the last T positions,
+        # which is SDPA's own causal alignment (no mask array to build or read).
+        mask = "causal" if view.num_tokens > 1 else None
+    else:
+        mask = causal_mask(view)
+    return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask)
