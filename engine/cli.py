@@ -32,7 +32,7 @@ def run_generate(args) -> int:
     except TandemError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    recorder = _start_trace(engine, args.trace)
+    recorder, monitor = _start_trace(engine, args.trace)
     with engine:
         outs = engine.generate(args.prompt, _sampling(args))
     for i, (prompt, out) in enumerate(zip(args.prompt, outs)):
@@ -41,6 +41,7 @@ def run_generate(args) -> int:
               f"ttft {s.ttft_s * 1000:.0f} ms, {s.decode_tok_s:.1f} tok/s)")
         print(out.text)
     if recorder is not None:
+        monitor.stop()
         recorder.stop()
         recorder.save(args.trace)
         print(f"trace written to {args.trace}", file=sys.stderr)
@@ -48,13 +49,16 @@ def run_generate(args) -> int:
 
 
 def _start_trace(engine: Engine, path: str | None):
+    """A recorder of the engine's events and the GPU/CPU clock and power readings."""
     if not path:
-        return None
-    from engine.telemetry import TraceRecorder
-    recorder = TraceRecorder()
+        return None, None
+    from engine.telemetry import TelemetryMonitor, TraceRecorder
+    recorder, monitor = TraceRecorder(), TelemetryMonitor(interval_s=0.25)
     engine.add_listener(recorder.on_event)
+    monitor.add_listener(recorder.on_reading)
     recorder.start()
-    return recorder
+    monitor.start()
+    return recorder, monitor
 
 
 def run_chat(args) -> int:
