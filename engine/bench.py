@@ -35,6 +35,9 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
                    help="also: TTFT of a prompt this long while 7 others stream")
     p.add_argument("--sustained", type=int, default=0,
                    help="repeat the longest prefill N times without rest (clock check)")
+    p.add_argument("--trace-overhead", type=int, default=0, metavar="B",
+                   help="also: decode at batch B with and without a trace recording, "
+                        "alternating (the recorder's cost on tok/s)")
     p.add_argument("--json", default=None, help="write every run here")
     p.add_argument("--trace", default=None, help="write a Perfetto trace here")
 
@@ -85,6 +88,8 @@ def run_bench(args) -> int:
         streams = [_prompt(64, vocab, 100 + i) for i in range(7)]
         log.timed(lambda: ours_ttft_under_load(engine, streams, _prompt(args.ttft_load, vocab, 7)),
                   engine="tandem", what="ttft_under_load", size=args.ttft_load)
+    if args.trace_overhead:
+        _trace_overhead(engine, log, args, vocab)
     for _ in range(args.sustained):
         n = max(lengths)
         log.timed(lambda: ours_prefill(engine, _prompt(n, vocab, n)), engine="tandem",
@@ -92,6 +97,27 @@ def run_bench(args) -> int:
     _report(log, batches, lengths, peak_gb=mx.get_peak_memory() / 1e9)
     _finish(engine, monitor, recorder, args, log)
     return 0
+
+
+def _trace_overhead(engine, log, args, vocab) -> None:
+    """Decode with and without a recording, alternating; prints the median ratio."""
+    from engine.telemetry import TraceRecorder
+    B = args.trace_overhead
+    prompts = [_prompt(32, vocab, s) for s in range(B)]
+    for _ in range(args.rounds):
+        log.timed(lambda: ours_decode(engine, prompts, args.steps), engine="tandem",
+                  what="decode_untraced", size=B)
+        recorder = TraceRecorder()
+        engine.add_listener(recorder.on_event)
+        recorder.start()
+        log.timed(lambda: ours_decode(engine, prompts, args.steps), engine="tandem",
+                  what="decode_traced", size=B)
+        engine.remove_listener(recorder.on_event)
+        recorder.stop()
+    off = _median_run(log, "tandem", "decode_untraced", B)
+    on = _median_run(log, "tandem", "decode_traced", B)
+    print(f"trace recording: decode step {1000 * on:.2f} ms traced vs {1000 * off:.2f} ms "
+          f"untraced at B={B}: {100 * (on / off - 1):+.1f}% (median of {args.rounds})")
 
 
 def _warm_up(engine, peer, vocab):
