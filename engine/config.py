@@ -14,6 +14,9 @@ class EngineConfig:
     max_decode_slowdown: float = 0.25
     max_context: int = 8192         # prompt + generation, per sequence
     use_kernels: bool = True        # custom kernels where the self-test passed
+    # Finished turns kept (pages and recurrent state) for each conversation's next turn.
+    prefix_cache: bool = True
+    num_cached_turns: int = 8       # extra state slots they may hold
 
     def __post_init__(self):
         for name in ("max_num_seqs", "page_size", "num_pages", "prefill_chunk", "max_context"):
@@ -27,6 +30,10 @@ class EngineConfig:
     @property
     def max_pages_per_seq(self) -> int:
         return -(-self.max_context // self.page_size)
+
+    @property
+    def num_state_slots(self) -> int:
+        return self.max_num_seqs + (self.num_cached_turns if self.prefix_cache else 0)
 
     @property
     def num_usable_pages(self) -> int:

@@ -23,6 +23,7 @@ class RequestStats:
     decode_tok_s: float        # generated tokens after the first / time since the first
     prefill_tok_s: float = 0.0
     num_preemptions: int = 0
+    cached_tokens: int = 0     # prompt tokens reused from the conversation's previous turn
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class StepEvent:
     batch_size: int = 0        # rows decoded in this step
     kv_pages_used: int = 0
     kv_pages_total: int = 0
+    kv_pages_cached: int = 0   # of kv_pages_used, held by finished turns (evicted on demand)
     num_waiting: int = 0
     num_running: int = 0
     extra: dict = field(default_factory=dict)

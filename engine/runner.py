@@ -21,7 +21,7 @@ class Runner:
         self.config = config
         self.page_size = config.page_size
         self.cache = ModelCache(model.cache_spec(), config.num_pages, config.page_size,
-                                num_slots=config.max_num_seqs)
+                                num_slots=config.num_state_slots)
 
     def build_view(self, rows: list[tuple[list[int], int, int, int]], num_tokens: int,
                    all_logits: bool = False) -> BatchView:

@@ -4,8 +4,10 @@ Each step decodes every running sequence that has finished its prompt in ONE
 forward [B, 1], then reads at most one chunk of one prompt (decode first, so
 streaming conversations keep streaming while a new prompt is read). A
 sequence is admitted only when the pool holds pages for its whole prompt;
-when decoding needs a page the pool lacks, the latest admitted sequence is
-preempted: its pages and slot are freed and it waits to be recomputed.
+when decoding needs a page the pool lacks, cached turns are evicted first,
+then the latest admitted sequence is preempted: its pages and slot are
+freed and it waits to be recomputed. A prompt that continues a cached turn
+reads only its new tokens (prefix_cache.py).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
 from engine.page_pool import PagePool, SlotPool
+from engine.prefix_cache import PrefixCache
 from engine.sequence import Sequence, Status
 
 
@@ -50,8 +53,9 @@ class StepPlan:
 
 class Scheduler:
     def __init__(self, config: EngineConfig, pool: PagePool, slots: SlotPool,
-                 on_pressure=None):
+                 on_pressure=None, cache: PrefixCache | None = None):
         self.config = config
+        self.cache = cache      # finished turns kept for the conversation's next turn
         # Called before preempting: the runner reads back tokens still in flight, so a
         # preempted sequence is recomputed from exact ids (it may also finish some).
         self.on_pressure = on_pressure or (lambda: None)
@@ -80,6 +84,8 @@ class Scheduler:
         for seq in list(self.running):
             if seq.status is not Status.RUNNING or seq.is_prefilling:
                 continue
+            while not self._append_slot(seq) and self.cache and self.cache.evict_lru():
+                pass
             if not self._append_slot(seq):
                 self.on_pressure()
             while seq.status is Status.RUNNING and not self._append_slot(seq):
@@ -115,7 +121,8 @@ class Scheduler:
         chunks: list[PrefillChunk] = []
         for seq in self._prefill_candidates():
             width = max((c.num_tokens for c in chunks), default=0)
-            todo = seq.num_tokens if seq.status is Status.WAITING else seq.num_to_prefill
+            todo = (seq.num_tokens - self._reusable(seq)[1] if seq.status is Status.WAITING
+                    else seq.num_to_prefill)
             n = min(todo, budget)
             if chunks and (len(chunks) + 1) * max(width, n) > budget:
                 n = min(todo, width)      # fill the forward's width rather than widen it
@@ -133,16 +140,33 @@ class Scheduler:
         yield from [s for s in self.running if s.is_prefilling]
         yield from list(self.waiting)
 
+    def _reusable(self, seq: Sequence):
+        """(cache entry, tokens it covers) for seq's prompt, or (None, 0)."""
+        if self.cache is None:
+            return None, 0
+        return self.cache.match(seq.all_ids)
+
     def _can_admit(self, seq: Sequence) -> bool:
-        if len(self.running) >= self.config.max_num_seqs or self.slots.num_free == 0:
+        """Room for seq, evicting cached turns (least recently used) when needed."""
+        if len(self.running) >= self.config.max_num_seqs:
             return False
-        return self.pool.can_allocate(self.pool.pages_for(seq.num_tokens + 1))
+        entry, reuse = self._reusable(seq)
+        need = self.pool.pages_for(seq.num_tokens + 1) - self.pool.pages_for(reuse)
+        while not (self.pool.can_allocate(need) and (entry or self.slots.num_free)):
+            if not (self.cache and self.cache.evict_lru(keep=entry)):
+                return False
+        return True
 
     def _admit(self, seq: Sequence) -> None:
-        seq.pages = self.pool.allocate(self.pool.pages_for(seq.num_tokens + 1))
-        seq.slot = self.slots.allocate()
+        entry, reuse = self._reusable(seq)
+        if entry is not None:
+            seq.pages, seq.slot = self.cache.take(entry, reuse)
+        else:
+            seq.pages, seq.slot, reuse = [], self.slots.allocate(), 0
+        seq.pages += self.pool.allocate(self.pool.pages_for(seq.num_tokens + 1) - len(seq.pages))
         seq.status = Status.RUNNING
-        seq.num_computed = 0
+        seq.num_computed = reuse
+        seq.num_cached = reuse
         seq.prefill_target = seq.num_tokens
         self.running.append(seq)
 
@@ -159,10 +183,19 @@ class Scheduler:
     def finish(self, seq: Sequence, reason: str) -> None:
         if seq.status is Status.WAITING:
             self.waiting.remove(seq)
+        elif seq.status is Status.RUNNING and self._keep(seq, reason):
+            self.cache.put(seq.all_ids[:seq.num_computed], seq.pages, seq.slot)
+            seq.pages, seq.slot = [], None
+            self.running.remove(seq)
         elif seq.status is Status.RUNNING:
             self._release(seq)
         seq.status = Status.FINISHED
         seq.finish_reason = reason
+
+    def _keep(self, seq: Sequence, reason: str) -> bool:
+        """A turn that ended normally is kept for the conversation's next turn."""
+        return (self.cache is not None and reason in ("stop", "length")
+                and seq.num_computed > 0 and not seq.is_prefilling)
 
     def _release(self, seq: Sequence) -> None:
         self.pool.free(seq.pages)

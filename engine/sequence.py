@@ -28,6 +28,7 @@ class Sequence:
     slot: int | None = None
     num_computed: int = 0            # tokens whose K/V (and state) are in the cache
     prefill_target: int = 0          # tokens to read before decoding (set on admission)
+    num_cached: int = 0              # prompt tokens taken from a cached earlier turn
     finish_reason: str | None = None
     num_preemptions: int = 0
     t_submit: float = field(default_factory=time.perf_counter)

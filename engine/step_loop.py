@@ -14,6 +14,7 @@ from engine.events import FinishedEvent, RequestStats, StepEvent, TokenEvent
 from engine.output_stream import OutputStream
 from engine.page_pool import PagePool, SlotPool
 from engine.prefill_budget import PrefillBudget
+from engine.prefix_cache import PrefixCache
 from engine.runner import Runner
 from engine.sampler import RowSampler, sample_batch
 from engine.scheduler import Scheduler, StepPlan
@@ -32,8 +33,13 @@ class StepLoop:
         self.config = config
         self.runner = Runner(model, config)
         self.pool = PagePool(config.num_pages, config.page_size)
-        self.scheduler = Scheduler(config, self.pool, SlotPool(config.max_num_seqs),
-                                   on_pressure=self.flush)
+        slots = SlotPool(config.num_state_slots)
+        # Recurrent states cannot be rewound: such models reuse whole cached turns only.
+        recurrent = bool(model.cache_spec().state_layers)
+        cache = PrefixCache(self.pool, slots, recurrent, config.num_cached_turns) \
+            if config.prefix_cache else None
+        self.scheduler = Scheduler(config, self.pool, slots, on_pressure=self.flush,
+                                   cache=cache)
         self.requests: dict[int, Request] = {}
         self.emit = emit          # broadcast to listeners (events of every request)
         self.num_steps = 0
@@ -168,8 +174,9 @@ class StepLoop:
         return RequestStats(
             prompt_tokens=len(seq.prompt_ids), generated_tokens=n, ttft_s=ttft,
             decode_tok_s=(n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0,
-            prefill_tok_s=len(seq.prompt_ids) / prefill_s if prefill_s > 0 else 0.0,
-            num_preemptions=seq.num_preemptions)
+            prefill_tok_s=(len(seq.prompt_ids) - seq.num_cached) / prefill_s
+            if prefill_s > 0 else 0.0,
+            num_preemptions=seq.num_preemptions, cached_tokens=seq.num_cached)
 
     def _emit_step(self, plan: StepPlan, t0: float, t1: float) -> None:
         self.num_steps += 1
@@ -183,5 +190,6 @@ class StepLoop:
             prefill_request_ids=tuple(c.seq.request_id for c in plan.prefills),
             prefill_tokens=plan.prefill_tokens, batch_size=len(plan.decode),
             kv_pages_used=self.pool.num_used, kv_pages_total=self.pool.num_total,
+            kv_pages_cached=self.scheduler.cache.num_pages if self.scheduler.cache else 0,
             num_waiting=len(self.scheduler.waiting),
             num_running=len(self.scheduler.running)))
