@@ -26,7 +26,7 @@ HF_PATTERN = "models--*--SmolLM2-135M-Instruct*"
 
 def models_dir() -> Path:
     """Shared by every Tandem (bundled or from source): where the default model is linked."""
-    import platformdirs     # imported here: the engine also runs where only mlx is installed
+    import platformdirs  # imported here: the engine also runs where only mlx is installed
     return Path(platformdirs.user_data_dir("Tandem", appauthor=False)) / "models"
 
 

@@ -10,9 +10,9 @@ import queue
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Callable
 
 import mlx.core as mx
 
@@ -49,7 +49,7 @@ class Engine:
     @classmethod
     def load(cls, model: str | Path | None = None, config: EngineConfig | None = None,
              on_progress: Callable[[LoadProgress], None] | None = None,
-             quantize_bits: int | None = None) -> "Engine":
+             quantize_bits: int | None = None) -> Engine:
         """Load a model folder, a .gguf file or (None) the built-in default model."""
         return cls(model, config or EngineConfig(), on_progress, quantize_bits)
 
@@ -137,7 +137,7 @@ class Engine:
         self._inbox.put(("close", None))
         self._thread.join(timeout=30)
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc) -> None:

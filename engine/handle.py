@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import asyncio
 import queue
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from engine.events import ErrorEvent, FinishedEvent, TokenEvent
 

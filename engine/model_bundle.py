@@ -1,9 +1,9 @@
 """A loaded model with its tokenizer, ready for the engine thread."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from engine.config import EngineConfig
 from engine.default_model import default_model_path

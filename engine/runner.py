@@ -4,8 +4,8 @@ Only the engine thread calls this (it touches mx).
 """
 from __future__ import annotations
 
-import numpy as np
 import mlx.core as mx
+import numpy as np
 
 from engine.batch_view import BatchView
 from engine.config import EngineConfig

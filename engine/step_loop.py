@@ -5,7 +5,7 @@ Everything here runs on the engine thread, the only thread that touches mx.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import mlx.core as mx
 

@@ -18,8 +18,13 @@ import math
 import mlx.core as mx
 
 from kernels import registry
-from kernels.paged_attention_src import (_CUDA_HEADER, _CUDA_PASS1, _CUDA_PASS2, _METAL_PASS1,
-                                          _METAL_PASS2)
+from kernels.paged_attention_src import (
+    _CUDA_HEADER,
+    _CUDA_PASS1,
+    _CUDA_PASS2,
+    _METAL_PASS1,
+    _METAL_PASS2,
+)
 
 NAME = "paged_attention"
 _NW = 4          # warps per block; they share the group's q in shared memory

@@ -4,8 +4,8 @@ from __future__ import annotations
 import mlx.core as mx
 
 import kernels
-from kernels.registry import active as kernel_active
 from engine.batch_view import BatchView
+from kernels.registry import active as kernel_active
 
 
 def write_kv(pool: mx.array, new: mx.array, view: BatchView) -> mx.array:

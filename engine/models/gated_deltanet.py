@@ -11,11 +11,11 @@ import mlx.core as mx
 import mlx.nn as nn
 
 import kernels
-from kernels.registry import active as kernel_active
 from engine.batch_view import BatchView
 from engine.models.base import StateSpec
 from engine.models.gated_delta import decay, gated_delta, normalize_qk
 from engine.models.qwen3_5_config import ModelArgs
+from kernels.registry import active as kernel_active
 
 
 class GatedRMSNorm(nn.Module):

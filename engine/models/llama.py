@@ -37,7 +37,7 @@ class ModelArgs:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
 
     @classmethod
-    def from_config(cls, c: dict) -> "ModelArgs":
+    def from_config(cls, c: dict) -> ModelArgs:
         heads = c["num_attention_heads"]
         mt = c.get("model_type", "llama")
         return cls(

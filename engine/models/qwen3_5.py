@@ -128,9 +128,9 @@ class Model(nn.Module):
         return self.body.lm_head(h)                                          # [B, *, V]
 
     def cache_spec(self) -> CacheSpec:
-        linear = [l.linear_attn for l in self.layers if l.is_linear]
+        linear = [layer.linear_attn for layer in self.layers if layer.is_linear]
         return CacheSpec(
-            num_kv_layers=sum(not l.is_linear for l in self.layers),
+            num_kv_layers=sum(not layer.is_linear for layer in self.layers),
             num_kv_heads=self.args.num_key_value_heads,
             head_dim=self.args.head_dim,
             kv_dtype=self._compute_dtype(),

@@ -60,7 +60,7 @@ class ModelArgs:
             raise ValueError("num_experts_per_tok must be in 1..num_experts")
 
     @classmethod
-    def from_config(cls, config: dict) -> "ModelArgs":
+    def from_config(cls, config: dict) -> ModelArgs:
         text = config.get("text_config", config)
         model_type = config["model_type"]
         rope = text.get("rope_parameters") or text.get("rope_scaling") or {}

@@ -31,7 +31,7 @@ def validate_trace(obj: object) -> list[str]:
         problem = _check_event(i, ev, last_ts, spans)
         if problem:
             errors.append(problem)
-    for key, (b, e) in spans.items():
+    for key, (_b, e) in spans.items():
         if math.isnan(e):
             errors.append(f"async span {key} has a begin but no end")
     return errors

@@ -6,11 +6,11 @@ import json
 
 import mlx.core as mx
 import pytest
+from tiny_models import write_tiny_llama
 
 from engine import Engine, EngineConfig, SamplingParams
 from engine.errors import ModelLoadError, PromptTooLongError
 from engine.events import FinishedEvent, StepEvent, TokenEvent
-from tiny_models import write_tiny_llama
 
 
 @pytest.fixture(scope="module")

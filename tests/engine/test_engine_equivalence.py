@@ -4,7 +4,6 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-
 from engine_harness import Harness
 from qwen_fixtures import build_model, random_weights, tiny_config
 from tiny_models import tiny_llama, tiny_llama_config
@@ -79,8 +78,8 @@ def test_preempted_sequence_gives_the_same_output_and_the_pool_ends_whole(model)
 def test_paged_attention_equals_contiguous_attention():
     """Our paged model against mlx-lm's (contiguous KV cache) on the same weights."""
     mlx_lm_llama = pytest.importorskip("mlx_lm.models.llama")
-    from mlx_lm.models.cache import make_prompt_cache
     from mlx.utils import tree_flatten
+    from mlx_lm.models.cache import make_prompt_cache
     cfg = tiny_llama_config()
     ours = tiny_llama(cfg)
     ref = mlx_lm_llama.Model(mlx_lm_llama.ModelArgs(**cfg))

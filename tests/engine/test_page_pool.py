@@ -1,5 +1,6 @@
-from engine.page_pool import PagePool, SlotPool
 import pytest
+
+from engine.page_pool import PagePool, SlotPool
 
 
 def test_scratch_page_is_never_handed_out():

@@ -4,12 +4,12 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-
-from engine.page_pool import PagePool, SlotPool
-from engine.prefix_cache import PrefixCache
 from engine_harness import Harness
 from qwen_fixtures import build_model, random_weights, tiny_config
 from tiny_models import tiny_llama
+
+from engine.page_pool import PagePool, SlotPool
+from engine.prefix_cache import PrefixCache
 
 RNG = np.random.default_rng(3)
 TURN1 = RNG.integers(0, 320, 13).tolist()
@@ -82,7 +82,7 @@ def test_next_turn_reads_only_its_new_tokens_and_matches_no_cache(model):
 
 def test_a_branch_that_differs_inside_the_turn_is_still_right(model):
     h = Harness(model)
-    first = h.add(1, TURN1, 4)
+    h.add(1, TURN1, 4)
     h.run()
     branch = TURN1[:7] + [5, 6, 7] + NEW_MESSAGE          # an edited earlier message
     second = h.add(2, branch, 4)

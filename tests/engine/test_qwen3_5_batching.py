@@ -4,9 +4,9 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
+from qwen_fixtures import Rows, build_model, random_weights, tiny_config
 
 import engine.models.gated_delta as gated_delta
-from qwen_fixtures import Rows, build_model, random_weights, tiny_config
 
 TOL = 1e-4
 RNG = np.random.default_rng(7)

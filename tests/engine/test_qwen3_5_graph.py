@@ -6,7 +6,6 @@ import io
 
 import mlx.core as mx
 import pytest
-
 from qwen_fixtures import Rows, build_model, random_weights, tiny_config
 
 LENGTHS = (64, 128, 256, 512)

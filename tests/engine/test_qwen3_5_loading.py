@@ -4,10 +4,16 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
+from qwen_fixtures import (
+    Rows,
+    build_model,
+    random_weights,
+    tiny_config,
+    write_hf_folder,
+    write_mlx_folder,
+)
 
 from engine.models.loader import load_model
-from qwen_fixtures import (Rows, build_model, random_weights, tiny_config, write_hf_folder,
-                           write_mlx_folder)
 
 PROMPT = [3, 141, 59, 26, 53, 58, 97, 93, 23, 84, 62, 64, 33]
 MODEL_TYPES = ["qwen3_5_moe", "qwen3_5", "qwen3_next"]

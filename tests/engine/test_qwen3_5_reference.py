@@ -7,9 +7,9 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import pytest
+from qwen_fixtures import Rows, build_model, random_weights, tiny_config
 
 from engine.models.qwen3_5 import quantize_predicate
-from qwen_fixtures import Rows, build_model, random_weights, tiny_config
 
 pytest.importorskip("mlx_lm", reason="mlx-lm is the reference implementation")
 

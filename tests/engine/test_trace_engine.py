@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from tiny_models import write_tiny_llama
 
 from engine import Engine, EngineConfig, SamplingParams
 from engine.telemetry import TraceRecorder, validate_trace
-from tiny_models import write_tiny_llama
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
+from qwen_fixtures import write_tokenizer
 
 from engine.models import llama
-from qwen_fixtures import write_tokenizer
 
 VOCAB = 320
 

@@ -1,11 +1,10 @@
 import importlib
 
+import kernel_gdn_cases as gdn_cases
+import kernel_numpy_ref as numpy_ref
 import mlx.core as mx
 import numpy as np
 import pytest
-
-import kernel_gdn_cases as gdn_cases
-import kernel_numpy_ref as numpy_ref
 from kernel_numpy_ref import to_np
 
 gdc = importlib.import_module("kernels.gated_delta_chunk")  # the package binds the function name

@@ -1,12 +1,12 @@
 import importlib
 
+import kernel_gdn_cases as gdn_cases
+import kernel_numpy_ref as numpy_ref
 import mlx.core as mx
 import numpy as np
 import pytest
-
-import kernel_gdn_cases as gdn_cases
-import kernel_numpy_ref as numpy_ref
 from kernel_numpy_ref import to_np
+
 from kernels import registry
 
 gds = importlib.import_module("kernels.gated_delta_step")  # the package binds the function name

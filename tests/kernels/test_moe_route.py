@@ -1,10 +1,9 @@
 import importlib
 
+import kernel_numpy_ref as numpy_ref
 import mlx.core as mx
 import numpy as np
 import pytest
-
-import kernel_numpy_ref as numpy_ref
 from kernel_numpy_ref import to_np
 
 mr = importlib.import_module("kernels.moe_route")  # the package binds the function name
