@@ -7,16 +7,6 @@ import sys
 from engine.cli import add_model_args, run_chat, run_generate
 
 
-def _clear_mlx_streams() -> None:
-    # MLX 0.32 aborts at exit unless each thread that used it clears its streams.
-    import mlx.core as mx
-    try:
-        mx.synchronize()
-    except RuntimeError:    # this thread never made a stream of the default device
-        pass
-    mx.clear_streams()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -40,5 +30,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     import atexit
-    atexit.register(_clear_mlx_streams)
+
+    from engine.mlx_threads import clear_thread_streams
+    atexit.register(clear_thread_streams)
     sys.exit(main())

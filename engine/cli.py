@@ -21,16 +21,19 @@ def _sampling(args) -> SamplingParams:
                           top_p=args.top_p, seed=args.seed)
 
 
-def _load(args, config: EngineConfig | None = None) -> Engine:
+def _load(args, config: EngineConfig | None = None) -> Engine | None:
+    """The engine, or None after telling the user what went wrong."""
     print(f"Loading {args.model or 'the built-in model'}...", file=sys.stderr)
-    return Engine.load(args.model, config)
+    try:
+        return Engine.load(args.model, config)
+    except TandemError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
 
 
 def run_generate(args) -> int:
-    try:
-        engine = _load(args)
-    except TandemError as e:
-        print(f"error: {e}", file=sys.stderr)
+    engine = _load(args)
+    if engine is None:
         return 2
     recorder, monitor = _start_trace(engine, args.trace)
     with engine:
@@ -62,10 +65,8 @@ def _start_trace(engine: Engine, path: str | None):
 
 
 def run_chat(args) -> int:
-    try:
-        engine = _load(args)
-    except TandemError as e:
-        print(f"error: {e}", file=sys.stderr)
+    engine = _load(args)
+    if engine is None:
         return 2
     messages = [{"role": "system", "content": args.system}] if args.system else []
     print(f"Chatting with {engine.model_name}. Empty line or Ctrl-D to quit.")

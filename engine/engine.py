@@ -17,6 +17,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from engine.config import EngineConfig
+from engine.mlx_threads import clear_thread_streams
 from engine.errors import EngineClosedError, PromptTooLongError
 from engine.events import LoadProgress, SubmittedEvent
 from engine.handle import Completion, RequestHandle
@@ -154,8 +155,7 @@ class Engine:
         finally:
             # MLX 0.32 needs each thread that used mx to clear its streams before it
             # ends, or the process aborts at exit (ml-explore/mlx#3395).
-            mx.synchronize()
-            mx.clear_streams()
+            clear_thread_streams()
 
     def _serve(self, model, on_progress, quantize_bits) -> None:
         try:

@@ -11,7 +11,6 @@ sys.path.insert(0, str(Path(__file__).parent / "engine"))   # tiny_models, qwen_
 @atexit.register
 def _clear_mlx_streams():
     # MLX 0.32 aborts at exit unless every thread that used it clears its streams.
-    mx = sys.modules.get("mlx.core")
-    if mx is not None:
-        mx.synchronize()
-        mx.clear_streams()
+    if "mlx.core" in sys.modules:
+        from engine.mlx_threads import clear_thread_streams
+        clear_thread_streams()
