@@ -14,13 +14,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
-import mlx.core as mx
-
 from engine.config import EngineConfig
-from engine.mlx_threads import clear_thread_streams
 from engine.errors import EngineClosedError, PromptTooLongError
 from engine.events import LoadProgress, SubmittedEvent
 from engine.handle import Completion, RequestHandle
+from engine.mlx_threads import clear_thread_streams
 from engine.model_bundle import ModelBundle, load_bundle
 from engine.output_stream import OutputStream
 from engine.sampler import RowSampler
