@@ -33,6 +33,9 @@ class BatchView:
     # Set when every row has the same offset and T real tokens: each row then sees
     # exactly keys 0..context_len-1, and attention needs no mask array (causal or none).
     context_len: int | None = None
+    # Some row starts a sequence (offset 0). Decode steps never do, so they skip the
+    # zeroing of reused state slots altogether.
+    any_fresh: bool = True
 
     @property
     def batch_size(self) -> int:

@@ -60,8 +60,13 @@ def _random_like(name: str, p: mx.array) -> mx.array:
 
 def synthetic_model(name: str, seed: int = 0):
     """(model, config) of a named full-size architecture with random 4-bit weights."""
-    from engine.models.loader import _family, model_type_of
     config = SYNTHETIC[name]
+    return synthetic_model_from_config(config, seed), config
+
+
+def synthetic_model_from_config(config: dict, seed: int = 0):
+    """A model of this config with random 4-bit weights (see _random_like)."""
+    from engine.models.loader import _family, model_type_of
     q = config.get("quantization", {})
     bits, group_size = q.get("bits", 4), q.get("group_size", 64)
     module = _family(model_type_of(config))
@@ -77,7 +82,7 @@ def synthetic_model(name: str, seed: int = 0):
             mx.eval([a for _, a in fresh[-16:]])
     model.update(tree_unflatten(fresh))
     mx.eval(model.parameters())
-    return model, config
+    return model
 
 
 class IdTokenizer:

@@ -48,7 +48,7 @@ class Runner:
             block_tables=mx.array(tables), state_slots=mx.array(slots), page_size=ps,
             num_tokens=T, ragged=bool((lengths < T).any()), all_logits=all_logits,
             context_len=int(offsets[0]) + T if (offsets == offsets[0]).all()
-            and (lengths == T).all() else None)
+            and (lengths == T).all() else None, any_fresh=bool((offsets == 0).any()))
 
     def forward(self, tokens: np.ndarray, view: BatchView, cache: ModelCache | None = None):
         cache = cache or self.cache

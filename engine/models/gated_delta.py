@@ -18,13 +18,6 @@ import io
 from functools import cache
 
 import mlx.core as mx
-import mlx.nn as nn
-
-
-def decay(A_log: mx.array, a: mx.array, dt_bias: mx.array) -> mx.array:
-    """g = exp(-exp(A_log) * softplus(a + dt_bias)) in (0, 1), float32. a: [B, T, Hv]."""
-    dt = nn.softplus(a.astype(mx.float32) + dt_bias.astype(mx.float32))
-    return mx.exp(-mx.exp(A_log.astype(mx.float32)) * dt)  # [B, T, Hv]
 
 
 def normalize_qk(q: mx.array, k: mx.array, eps: float = 1e-6) -> tuple[mx.array, mx.array]:

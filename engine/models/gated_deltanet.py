@@ -13,7 +13,8 @@ import mlx.nn as nn
 import kernels
 from engine.batch_view import BatchView
 from engine.models.base import StateSpec
-from engine.models.gated_delta import decay, gated_delta, normalize_qk
+from engine.models.elementwise import decay_and_beta, silu_gated_norm
+from engine.models.gated_delta import gated_delta, normalize_qk
 from engine.models.qwen3_5_config import ModelArgs
 from kernels.registry import active as kernel_active
 
@@ -27,9 +28,7 @@ class GatedRMSNorm(nn.Module):
         self.weight = mx.ones((dims,))
 
     def __call__(self, x: mx.array, z: mx.array) -> mx.array:
-        y = mx.fast.rms_norm(x, self.weight, self.eps).astype(mx.float32)
-        z = z.astype(mx.float32)
-        return (y * z * mx.sigmoid(z)).astype(x.dtype)
+        return silu_gated_norm(mx.fast.rms_norm(x, self.weight, self.eps), z, x)
 
 
 class GatedDeltaNet(nn.Module):
@@ -72,8 +71,11 @@ class GatedDeltaNet(nn.Module):
         qkv, z, b, a = self.project(x)
         slots = view.state_slots
         # Slots are reused without clearing: a row starting a sequence reads zeros.
-        fresh = (view.offsets == 0)[:, None, None]                            # [B, 1, 1]
-        conv_state = mx.where(fresh, 0.0, states[0][slots]).astype(x.dtype)  # [B, K-1, C]
+        conv_state = states[0][slots]                                        # [B, K-1, C]
+        if view.any_fresh:
+            fresh = (view.offsets == 0)[:, None, None]                       # [B, 1, 1]
+            conv_state = mx.where(fresh, 0.0, conv_state)
+        conv_state = conv_state.astype(x.dtype)
 
         conv_in = mx.concatenate([conv_state, qkv], axis=1)                  # [B, K-1+T, C]
         states[0][slots] = self._conv_tail(conv_in, view).astype(states[0].dtype)
@@ -84,8 +86,7 @@ class GatedDeltaNet(nn.Module):
         k = k.reshape(B, T, self.hk, self.dk)                                # [B, T, Hk, Dk]
         v = v.reshape(B, T, self.hv, self.dv)                                # [B, T, Hv, Dv]
         q, k = normalize_qk(q, k)
-        g = decay(self.A_log, a, self.dt_bias)                               # [B, T, Hv]
-        beta = mx.sigmoid(b)                                                 # [B, T, Hv]
+        g, beta = decay_and_beta(self.A_log, a, self.dt_bias, b)             # [B, T, Hv] x2
         y = self._recurrence(q, k, v, g, beta, view, states)                 # [B, T, Hv, Dv]
 
         y = self.norm(y, z)                                                  # [B, T, Hv, Dv]
@@ -93,7 +94,8 @@ class GatedDeltaNet(nn.Module):
 
     def _recurrence(self, q, k, v, g, beta, view: BatchView, states: list[mx.array]):
         """Delta rule over T tokens; reads and writes the slot pool states[1]."""
-        slots, fresh = view.state_slots, view.offsets == 0
+        slots = view.state_slots
+        fresh = (view.offsets == 0) if view.any_fresh else None               # [B] or None
         if kernel_active("gated_delta_step" if view.num_tokens == 1 else "gated_delta_chunk"):
             # The kernel gathers, updates and writes each row's state in the pool itself.
             if view.num_tokens == 1:
@@ -104,7 +106,9 @@ class GatedDeltaNet(nn.Module):
             y, states[1] = kernels.gated_delta_chunk(q, k, v, g, beta, states[1], slots,
                                                      lengths, fresh)
             return y
-        state = mx.where(fresh[:, None, None, None], 0.0, states[1][slots])   # [B, Hv, Dv, Dk]
+        state = states[1][slots]                                             # [B, Hv, Dv, Dk]
+        if fresh is not None:
+            state = mx.where(fresh[:, None, None, None], 0.0, state)
         mask = _valid_mask(view) if view.ragged else None                    # [B, T]
         y, new_state = gated_delta(q, k, v, g, beta, state, mask)            # [B, T, Hv, Dv]
         states[1][slots] = new_state

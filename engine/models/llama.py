@@ -9,6 +9,7 @@ import mlx.nn as nn
 from engine.batch_view import BatchView, select_last
 from engine.models.attention import paged_attention
 from engine.models.base import CacheSpec, ModelCache
+from engine.models.elementwise import swiglu
 from engine.models.rope import RoPE
 
 MODEL_TYPES = ("llama", "smollm", "smollm2", "mistral", "qwen2", "qwen3")
@@ -95,7 +96,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(hidden, dim, bias=False)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return self.down_proj(nn.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
 
 
 class Block(nn.Module):

@@ -13,6 +13,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 import kernels
+from engine.models.elementwise import sigmoid_gate, swiglu
 from kernels.registry import active as kernel_active
 
 # Sorting costs two argsorts and a gather; it pays once the pairs outnumber this.
@@ -27,7 +28,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(hidden, dims, bias=False)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return self.down_proj(nn.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
 
 
 class SwitchLinear(nn.Module):
@@ -102,7 +103,7 @@ class SwitchGLU(nn.Module):
             x_in = x[:, None, None, :]                             # [N, 1, 1, D]
         up = self.up_proj(x_in, idx_in, do_sort)                   # [.., 1, I]
         gate = self.gate_proj(x_in, idx_in, do_sort)               # [.., 1, I]
-        y = self.down_proj(nn.silu(gate) * up, idx_in, do_sort)    # [.., 1, D]
+        y = self.down_proj(swiglu(gate, up), idx_in, do_sort)    # [.., 1, D]
         if do_sort:
             y = y[mx.argsort(order)]                               # back to token order
         return y.reshape(N, k, -1)
@@ -138,5 +139,5 @@ class SparseMoeBlock(nn.Module):
         idx, scores = self.route(self.gate(x))                               # [N, k] each
         y = self.switch_mlp(x, idx)                                          # [N, k, D]
         y = (y * scores[..., None]).sum(axis=-2)                             # [N, D]
-        shared = mx.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
+        shared = sigmoid_gate(self.shared_expert(x), self.shared_expert_gate(x))
         return (y + shared).reshape(shape)

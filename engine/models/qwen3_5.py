@@ -14,6 +14,7 @@ import mlx.nn as nn
 from engine.batch_view import BatchView, select_last
 from engine.models.attention import paged_attention
 from engine.models.base import CacheSpec, ModelCache
+from engine.models.elementwise import sigmoid_gate
 from engine.models.gated_deltanet import GatedDeltaNet, NextGatedDeltaNet
 from engine.models.moe import MLP, SparseMoeBlock
 from engine.models.qwen3_5_config import NEXT_TYPES, QWEN3_5_TYPES, ModelArgs
@@ -51,7 +52,7 @@ class Attention(nn.Module):
         k = self._rope(k, view.offsets)                                      # [B, Hkv, T, D]
         o = paged_attention(q, k, v, kv, view, self.scale)                   # [B, Hq, T, D]
         o = o.transpose(0, 2, 1, 3).reshape(B, T, -1)                        # [B, T, Hq*D]
-        return self.o_proj(o * mx.sigmoid(gate.reshape(B, T, -1)))
+        return self.o_proj(sigmoid_gate(o, gate.reshape(B, T, -1)))
 
     def _rope(self, x: mx.array, offsets: mx.array) -> mx.array:
         return mx.fast.rope(x, self.rotary_dim, traditional=False, base=self.theta,

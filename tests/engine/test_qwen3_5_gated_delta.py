@@ -5,7 +5,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine.models.gated_delta import decay, gated_delta, normalize_qk
+from engine.models.elementwise import decay_and_beta
+from engine.models.gated_delta import gated_delta, normalize_qk
 
 B, T, HK, HV, DK, DV = 3, 64, 2, 4, 16, 8
 TOL = 1e-4
@@ -92,9 +93,10 @@ def test_comparison_catches_a_planted_error(where, impl):
 def test_decay_and_normalize_match_their_formulas():
     r = np.random.default_rng(3)
     a, A_log, dt_bias = (r.standard_normal(s).astype(np.float32) for s in ((B, T, HV), HV, HV))
-    g = np.array(decay(mx.array(A_log), mx.array(a), mx.array(dt_bias)))
+    g, beta = decay_and_beta(mx.array(A_log), mx.array(a), mx.array(dt_bias), mx.array(a))
     g_ref = np.exp(-np.exp(A_log) * np.log1p(np.exp(a + dt_bias)))
-    np.testing.assert_allclose(g, g_ref, rtol=1e-5)
+    np.testing.assert_allclose(np.array(g), g_ref, rtol=1e-5)
+    np.testing.assert_allclose(np.array(beta), 1 / (1 + np.exp(-a)), rtol=1e-5)
     q, k = (r.standard_normal((B, T, HK, DK)).astype(np.float32) for _ in range(2))
     qn, kn = map(np.array, normalize_qk(mx.array(q), mx.array(k)))
     l2 = lambda x: x / np.sqrt((x * x).sum(-1, keepdims=True) + 1e-6)  # noqa: E731

@@ -1,0 +1,39 @@
+"""Elementwise chains of a step, each compiled into one kernel.
+
+Decode is launch-bound: an unfused ``silu(g) * u`` is three launches per layer,
+a fused one is one. ``shapeless=True`` keeps one compiled function for every
+batch size and chunk length (these chains only broadcast, never reshape).
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import mlx.core as mx
+
+
+@partial(mx.compile, shapeless=True)
+def swiglu(gate: mx.array, up: mx.array) -> mx.array:
+    """silu(gate) * up."""
+    return gate * mx.sigmoid(gate) * up
+
+
+@partial(mx.compile, shapeless=True)
+def sigmoid_gate(x: mx.array, gate: mx.array) -> mx.array:
+    """x * sigmoid(gate): the attention output gate and the shared-expert gate."""
+    return x * mx.sigmoid(gate)
+
+
+@partial(mx.compile, shapeless=True)
+def silu_gated_norm(y: mx.array, z: mx.array, dtype_like: mx.array) -> mx.array:
+    """(y * silu(z)) in float32, cast to dtype_like's dtype: the Gated DeltaNet output gate."""
+    y, z = y.astype(mx.float32), z.astype(mx.float32)
+    return (y * z * mx.sigmoid(z)).astype(dtype_like.dtype)
+
+
+@partial(mx.compile, shapeless=True)
+def decay_and_beta(A_log: mx.array, a: mx.array, dt_bias: mx.array, b: mx.array):
+    """g = exp(-exp(A_log) * softplus(a + dt_bias)) and beta = sigmoid(b), float32."""
+    x = a.astype(mx.float32) + dt_bias.astype(mx.float32)
+    softplus = mx.logaddexp(x, 0.0)
+    g = mx.exp(-mx.exp(A_log.astype(mx.float32)) * softplus)
+    return g, mx.sigmoid(b.astype(mx.float32))

@@ -1,0 +1,90 @@
+"""``python -m engine.profile_ops``: operations one decode step dispatches, ours vs mlx-lm.
+
+Decode is launch-bound in MLX: each primitive in a step's graph is (at least) one
+kernel launch. This counts the primitives of one decode step of the Qwen3.5-35B-A3B
+layer layout (40 layers, full attention every 4th; small widths, since the count does
+not depend on them), for both engines, in total and per layer kind.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import io
+import re
+
+import mlx.core as mx
+import numpy as np
+
+from engine.bench_synthetic import QWEN3_5_TOY
+from engine.config import EngineConfig
+from engine.runner import Runner
+from engine.sequence import Sequence
+
+# Primitives that only relabel memory (views): they launch nothing on the GPU.
+VIEWS = {"Broadcast", "Reshape", "ExpandDims", "Squeeze", "Transpose", "Slice", "Flatten",
+         "Unflatten", "StopGradient", "Split", "AsStrided"}
+
+
+def count_ops(*outputs: mx.array) -> int:
+    """Primitives of the graph that do work (views excluded)."""
+    dot = io.StringIO()
+    mx.export_to_dot(dot, *outputs)
+    names = re.findall(r'label ="?([A-Za-z_]+)[^"]*"?, shape=rectangle', dot.getvalue())
+    return sum(1 for n in names if n not in VIEWS)
+
+
+def layout(num_layers: int) -> dict:
+    config = copy.deepcopy(QWEN3_5_TOY)
+    config["text_config"].update(num_hidden_layers=num_layers, full_attention_interval=4)
+    return config
+
+
+def ours(config: dict, batch: int, context: int) -> int:
+    from engine.bench_synthetic import synthetic_model_from_config
+    model = synthetic_model_from_config(config)
+    runner = Runner(model, EngineConfig(max_num_seqs=batch, page_size=16, num_pages=256))
+    seqs = []
+    for b in range(batch):
+        s = Sequence(b, list(range(context)), None)
+        s.pages, s.slot, s.num_computed = list(range(1 + 8 * b, 9 + 8 * b)), b, context - 1
+        seqs.append(s)
+    logits = runner.decode(seqs)
+    return count_ops(logits, *runner.cache_arrays())
+
+
+def peer(config: dict, batch: int, context: int) -> int:
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from engine.bench_peer import peer_model
+    from engine.bench_synthetic import synthetic_model_from_config
+    model = peer_model(synthetic_model_from_config(config), config)
+    cache = make_prompt_cache(model)
+    mx.eval(model(mx.zeros((batch, context - 1), dtype=mx.int32), cache=cache))
+    logits = model(mx.zeros((batch, 1), dtype=mx.int32), cache=cache)
+    states = [a for c in cache for a in (c.state if isinstance(c.state, list) else [c.state])
+              if isinstance(a, mx.array)]
+    return count_ops(logits, *states)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m engine.profile_ops", description=__doc__)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--context", type=int, default=64)
+    args = p.parse_args(argv)
+    rows = []
+    for name, fn in (("tandem", ours), ("mlx-lm", peer)):
+        n4, n8, n40 = (fn(layout(n), args.batch, args.context) for n in (4, 8, 40))
+        per_block = (n8 - n4) / 1.0          # one block = 3 linear-attention + 1 full layer
+        rows.append((name, n40, per_block, n4 - per_block))
+    print(f"ops (views excluded) in one decode step on {mx.default_device()}, B={args.batch}, "
+          f"context {args.context} (40 layers: 30 Gated DeltaNet + 10 gated attention, MoE)")
+    print("| engine | ops per step | ops per 4-layer block | outside the layers |")
+    print("|---|---|---|---|")
+    for name, total, block, rest in rows:
+        print(f"| {name} | {total} | {block:.0f} | {rest:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    raise SystemExit(main())
