@@ -41,6 +41,9 @@ class PagePool:
             self._refs[p] = 1
         return pages
 
+    def refcount(self, page: int) -> int:
+        return self._refs[page]
+
     def share(self, pages: list[int]) -> None:
         for p in pages:
             self._refs[p] += 1

@@ -59,13 +59,25 @@ class PrefixCache:
                 best, best_len = e, n
         return best, best_len
 
-    def take(self, entry: CacheEntry, reuse: int) -> tuple[list[int], int | None]:
-        """Remove the entry; return the pages covering its first `reuse` tokens and its
-        slot. Pages past them go back to the pool."""
+    def take(self, entry: CacheEntry, reuse: int):
+        """Remove the entry; return (pages covering its first `reuse` tokens, its slot,
+        page copy or None). Pages past them go back to the pool.
+
+        The new owner writes from position `reuse` on, inside the last kept page when
+        `reuse` is not page-aligned: if another owner still holds that page (a turn
+        snapshot shares its pages with the running turn), it gets a private copy
+        (copy on write) and the returned (old, new) pair says which page to copy.
+        """
         self.entries.remove(entry)
         keep = self.pool.pages_for(reuse)
         self.pool.free(entry.pages[keep:])
-        return entry.pages[:keep], entry.slot
+        pages, copy = entry.pages[:keep], None
+        if reuse % self.pool.page_size and self.pool.refcount(pages[-1]) > 1:
+            new = self.pool.allocate(1)[0]
+            copy = (pages[-1], new)
+            self.pool.free([pages[-1]])
+            pages = pages[:-1] + [new]
+        return pages, entry.slot, copy
 
     def evict_lru(self, keep: CacheEntry | None = None) -> bool:
         """Free the least recently used entry (never `keep`); False if none is left."""

@@ -95,6 +95,24 @@ class Runner:
         logits, _ = self.forward(tokens, self.build_view(rows, T))
         return logits[:, -1, :]
 
+    def copy_pages(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy whole KV pages (src -> dst) in every attention layer (copy on write)."""
+        ps = self.page_size
+        offs = np.arange(ps, dtype=np.int32)
+        src = mx.array(np.concatenate([s * ps + offs for s, _ in pairs]))
+        dst = mx.array(np.concatenate([d * ps + offs for _, d in pairs]))
+        for kv in self.cache.kv:
+            for i in (0, 1):
+                kv[i][dst] = kv[i][src]
+
+    def copy_state_slot(self, src: int, dst: int) -> None:
+        """Copy one sequence's recurrent and conv states into another slot (a snapshot)."""
+        s, d = mx.array([src]), mx.array([dst])
+        for layer in self.cache.states:
+            for i, arr in enumerate(layer):
+                arr[d] = arr[s]
+                layer[i] = arr
+
     def cache_arrays(self) -> list[mx.array]:
         return self.cache.arrays()
 

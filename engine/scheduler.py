@@ -56,6 +56,7 @@ class Scheduler:
                  on_pressure=None, cache: PrefixCache | None = None):
         self.config = config
         self.cache = cache      # finished turns kept for the conversation's next turn
+        self.page_copies: list[tuple[int, int]] = []   # (src, dst) to copy before the step
         # Called before preempting: the runner reads back tokens still in flight, so a
         # preempted sequence is recomputed from exact ids (it may also finish some).
         self.on_pressure = on_pressure or (lambda: None)
@@ -152,6 +153,8 @@ class Scheduler:
             return False
         entry, reuse = self._reusable(seq)
         need = self.pool.pages_for(seq.num_tokens + 1) - self.pool.pages_for(reuse)
+        if entry is not None and reuse % self.pool.page_size:
+            need += 1   # a shared page the new owner writes into is copied first
         while not (self.pool.can_allocate(need) and (entry or self.slots.num_free)):
             if not (self.cache and self.cache.evict_lru(keep=entry)):
                 return False
@@ -160,7 +163,9 @@ class Scheduler:
     def _admit(self, seq: Sequence) -> None:
         entry, reuse = self._reusable(seq)
         if entry is not None:
-            seq.pages, seq.slot = self.cache.take(entry, reuse)
+            seq.pages, seq.slot, copy = self.cache.take(entry, reuse)
+            if copy is not None:
+                self.page_copies.append(copy)
         else:
             seq.pages, seq.slot, reuse = [], self.slots.allocate(), 0
         seq.pages += self.pool.allocate(self.pool.pages_for(seq.num_tokens + 1) - len(seq.pages))
@@ -169,6 +174,28 @@ class Scheduler:
         seq.num_cached = reuse
         seq.prefill_target = seq.num_tokens
         self.running.append(seq)
+
+    def snapshot(self, seq: Sequence) -> int | None:
+        """Keep seq's state at the end of its prompt (a turn boundary) as a cache entry;
+        return the spare slot to copy the state into, or None.
+
+        Recurrent states cannot rewind, and chat templates often re-render the previous
+        answer differently (Qwen3 drops its reasoning), so the next turn's prompt starts
+        with this turn's prompt, not with everything this turn generated.
+        """
+        if self.cache is None or not self.cache.exact_prefix_only:
+            return None
+        if self.slots.num_free == 0 and not self.cache.evict_lru():
+            return None
+        slot = self.slots.allocate()
+        pages = seq.pages[:self.pool.pages_for(seq.num_computed)]
+        self.pool.share(pages)
+        self.cache.put(seq.all_ids[:seq.num_computed], pages, slot)
+        return slot
+
+    def take_page_copies(self) -> list[tuple[int, int]]:
+        copies, self.page_copies = self.page_copies, []
+        return copies
 
     # -- lifecycle ----------------------------------------------------------
     def preempt(self, seq: Sequence) -> None:

@@ -95,6 +95,9 @@ class StepLoop:
     def _run(self, plan: StepPlan) -> list[tuple[Request, mx.array, int]]:
         """Queue the step's forwards on the device; returns (request, ids, row) to read."""
         out = []
+        copies = self.scheduler.take_page_copies()
+        if copies:                      # shared pages a new owner will write into
+            self.runner.copy_pages(copies)
         if plan.decode:
             reqs = [self.requests[s.request_id] for s in plan.decode]
             ids = sample_batch(self.runner.decode(plan.decode), [r.sampler for r in reqs])
@@ -116,6 +119,10 @@ class StepLoop:
         for c in chunks:
             c.seq.t_prefill_start = c.seq.t_prefill_start or now
             c.seq.num_computed = c.start + c.num_tokens
+            if c.is_last:               # a turn boundary: keep the state for the next turn
+                spare = self.scheduler.snapshot(c.seq)
+                if spare is not None:
+                    self.runner.copy_state_slot(c.seq.slot, spare)
         if not finishing:
             return []
         reqs = [self.requests[chunks[i].seq.request_id] for i in finishing]

@@ -41,8 +41,20 @@ def test_take_frees_pages_past_the_reused_prefix():
     cache, pool, slots = make_cache(exact=False)
     cache.put(list(range(12)), pool.allocate(3), slots.allocate())
     entry, n = cache.match(list(range(5)) + [77])
-    pages, slot = cache.take(entry, n)
+    pages, slot, copy = cache.take(entry, n)
     assert len(pages) == 2 and slot is not None and pool.num_used == 2 and not cache.entries
+    assert copy is None                       # nobody else holds the page it writes into
+
+
+def test_take_copies_a_shared_page_the_new_owner_writes_into():
+    cache, pool, slots = make_cache(exact=True)
+    running = pool.allocate(3)                # a running turn...
+    pool.share(running[:2])                   # ...whose prompt (6 tokens) is kept too
+    cache.put(list(range(6)), running[:2], slots.allocate())
+    entry, n = cache.match(list(range(6)) + [9, 9])
+    pages, _, copy = cache.take(entry, n)
+    assert copy == (running[1], pages[1]) and pages[0] == running[0]
+    assert pool.refcount(running[1]) == 1 and pool.refcount(pages[1]) == 1
 
 
 def test_lru_eviction_returns_pages_and_slots():
@@ -106,3 +118,47 @@ def test_cached_turns_are_evicted_before_anyone_is_preempted(model):
     # Two sequences of 21 tokens need all 12 pages: the kept turn had to go, nobody else.
     assert sum(s.num_preemptions for s in seqs) == 0
     assert all(e.ids[:len(TURN1)] != tuple(TURN1) for e in h.loop.scheduler.cache.entries)
+
+
+def _hybrid():
+    return build_model(tiny_config("qwen3_5_moe"), random_weights(tiny_config("qwen3_5_moe"), 3))
+
+
+def test_a_recurrent_model_reuses_the_turn_boundary_when_the_answer_is_rendered_anew():
+    """Templates may re-render the previous answer (Qwen3 drops its reasoning): the
+    next prompt then starts with the previous prompt only, and the snapshot serves."""
+    model = _hybrid()
+    h = Harness(model)
+    h.add(1, TURN1, 5)
+    h.run()
+    rerendered = [7, 7, 7]                                # not what the model generated
+    turn2 = TURN1 + rerendered + NEW_MESSAGE
+    second = h.add(2, turn2, 6)
+    h.run()
+    ref = Harness(model, prefix_cache=False)
+    ref.add(2, turn2, 6)
+    ref.run()
+    assert second.num_cached == len(TURN1)
+    assert second.output_ids == ref.seqs[2].output_ids
+    for a, b in zip(h.logits[2], ref.logits[2]):
+        assert mx.abs(a - b).max().item() < 1e-4
+
+
+def test_a_snapshot_shared_with_a_running_turn_is_copied_before_it_is_written():
+    """Pane B continues pane A's prompt while A still decodes: B writes into a copy of
+    the page they share, so neither changes the other's output."""
+    model = _hybrid()
+    h = Harness(model, page_size=4)
+    a = h.add(1, TURN1, 12)                               # 13 tokens: last page shared
+    h.loop.step()                                         # A's prompt read, snapshot kept
+    h.loop.step()
+    b = h.add(2, TURN1 + NEW_MESSAGE, 8)
+    h.run()
+    assert b.num_cached == len(TURN1)
+    for rid, prompt, n, seq in ((1, TURN1, 12, a), (2, TURN1 + NEW_MESSAGE, 8, b)):
+        ref = Harness(model, prefix_cache=False, page_size=4)
+        ref.add(rid, prompt, n)
+        ref.run()
+        assert seq.output_ids == ref.seqs[rid].output_ids
+    h.loop.scheduler.cache.clear()
+    assert h.loop.pool.num_free == h.loop.pool.num_total
