@@ -5,6 +5,9 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# Equivalence tests compare float32 runs to 1e-4: keep float32 matmuls in full float32
+# where MLX would otherwise use TF32-class units (CUDA tensor cores, M5 Macs).
+os.environ.setdefault("MLX_ENABLE_TF32", "0")
 sys.path.insert(0, str(Path(__file__).parent / "engine"))   # tiny_models, qwen_fixtures
 
 
