@@ -221,8 +221,8 @@ class Scheduler:
 
     def _keep(self, seq: Sequence, reason: str) -> bool:
         """A turn that ended normally is kept for the conversation's next turn."""
-        return (self.cache is not None and reason in ("stop", "length")
-                and seq.num_computed > 0 and not seq.is_prefilling)
+        return (self.cache is not None and reason in ("stop", "length", "cancelled")
+                and seq.num_computed > 0 and not seq.is_prefilling and not seq.pending)
 
     def _release(self, seq: Sequence) -> None:
         self.pool.free(seq.pages)

@@ -58,6 +58,10 @@ class StepLoop:
     def cancel(self, request_id: int) -> None:
         req = self.requests.get(request_id)
         if req is not None:
+            # Read the step in flight first: the ids kept for the conversation's next
+            # turn must be exactly the tokens whose K/V and state are in the cache.
+            self.flush()
+        if request_id in self.requests:
             self._finish(req, "cancelled", req.stream.finish())
 
     def step(self) -> None:

@@ -162,3 +162,20 @@ def test_a_snapshot_shared_with_a_running_turn_is_copied_before_it_is_written():
         assert seq.output_ids == ref.seqs[rid].output_ids
     h.loop.scheduler.cache.clear()
     assert h.loop.pool.num_free == h.loop.pool.num_total
+
+
+def test_a_stopped_turn_is_kept_and_the_follow_up_matches_no_cache(model):
+    h = Harness(model)
+    first = h.add(1, TURN1, 50)
+    for _ in range(6):                       # stop it mid-answer, a step in flight
+        h.loop.step()
+    h.loop.cancel(1)
+    assert first.finish_reason == "cancelled" and len(first.output_ids) >= 2
+    follow_up = TURN1 + first.output_ids + NEW_MESSAGE
+    second = h.add(2, follow_up, 5)
+    h.run()
+    ref = Harness(model, prefix_cache=False)
+    ref.add(2, follow_up, 5)
+    ref.run()
+    assert second.num_cached > len(TURN1)
+    assert second.output_ids == ref.seqs[2].output_ids
