@@ -27,6 +27,8 @@ app: setup model $(PKG_STAMP)
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@$(PYTHON) -c "import sys; sys.exit(sys.version_info < (3, 11))" || { echo "Tandem needs \
+	Python 3.11 or newer; run e.g. 'make run PYTHON=python3.12' (macOS: brew install python@3.12)."; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev,bench]"
