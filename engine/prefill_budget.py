@@ -7,7 +7,7 @@ both measured from the engine's own recent steps (moving averages).
 """
 from __future__ import annotations
 
-GRAIN = 16          # budgets are multiples of this many tokens (fewer distinct shapes)
+GRAIN = 16          # budgets are whole multiples of this (fewer distinct shapes)
 WARMUP_TOKENS = 64  # before anything is measured, read this much beside a decode
 _ALPHA = 0.2        # weight of the newest step in the moving averages
 
@@ -26,6 +26,9 @@ class PrefillBudget:
         if self.decode_s is None or self.prefill_tok_s is None:
             return min(self.max_chunk, WARMUP_TOKENS)
         allowed = int(self.slowdown * self.decode_s * self.prefill_tok_s + 1e-6) // GRAIN * GRAIN
+        # At least one grain per step, so a new prompt's wait stays bounded: where a grain
+        # costs more than the allowed slowdown (a CPU backend, where a prompt token costs
+        # as much as a decode row), the streams slow more than the fraction.
         return max(GRAIN, min(self.max_chunk, allowed))
 
     def observe(self, seconds: float, decode_rows: int, prefill_tokens: int) -> None:

@@ -33,6 +33,6 @@ def test_budget_never_exceeds_the_chunk_or_drops_below_a_grain():
     b.observe(1.0, 1, 0)
     b.observe(0.001, 0, 100000)
     assert b.tokens(True) == 128
-    b.observe(1e-6, 1, 0)
-    b.decode_s = 1e-6
-    assert b.tokens(True) == GRAIN
+    b.observe(0.040, 7, 0)                  # a CPU: prompt tokens cost like decode rows
+    b.decode_s, b.prefill_tok_s = 0.040, 200.0
+    assert b.tokens(True) == GRAIN          # a new prompt still moves
