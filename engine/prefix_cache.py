@@ -33,6 +33,7 @@ class PrefixCache:
         self.max_entries = max_entries
         self.entries: list[CacheEntry] = []
         self._clock = 0
+        self.version = 0        # changes whenever entries change: matches can be reused
 
     @property
     def num_pages(self) -> int:
@@ -41,6 +42,7 @@ class PrefixCache:
     def put(self, ids: list[int], pages: list[int], slot: int | None) -> None:
         """Keep a finished sequence's computed ids, pages and slot."""
         self._clock += 1
+        self.version += 1
         self.entries.append(CacheEntry(tuple(ids), pages, slot, self._clock))
         while len(self.entries) > self.max_entries:
             self.evict_lru()
@@ -69,6 +71,7 @@ class PrefixCache:
         (copy on write) and the returned (old, new) pair says which page to copy.
         """
         self.entries.remove(entry)
+        self.version += 1
         keep = self.pool.pages_for(reuse)
         self.pool.free(entry.pages[keep:])
         pages, copy = entry.pages[:keep], None
@@ -86,6 +89,7 @@ class PrefixCache:
             return False
         victim = min(candidates, key=lambda e: e.last_used)
         self.entries.remove(victim)
+        self.version += 1
         self.pool.free(victim.pages)
         if victim.slot is not None:
             self.slots.free(victim.slot)

@@ -57,6 +57,7 @@ class Scheduler:
         self.config = config
         self.cache = cache      # finished turns kept for the conversation's next turn
         self.page_copies: list[tuple[int, int]] = []   # (src, dst) to copy before the step
+        self._matches: dict[int, tuple] = {}   # request id -> ((cache version, tokens), match)
         # Called before preempting: the runner reads back tokens still in flight, so a
         # preempted sequence is recomputed from exact ids (it may also finish some).
         self.on_pressure = on_pressure or (lambda: None)
@@ -142,10 +143,19 @@ class Scheduler:
         yield from list(self.waiting)
 
     def _reusable(self, seq: Sequence):
-        """(cache entry, tokens it covers) for seq's prompt, or (None, 0)."""
+        """(cache entry, tokens it covers) for seq's prompt, or (None, 0).
+
+        Matching walks the prompt's ids in Python; a waiting prompt is asked about every
+        step, so the answer is kept until the cache or the prompt changes.
+        """
         if self.cache is None:
             return None, 0
-        return self.cache.match(seq.all_ids)
+        key = (self.cache.version, seq.num_tokens)
+        known = self._matches.get(seq.request_id)
+        if known is None or known[0] != key:
+            known = (key, self.cache.match(seq.all_ids))
+            self._matches[seq.request_id] = known
+        return known[1]
 
     def _can_admit(self, seq: Sequence) -> bool:
         """Room for seq, evicting cached turns (least recently used) when needed."""
@@ -162,6 +172,7 @@ class Scheduler:
 
     def _admit(self, seq: Sequence) -> None:
         entry, reuse = self._reusable(seq)
+        self._matches.pop(seq.request_id, None)
         if entry is not None:
             seq.pages, seq.slot, copy = self.cache.take(entry, reuse)
             if copy is not None:
@@ -208,6 +219,7 @@ class Scheduler:
         self.waiting.appendleft(seq)
 
     def finish(self, seq: Sequence, reason: str) -> None:
+        self._matches.pop(seq.request_id, None)
         if seq.status is Status.WAITING:
             self.waiting.remove(seq)
         elif seq.status is Status.RUNNING and self._keep(seq, reason):
