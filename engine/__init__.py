@@ -1,6 +1,6 @@
 """Tandem's in-process inference engine (imports mlx, never Qt)."""
 from engine.config import EngineConfig
-from engine.engine import Engine
+from engine.core.engine import Engine
 from engine.errors import ModelLoadError, PromptTooLongError, TandemError
 from engine.handle import Completion, RequestHandle
 from engine.sampling_params import SamplingParams

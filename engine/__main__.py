@@ -31,6 +31,6 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     import atexit
 
-    from engine.mlx_threads import clear_thread_streams
+    from engine.core.mlx_threads import clear_thread_streams
     atexit.register(clear_thread_streams)
     sys.exit(main())

@@ -16,7 +16,7 @@ import mlx.core as mx
 
 from engine.bench_runs import RunLog, ours_decode, ours_prefill, ours_ttft_under_load
 from engine.config import EngineConfig
-from engine.engine import Engine
+from engine.core.engine import Engine
 from engine.sampling_params import SamplingParams
 
 

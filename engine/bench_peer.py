@@ -25,7 +25,7 @@ def _quantized_modules(model: nn.Module) -> dict[str, dict]:
 
 def peer_model(ours: nn.Module, config: dict) -> nn.Module:
     """mlx-lm's implementation of our model's architecture, loaded with our arrays."""
-    from engine.models.loader import model_type_of
+    from engine.loading.loader import model_type_of
     mt = model_type_of(config)
     module = importlib.import_module(f"mlx_lm.models.{_PEER_TYPES.get(mt, mt)}")
     peer = module.Model(module.ModelArgs.from_dict(config))

@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from engine.engine import Engine
+from engine.core.engine import Engine
 from engine.events import StepEvent
 from engine.sampling_params import SamplingParams
 

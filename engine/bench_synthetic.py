@@ -66,7 +66,7 @@ def synthetic_model(name: str, seed: int = 0):
 
 def synthetic_model_from_config(config: dict, seed: int = 0):
     """A model of this config with random 4-bit weights (see _random_like)."""
-    from engine.models.loader import _family, model_type_of
+    from engine.loading.loader import _family, model_type_of
     q = config.get("quantization", {})
     bits, group_size = q.get("bits", 4), q.get("group_size", 64)
     module = _family(model_type_of(config))

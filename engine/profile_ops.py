@@ -17,8 +17,8 @@ import numpy as np
 
 from engine.bench_synthetic import QWEN3_5_TOY
 from engine.config import EngineConfig
-from engine.runner import Runner
-from engine.sequence import Sequence
+from engine.core.runner import Runner
+from engine.core.sequence import Sequence
 
 # Primitives that only relabel memory (views): they launch nothing on the GPU.
 VIEWS = {"Broadcast", "Reshape", "ExpandDims", "Squeeze", "Transpose", "Slice", "Flatten",

@@ -15,5 +15,5 @@ sys.path.insert(0, str(Path(__file__).parent / "engine"))   # tiny_models, qwen_
 def _clear_mlx_streams():
     # MLX 0.32 aborts at exit unless every thread that used it clears its streams.
     if "mlx.core" in sys.modules:
-        from engine.mlx_threads import clear_thread_streams
+        from engine.core.mlx_threads import clear_thread_streams
         clear_thread_streams()

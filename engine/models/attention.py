@@ -4,7 +4,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 import kernels
-from engine.batch_view import BatchView
+from engine.core.batch_view import BatchView
 from kernels.registry import active as kernel_active
 
 

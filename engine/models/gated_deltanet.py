@@ -11,7 +11,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 import kernels
-from engine.batch_view import BatchView
+from engine.core.batch_view import BatchView
 from engine.models.base import StateSpec
 from engine.models.elementwise import decay_and_beta, silu_gated_norm
 from engine.models.gated_delta import gated_delta, normalize_qk

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import mlx.nn as nn
 
-from engine.batch_view import BatchView, select_last
+from engine.core.batch_view import BatchView, select_last
 from engine.models.attention import paged_attention
 from engine.models.base import CacheSpec, ModelCache
 from engine.models.elementwise import swiglu

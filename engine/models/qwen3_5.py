@@ -11,7 +11,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from engine.batch_view import BatchView, select_last
+from engine.core.batch_view import BatchView, select_last
 from engine.models.attention import paged_attention
 from engine.models.base import CacheSpec, ModelCache
 from engine.models.elementwise import sigmoid_gate

@@ -49,7 +49,7 @@ def model_path(tmp_path_factory):
 @pytest.fixture(scope="session")
 def loader():
     if REAL_ENGINE:
-        from app.bridge import default_loader
+        from app.controllers.bridge import default_loader
         return default_loader
     from fake_engine import FakeEngine
     return FakeEngine.load
@@ -88,10 +88,10 @@ def make_window(qapp, data_dir, loader, model_path, run):
     """make_window() -> a shown MainWindow on the data dir with the model loaded.
     telemetry: a TelemetryMonitor for the status panel and the trace;
     wrap_loader(loader) -> loader: to watch or alter model loads."""
-    from app.app_settings import AppSettings
-    from app.bridge import EngineBridge
-    from app.main_window import MainWindow
-    from app.store import Store
+    from app.controllers.bridge import EngineBridge
+    from app.storage.app_settings import AppSettings
+    from app.storage.store import Store
+    from app.windows.main_window import MainWindow
     made = []
 
     def make(load=True, max_tokens=24, telemetry=None, wrap_loader=None):

@@ -15,11 +15,11 @@ import qasync
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
-from app.bridge import EngineBridge
-from app.main_window import MainWindow
-from app.store import Store
+from app.controllers.bridge import EngineBridge
+from app.status.telemetry_adapter import make_telemetry
+from app.storage.store import Store
 from app.style import apply_style
-from app.telemetry_adapter import make_telemetry
+from app.windows.main_window import MainWindow
 
 PROMPTS = ["Write a short poem, in four stanzas, about two rivers meeting.",
            "Give me three tips for writing clean Python, as a list.",

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 
-from app.app_settings import AppSettings
-from app.conversation import Conversation
-from app.markdown_segments import split_markdown
-from app.message import Message, MessageState
-from app.model_discovery import find_models
-from app.step_stats import StepStats
-from app.store import Store
-from app.think_text import split_think, strip_think
+from app.chat.markdown_segments import split_markdown
+from app.chat.think_text import split_think, strip_think
+from app.controllers.model_discovery import find_models
+from app.status.step_stats import StepStats
+from app.storage.app_settings import AppSettings
+from app.storage.conversation import Conversation
+from app.storage.message import Message, MessageState
+from app.storage.store import Store
 from engine.events import StepEvent
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
-from app.message import MessageState
+from app.storage.message import MessageState
 
 
 def _reply(pane):

@@ -1,8 +1,8 @@
 """The settings dialogs read and return the values they show."""
-from app.app_settings import AppSettings
-from app.conversation import Conversation
-from app.conversation_settings_dialog import ConversationSettingsDialog
-from app.settings_dialog import SettingsDialog
+from app.storage.app_settings import AppSettings
+from app.storage.conversation import Conversation
+from app.windows.conversation_settings_dialog import ConversationSettingsDialog
+from app.windows.settings_dialog import SettingsDialog
 
 
 def test_settings_dialog_round_trips_limits_and_defaults(qtbot):

@@ -7,9 +7,9 @@ import time
 import pytest
 from fixed_sampler import fixed_monitor
 
-from app.bridge import EngineBridge
-from app.status_panel import StatusPanel
-from app.status_text import kernel_text
+from app.controllers.bridge import EngineBridge
+from app.status.status_panel import StatusPanel
+from app.status.status_text import kernel_text
 from engine.events import StepEvent
 
 

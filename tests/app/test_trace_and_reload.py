@@ -9,7 +9,7 @@ from fixed_sampler import fixed_monitor
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QFileDialog
 
-from app.message import MessageState
+from app.storage.message import MessageState
 from engine.telemetry import validate_trace
 from engine.telemetry.trace_format import GPU_MHZ
 
@@ -65,9 +65,9 @@ def test_save_as_while_recording_exports_the_recording_so_far(make_window, wait_
 
 def test_trace_path_records_from_the_start_to_close(make_window, qapp, data_dir, loader,
                                                     model_path, run, wait_until, tmp_path):
-    from app.bridge import EngineBridge
-    from app.main_window import MainWindow
-    from app.store import Store
+    from app.controllers.bridge import EngineBridge
+    from app.storage.store import Store
+    from app.windows.main_window import MainWindow
     target = tmp_path / "cli-trace.json"
     store, bridge = Store(data_dir), EngineBridge(loader)
     window = MainWindow(store, bridge, trace_path=str(target))

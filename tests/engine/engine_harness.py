@@ -4,11 +4,11 @@ from __future__ import annotations
 import mlx.core as mx
 
 from engine.config import EngineConfig
-from engine.output_stream import OutputStream
-from engine.sampler import RowSampler
+from engine.core.output_stream import OutputStream
+from engine.core.sampler import RowSampler
+from engine.core.sequence import Sequence
+from engine.core.step_loop import Request, StepLoop
 from engine.sampling_params import SamplingParams
-from engine.sequence import Sequence
-from engine.step_loop import Request, StepLoop
 
 
 class _NoDetok:

@@ -13,7 +13,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten
 
-from engine.batch_view import BatchView
+from engine.core.batch_view import BatchView
 from engine.models.base import ModelCache
 from engine.models.qwen3_5 import Model, ModelArgs, quantize_predicate
 

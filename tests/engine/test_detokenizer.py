@@ -3,7 +3,7 @@ import pytest
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from engine.detokenizer import IncrementalDetokenizer
+from engine.tokenization.detokenizer import IncrementalDetokenizer
 
 TEXTS = [
     "Great job 👍🏽! Vive la 🇫🇷 République.",

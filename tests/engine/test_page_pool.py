@@ -1,6 +1,6 @@
 import pytest
 
-from engine.page_pool import PagePool, SlotPool
+from engine.cache.page_pool import PagePool, SlotPool
 
 
 def test_scratch_page_is_never_handed_out():

@@ -1,5 +1,5 @@
 """The prompt-reading budget while other conversations stream."""
-from engine.prefill_budget import GRAIN, WARMUP_TOKENS, PrefillBudget
+from engine.core.prefill_budget import GRAIN, WARMUP_TOKENS, PrefillBudget
 
 
 def test_whole_chunk_when_nobody_streams():

@@ -8,8 +8,8 @@ from engine_harness import Harness
 from qwen_fixtures import build_model, random_weights, tiny_config
 from tiny_models import tiny_llama
 
-from engine.page_pool import PagePool, SlotPool
-from engine.prefix_cache import PrefixCache
+from engine.cache.page_pool import PagePool, SlotPool
+from engine.cache.prefix_cache import PrefixCache
 
 RNG = np.random.default_rng(3)
 TURN1 = RNG.integers(0, 320, 13).tolist()

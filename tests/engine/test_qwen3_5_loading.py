@@ -13,7 +13,7 @@ from qwen_fixtures import (
     write_mlx_folder,
 )
 
-from engine.models.loader import load_model
+from engine.loading.loader import load_model
 
 PROMPT = [3, 141, 59, 26, 53, 58, 97, 93, 23, 84, 62, 64, 33]
 MODEL_TYPES = ["qwen3_5_moe", "qwen3_5", "qwen3_next"]

@@ -3,7 +3,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine.sampler import RowSampler, apply_repetition_penalty, sample, sample_batch
+from engine.core.sampler import RowSampler, apply_repetition_penalty, sample, sample_batch
 from engine.sampling_params import SamplingParams
 
 V = 32

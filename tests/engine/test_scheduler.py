@@ -1,9 +1,9 @@
 """The scheduler with a fake runner: no mlx, just the bookkeeping."""
+from engine.cache.page_pool import PagePool, SlotPool
 from engine.config import EngineConfig
-from engine.page_pool import PagePool, SlotPool
+from engine.core.scheduler import Scheduler
+from engine.core.sequence import Sequence, Status
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
-from engine.sequence import Sequence, Status
 
 
 def make(num_pages=64, page_size=4, max_num_seqs=4, chunk=8):

@@ -9,10 +9,10 @@ import pytest
 from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
-from engine.chat_template import render_chat_template
 from engine.errors import ModelLoadError
-from engine.gguf_tokenizer import build_gguf_tokenizer
-from engine.tokenizer import Tokenizer
+from engine.tokenization.chat_template import render_chat_template
+from engine.tokenization.gguf_tokenizer import build_gguf_tokenizer
+from engine.tokenization.tokenizer import Tokenizer
 
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
           "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"

@@ -35,8 +35,8 @@ FORBIDDEN_FILES = ("WebEngine", "Qt6Qml", "Qt6Quick", "Qt6Pdf", "Qt6Multimedia",
 
 
 def _default_model() -> Path:
-    from engine.default_model import default_model_path
     from engine.errors import DefaultModelMissingError
+    from engine.loading.default_model import default_model_path
     try:
         return default_model_path()
     except DefaultModelMissingError:
@@ -73,8 +73,8 @@ def _bundled_modules(exe: Path) -> set[str]:
 
 
 def _engine_reads_env_var(model: Path, tmp: Path) -> bool:
-    """Does engine.default_model honour TANDEM_DEFAULT_MODEL yet? (docs/PACKAGING.md)"""
-    from engine.default_model import default_model_path
+    """Does engine.loading.default_model honour TANDEM_DEFAULT_MODEL yet? (docs/PACKAGING.md)"""
+    from engine.loading.default_model import default_model_path
     probe = tmp / "probe" / model.name
     probe.parent.mkdir()
     probe.symlink_to(model)
@@ -104,7 +104,7 @@ def test_bundled_app_passes_its_self_test(bundle, tmp_path):
     model = _default_model()
     cmd = [str(exe), "--self-test"]
     if not _engine_reads_env_var(model, tmp_path):
-        cmd += ["--model", str(model)]    # until engine/default_model.py reads the env var
+        cmd += ["--model", str(model)]    # until engine/loading/default_model.py reads the env var
     out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600, cwd=str(tmp_path),
                          env=_clean_env(tmp_path, model))
     lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
@@ -115,16 +115,16 @@ def test_bundled_app_passes_its_self_test(bundle, tmp_path):
 
 def test_bundled_app_finds_the_model_in_the_shared_models_folder(bundle, tmp_path):
     """What a double-clicked app does: no flags, no env var; the model was linked into
-    <user data dir of "Tandem">/models by `make model` (engine.default_model.share_default_model)."""
-    import engine.default_model as dm
+    <user data dir of "Tandem">/models by `make model` (engine.loading.default_model.share_default_model)."""
+    import engine.loading.default_model as dm
     if not hasattr(dm, "models_dir"):
-        pytest.skip("engine/default_model.py has no shared models folder yet (docs/PACKAGING.md)")
+        pytest.skip("engine/loading/default_model.py has no shared models folder yet (docs/PACKAGING.md)")
     _, exe = bundle
     model = _default_model()
     env = _clean_env(tmp_path, model)
     del env["TANDEM_DEFAULT_MODEL"]
     env["HOME"] = str(tmp_path / "home")
-    code = "import engine.default_model as m; print(m.models_dir())"
+    code = "import engine.loading.default_model as m; print(m.models_dir())"
     where = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(ROOT),
                            check=False, capture_output=True, text=True, timeout=120)
     assert where.returncode == 0, where.stderr

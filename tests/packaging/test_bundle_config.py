@@ -41,7 +41,7 @@ def test_only_the_qt_plugins_the_app_uses():
 
 def test_every_engine_module_is_bundled_but_not_the_benchmarks():
     modules = cfg.our_modules()
-    # engine.models.loader and kernels.selftest import these by name, invisibly to PyInstaller.
+    # engine.loading.loader and kernels.selftest import these by name, invisibly to PyInstaller.
     for name in ("app", "engine.models.llama", "engine.models.qwen3_5", "kernels.moe_route",
                  "kernels.paged_attention", "engine.telemetry.ioreport"):
         assert name in modules

@@ -1,0 +1,1 @@
+"""Chat widgets: the message list, message bubbles, Markdown and code rendering, the composer."""

@@ -1,0 +1,73 @@
+"""The open conversations' ChatSessions, by conversation id; also maps engine
+request ids back to conversation titles for the status panel."""
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal
+
+from app.controllers.chat_session import ChatSession
+from app.storage.conversation import Conversation
+
+
+class SessionRegistry(QObject):
+    """Signals:
+        changed(): a conversation was created, renamed, updated or deleted
+        error(str): a session could not submit
+    """
+    changed = Signal()
+    error = Signal(str)
+
+    def __init__(self, store, bridge, parent=None):
+        super().__init__(parent)
+        self._store, self._bridge = store, bridge
+        self._sessions: dict[int, ChatSession] = {}
+        self._request_titles: dict[int, str] = {}    # outlives the request, for the panel
+
+    def create(self, settings) -> ChatSession:
+        conv = self._store.create_conversation(Conversation(
+            system_prompt=settings.system_prompt, temperature=settings.temperature,
+            top_p=settings.top_p, max_tokens=settings.max_tokens))
+        self.changed.emit()
+        return self.get(conv.id)
+
+    def get(self, conv_id: int) -> ChatSession | None:
+        if conv_id not in self._sessions:
+            conv = self._store.conversation(conv_id)
+            if conv is None:
+                return None
+            session = ChatSession(conv, self._store, self._bridge, self)
+            session.conversation_changed.connect(self.changed)
+            session.error.connect(self.error)
+            session.busy_changed.connect(lambda busy, s=session: self._on_session_busy(s, busy))
+            self._sessions[conv_id] = session
+        return self._sessions[conv_id]
+
+    def sessions(self) -> list[ChatSession]:
+        return list(self._sessions.values())
+
+    def rename(self, conv_id: int, title: str) -> None:
+        session = self.get(conv_id)
+        if session is not None:
+            session.update_conversation(session.conversation.copy(title=title))
+
+    def delete(self, conv_id: int) -> None:
+        session = self._sessions.pop(conv_id, None)
+        if session is not None:
+            session.close()
+            session.deleteLater()
+        self._store.delete_conversation(conv_id)
+        self.changed.emit()
+
+    def _on_session_busy(self, session: ChatSession, busy: bool) -> None:
+        if busy and session.request_id is not None:
+            self._request_titles[session.request_id] = session.title
+
+    def num_streaming(self) -> int:
+        """Conversations with a reply in flight."""
+        return sum(1 for s in self._sessions.values() if s.busy)
+
+    def title_of_request(self, request_id: int) -> str:
+        return self._request_titles.get(request_id, f"request {request_id}")
+
+    def close_all(self) -> None:
+        for session in self._sessions.values():
+            session.close()

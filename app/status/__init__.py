@@ -1,0 +1,1 @@
+"""The status panel: live tok/s, batch, memory, GPU figures, sparklines, trace recording."""

@@ -1,0 +1,193 @@
+"""The status dock: live engine numbers from StepEvents, a few times a second,
+with a minute of sparkline history; GPU (or CPU) clock and power from the
+telemetry monitor with what they mean and where they came from; the engine's
+kernels; trace recording and export."""
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.status.process_memory import format_bytes, resident_bytes
+from app.status.sparkline import Sparkline
+from app.status.status_text import batch_text, kernel_text, reading_text
+from app.status.step_stats import StepStats
+
+TICK_MS = 250
+SPARK_SAMPLES = 60_000 // TICK_MS        # a minute of ticks
+_METRICS = [("decode", "Decode tok/s", "#4f6ef7"), ("prefill", "Prefill tok/s", "#10a37f"),
+            ("batch", "Batch size", "#f59e0b"), ("kv", "KV pages", "#8b5cf6"),
+            ("memory", "Memory (RSS)", "#64748b"), ("mhz", "GPU MHz", "#ef4444"),
+            ("watts", "GPU W", "#ec4899")]
+_CAPTIONED = ("batch", "mhz", "watts")
+
+
+def _latest(telemetry):
+    """The telemetry source's latest() Reading, or None (no source, or it failed)."""
+    if telemetry is None:
+        return None
+    try:
+        return telemetry.latest()
+    except Exception:  # noqa: BLE001 - a failing sampler shows n/a
+        return None
+
+
+def _short(title: str, n: int = 26) -> str:
+    return title if len(title) <= n else title[:n - 1] + "…"
+
+
+def _label(text: str, name: str) -> QLabel:
+    label = QLabel(text, objectName=name)
+    label.setTextFormat(Qt.TextFormat.PlainText)
+    label.setIndent(0)          # a style-sheet padding would otherwise indent the text
+    return label
+
+
+class StatusPanel(QDockWidget):
+    """Signals:
+        trace_toggled(bool): the user started (True) or stopped recording a trace
+        save_trace_requested(): the user asked to save the trace to a file
+    """
+    trace_toggled = Signal(bool)
+    save_trace_requested = Signal()
+
+    def __init__(self, bridge, title_of=lambda rid: f"#{rid}", telemetry=None,
+                 num_streaming=lambda: 0, parent=None):
+        super().__init__("Status", parent)
+        self.setObjectName("statusPanel")
+        self.stats = StepStats()
+        self.telemetry = telemetry
+        self._bridge = bridge
+        self._title_of = title_of
+        self._num_streaming = num_streaming
+        self.values: dict[str, QLabel] = {}
+        self.captions: dict[str, QLabel] = {}
+        self.sparklines: dict[str, Sparkline] = {}
+        self.per_conversation = _label("idle", "perConversation")
+        self.kernels = _label("kernels: no model", "kernelStatus")
+        self.kernels.setWordWrap(True)
+        self.trace_button = QPushButton("● Record trace", objectName="traceButton",
+                                        checkable=True)
+        self.trace_button.setToolTip("Record engine steps, requests and telemetry "
+                                     "as a Perfetto trace")
+        self.save_trace_button = QPushButton("Save trace as…", objectName="saveTraceButton")
+        self.save_trace_button.setEnabled(False)
+        self.trace_button.toggled.connect(self._on_trace_button_toggled)
+        self.save_trace_button.clicked.connect(self.save_trace_requested)
+        self.setWidget(self._build())
+        bridge.step.connect(self._on_bridge_step)
+        bridge.model_loaded.connect(self._on_bridge_model_loaded)
+        bridge.load_started.connect(self._on_bridge_load_started)
+        self._timer = QTimer(self, interval=TICK_MS)
+        self._timer.timeout.connect(self._on_timer_timeout)
+        self._timer.start()
+        self._on_timer_timeout()
+
+    def _build(self) -> QWidget:
+        body = QWidget(objectName="statusBody")
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(10)
+        grid.setVerticalSpacing(1)
+        row = 0
+        for key, label, color in _METRICS:
+            self.values[key] = _label("—", "metricValue")
+            self.values[key].setAlignment(Qt.AlignmentFlag.AlignRight)
+            self.sparklines[key] = Sparkline(color, SPARK_SAMPLES)
+            grid.addWidget(_label(label, "metricName"), row, 0)
+            grid.addWidget(self.values[key], row, 1)
+            if key in _CAPTIONED:
+                row += 1
+                self.captions[key] = _label("", "metricCaption")
+                grid.addWidget(self.captions[key], row, 0, 1, 2)
+            grid.addWidget(self.sparklines[key], row + 1, 0, 1, 2)
+            row += 2
+        layout = QVBoxLayout(body)
+        layout.setContentsMargins(12, 8, 12, 8)
+        layout.addLayout(grid)
+        layout.addWidget(self.kernels)
+        layout.addWidget(_label("Streaming conversations", "sectionLabel"))
+        layout.addWidget(self.per_conversation)
+        layout.addStretch(1)
+        buttons = QHBoxLayout()
+        buttons.setSpacing(6)
+        buttons.addWidget(self.trace_button, 1)
+        buttons.addWidget(self.save_trace_button, 1)
+        layout.addLayout(buttons)
+        return body
+
+    def value_text(self, key: str) -> str:
+        return self.values[key].text()
+
+    def caption_text(self, key: str) -> str:
+        return self.captions[key].text()
+
+    def set_trace_state(self, recording: bool, can_save: bool) -> None:
+        """Show the recorder's state without emitting trace_toggled."""
+        self.trace_button.blockSignals(True)
+        self.trace_button.setChecked(recording)
+        self.trace_button.blockSignals(False)
+        self._label_trace_button(recording)
+        self.save_trace_button.setEnabled(can_save)
+
+    def _label_trace_button(self, recording: bool) -> None:
+        self.trace_button.setText("■ Stop recording" if recording else "● Record trace")
+
+    def show_kernels(self, status: dict) -> None:
+        text = kernel_text(status)
+        self.kernels.setText(text.line)
+        self.kernels.setToolTip(text.tooltip)
+        self.kernels.setProperty("warn", text.warn)
+        self.kernels.style().unpolish(self.kernels)
+        self.kernels.style().polish(self.kernels)
+
+    # slots
+    def _on_bridge_step(self, event) -> None:
+        self.stats.add_step(event)
+
+    def _on_bridge_model_loaded(self, _name: str) -> None:
+        self.show_kernels(self._bridge.kernel_status)
+
+    def _on_bridge_load_started(self, _path: str) -> None:
+        self.kernels.setText("kernels: loading…")
+        self.kernels.setToolTip("")
+
+    def _on_trace_button_toggled(self, checked: bool) -> None:
+        self._label_trace_button(checked)
+        self.trace_toggled.emit(checked)
+
+    def _on_timer_timeout(self) -> None:
+        snap = self.stats.snapshot()
+        rss = resident_bytes()
+        streaming = self._num_streaming()
+        # A prefill-only step decodes no rows: while conversations stream, show the
+        # last decode batch rather than 0.
+        batch = snap.last_decode_batch if streaming else snap.batch_size
+        batch_value, batch_caption = batch_text(batch, streaming)
+        reading = _latest(self.telemetry)
+        text = reading_text(reading)
+        shown = {"decode": (f"{snap.decode_tok_s:.1f}", snap.decode_tok_s),
+                 "prefill": (f"{snap.prefill_tok_s:.0f}", snap.prefill_tok_s),
+                 "batch": (batch_value, batch),
+                 "kv": (f"{snap.kv_pages_used} / {snap.kv_pages_total}", snap.kv_pages_used),
+                 "memory": (format_bytes(rss), rss),
+                 "mhz": (text.mhz, getattr(reading, "gpu_mhz", None)),
+                 "watts": (text.watts, getattr(reading, "gpu_watts", None))}
+        for key, (value_text, value) in shown.items():
+            self.values[key].setText(value_text)
+            self.sparklines[key].append(value)
+        self.captions["batch"].setText(batch_caption)
+        self.captions["mhz"].setText(text.mhz_caption)
+        self.captions["watts"].setText(text.watts_caption)
+        for key in ("mhz", "watts"):
+            for widget in (self.values[key], self.captions[key], self.sparklines[key]):
+                widget.setToolTip(text.tooltip)
+        lines = [f"{_short(self._title_of(rid))}  {rate:.1f} tok/s"
+                 for rid, rate in sorted(snap.per_request_tok_s.items())]
+        self.per_conversation.setText("\n".join(lines) or "idle")

@@ -1,0 +1,1 @@
+"""What persists: the SQLite store of conversations and messages, settings, the data folder."""

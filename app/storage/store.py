@@ -1,0 +1,167 @@
+"""SQLite persistence (stdlib sqlite3, WAL) for conversations, messages and
+settings. Used only from the GUI thread; every call is short."""
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+from app.storage.conversation import Conversation
+from app.storage.message import Message, MessageState
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id INTEGER PRIMARY KEY, title TEXT NOT NULL, system_prompt TEXT NOT NULL,
+    temperature REAL NOT NULL, top_p REAL NOT NULL, max_tokens INTEGER NOT NULL,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL, role TEXT NOT NULL, content TEXT NOT NULL,
+    state TEXT NOT NULL, ttft_s REAL, decode_tok_s REAL, num_tokens INTEGER,
+    prompt_tokens INTEGER, model TEXT NOT NULL DEFAULT '', error TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, position);
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+_CONV_COLS = "title, system_prompt, temperature, top_p, max_tokens, created_at, updated_at"
+_MSG_COLS = ("role, content, state, ttft_s, decode_tok_s, num_tokens, prompt_tokens, model, "
+             "error, created_at")
+
+
+UNTOUCHED_TITLE = Conversation().title
+
+
+class Store:
+    def __init__(self, folder: Path):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        self.path = Path(folder) / "tandem.sqlite3"
+        self._db = sqlite3.connect(self.path)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(_SCHEMA)
+        self.num_interrupted = self._mark_interrupted()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _mark_interrupted(self) -> int:
+        """A message still 'streaming' at open time was cut by a quit or crash."""
+        with self._db:
+            cur = self._db.execute("UPDATE messages SET state=? WHERE state=?",
+                                   (MessageState.INTERRUPTED, MessageState.STREAMING))
+        return cur.rowcount
+
+    # conversations
+    def create_conversation(self, conv: Conversation) -> Conversation:
+        with self._db:
+            cur = self._db.execute(
+                f"INSERT INTO conversations ({_CONV_COLS}) VALUES (?,?,?,?,?,?,?)",
+                _conv_values(conv))
+        return conv.copy(id=cur.lastrowid)
+
+    def update_conversation(self, conv: Conversation) -> None:
+        sets = ", ".join(f"{c.strip()}=?" for c in _CONV_COLS.split(","))
+        with self._db:
+            self._db.execute(f"UPDATE conversations SET {sets} WHERE id=?",
+                             (*_conv_values(conv), conv.id))
+
+    def touch_conversation(self, conv_id: int) -> None:
+        with self._db:
+            self._db.execute("UPDATE conversations SET updated_at=? WHERE id=?",
+                             (time.time(), conv_id))
+
+    def delete_conversation(self, conv_id: int) -> None:
+        with self._db:
+            self._db.execute("DELETE FROM conversations WHERE id=?", (conv_id,))
+
+    def conversation(self, conv_id: int) -> Conversation | None:
+        row = self._db.execute(f"SELECT id, {_CONV_COLS} FROM conversations WHERE id=?",
+                               (conv_id,)).fetchone()
+        return _conv_from_row(row) if row else None
+
+    def conversations(self, search: str = "") -> list[Conversation]:
+        """Newest first; `search` matches titles and message text."""
+        query = f"SELECT id, {_CONV_COLS} FROM conversations"
+        args: tuple = ()
+        if search.strip():
+            like = f"%{search.strip()}%"
+            query += (" WHERE title LIKE ? OR id IN (SELECT conversation_id FROM messages"
+                      " WHERE content LIKE ?)")
+            args = (like, like)
+        rows = self._db.execute(query + " ORDER BY updated_at DESC, id DESC", args).fetchall()
+        convs = [_conv_from_row(r) for r in rows]
+        for conv in convs:
+            conv.snippet = self._snippet(conv.id)
+        return convs
+
+    def untouched_conversation_ids(self) -> list[int]:
+        """Newest first: chats still titled "New chat" with no message."""
+        rows = self._db.execute(
+            "SELECT id FROM conversations WHERE title=? AND id NOT IN "
+            "(SELECT conversation_id FROM messages) ORDER BY updated_at DESC, id DESC",
+            (UNTOUCHED_TITLE,)).fetchall()
+        return [r[0] for r in rows]
+
+    def _snippet(self, conv_id: int) -> str:
+        row = self._db.execute("SELECT content FROM messages WHERE conversation_id=? "
+                               "AND content != '' ORDER BY position DESC LIMIT 1", (conv_id,)).fetchone()
+        return " ".join(row[0].split())[:120] if row else ""
+
+    # messages
+    def messages(self, conv_id: int) -> list[Message]:
+        rows = self._db.execute(f"SELECT id, {_MSG_COLS} FROM messages WHERE conversation_id=?"
+                                " ORDER BY position", (conv_id,)).fetchall()
+        return [_message_from_row(r) for r in rows]
+
+    def add_message(self, conv_id: int, position: int, msg: Message) -> int:
+        with self._db:
+            cur = self._db.execute(
+                f"INSERT INTO messages (conversation_id, position, {_MSG_COLS}) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", (conv_id, position, *_msg_values(msg)))
+            self._db.execute("UPDATE conversations SET updated_at=? WHERE id=?",
+                             (time.time(), conv_id))
+        return cur.lastrowid
+
+    def update_message(self, msg: Message) -> None:
+        sets = ", ".join(f"{c.strip()}=?" for c in _MSG_COLS.split(","))
+        with self._db:
+            self._db.execute(f"UPDATE messages SET {sets} WHERE id=?", (*_msg_values(msg), msg.id))
+
+    def truncate_messages(self, conv_id: int, position: int) -> None:
+        """Delete messages at `position` and after (regenerate, edit-and-resend)."""
+        with self._db:
+            self._db.execute("DELETE FROM messages WHERE conversation_id=? AND position>=?",
+                             (conv_id, position))
+
+    # settings
+    def get_setting(self, key: str, default=None):
+        row = self._db.execute("SELECT value FROM settings WHERE key=?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    def set_setting(self, key: str, value) -> None:
+        with self._db:
+            self._db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)",
+                             (key, json.dumps(value)))
+
+
+def _conv_values(c: Conversation) -> tuple:
+    return (c.title, c.system_prompt, c.temperature, c.top_p, c.max_tokens,
+            c.created_at, c.updated_at)
+
+
+def _conv_from_row(row) -> Conversation:
+    return Conversation(id=row[0], title=row[1], system_prompt=row[2], temperature=row[3],
+                        top_p=row[4], max_tokens=row[5], created_at=row[6], updated_at=row[7])
+
+
+def _msg_values(m: Message) -> tuple:
+    return (m.role, m.content, m.state, m.ttft_s, m.decode_tok_s, m.num_tokens,
+            m.prompt_tokens, m.model, m.error, m.created_at)
+
+
+def _message_from_row(row) -> Message:
+    return Message(id=row[0], role=row[1], content=row[2], state=row[3], ttft_s=row[4],
+                   decode_tok_s=row[5], num_tokens=row[6], prompt_tokens=row[7],
+                   model=row[8], error=row[9], created_at=row[10])

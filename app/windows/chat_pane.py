@@ -1,0 +1,132 @@
+"""A pane bound to one conversation: header, streaming chat, its own composer."""
+from __future__ import annotations
+
+from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+)
+
+from app.chat.chat_view import ChatView
+from app.chat.composer import Composer
+from app.controllers.chat_session import ChatSession
+
+
+class ChatPane(QFrame):
+    """Signals:
+        close_requested(): the pane's close button
+        settings_requested(): the pane's conversation settings button
+        activated(): the user clicked or typed in this pane
+    """
+    close_requested = Signal()
+    settings_requested = Signal()
+    activated = Signal()
+
+    def __init__(self, session: ChatSession, parent=None):
+        super().__init__(parent)
+        self.setObjectName("chatPane")
+        self.session = session
+        self.title = QLabel(objectName="paneTitle")
+        self.subtitle = QLabel(objectName="paneSubtitle")
+        for label in (self.title, self.subtitle):     # elided, never widen the pane
+            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.settings_button = QToolButton(text="⚙", objectName="paneButton",
+                                           toolTip="Conversation settings")
+        self.close_button = QToolButton(text="✕", objectName="paneButton", toolTip="Close pane")
+        self.view = ChatView()
+        self.view.set_model(session.model)
+        self.composer = Composer("Message…")
+        self.composer.setToolTip("Enter sends, Shift+Enter starts a new line")
+        self.send_button = QPushButton("Send", objectName="sendButton")
+        self._lay_out()
+        self._connect()
+        self._on_session_conversation_changed()
+        self._on_session_busy_changed(session.busy)
+
+    def _lay_out(self) -> None:
+        header = QHBoxLayout()
+        header.setContentsMargins(14, 8, 8, 8)
+        titles = QVBoxLayout()
+        titles.setSpacing(0)
+        titles.addWidget(self.title)
+        titles.addWidget(self.subtitle)
+        header.addLayout(titles, 1)
+        header.addWidget(self.settings_button)
+        header.addWidget(self.close_button)
+        bottom = QHBoxLayout()
+        bottom.setContentsMargins(10, 6, 10, 10)
+        bottom.addWidget(self.composer, 1)
+        bottom.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
+        head = QFrame(objectName="paneHeader")
+        head.setLayout(header)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(head)
+        layout.addWidget(self.view, 1)
+        layout.addLayout(bottom)
+
+    def _connect(self) -> None:
+        s = self.session
+        self.close_button.clicked.connect(self.close_requested)
+        self.settings_button.clicked.connect(self.settings_requested)
+        self.composer.submitted.connect(self._on_composer_submitted)
+        self.composer.installEventFilter(self)
+        self.send_button.clicked.connect(self._on_send_button_clicked)
+        self.view.stop_requested.connect(lambda _row: s.stop())
+        self.view.regenerate_requested.connect(s.regenerate)
+        self.view.edit_submitted.connect(s.edit_and_resend)
+        s.busy_changed.connect(self._on_session_busy_changed)
+        s.conversation_changed.connect(self._on_session_conversation_changed)
+
+    def set_active(self, active: bool) -> None:
+        self.setProperty("active", active)
+        self.style().unpolish(self)
+        self.style().polish(self)
+
+    # slots
+    def _on_composer_submitted(self, text: str) -> None:
+        self.session.send(text)
+
+    def _on_send_button_clicked(self) -> None:
+        if self.session.busy:
+            self.session.stop()
+        else:
+            self.composer.submit()
+
+    def _on_session_busy_changed(self, busy: bool) -> None:
+        self.send_button.setText("Stop" if busy else "Send")
+        self.send_button.setProperty("busy", "true" if busy else "false")
+        self.send_button.style().unpolish(self.send_button)
+        self.send_button.style().polish(self.send_button)
+
+    def _on_session_conversation_changed(self) -> None:
+        c = self.session.conversation
+        self.title.setToolTip(c.title)
+        self._elide()
+
+    def _elide(self) -> None:
+        c = self.session.conversation
+        subtitle = f"temp {c.temperature:g} · top-p {c.top_p:g} · max {c.max_tokens} tokens"
+        for label, text in ((self.title, c.title), (self.subtitle, subtitle)):
+            label.setText(label.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight,
+                                                         max(label.width(), 40)))
+
+    # Qt overrides
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self._elide()
+
+    def eventFilter(self, watched, event):
+        if event.type() == QEvent.Type.FocusIn:
+            self.activated.emit()
+        return False
+
+    def mousePressEvent(self, event):
+        self.activated.emit()
+        super().mousePressEvent(event)

@@ -1,0 +1,259 @@
+"""The main window: sidebar, side-by-side panes, broadcast box, status dock,
+model loading; it wires widgets to sessions and the bridge."""
+from __future__ import annotations
+
+import dataclasses
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+from qasync import asyncSlot
+
+from app.controllers.conversation_list_model import ConversationListModel
+from app.controllers.session_registry import SessionRegistry
+from app.status.status_panel import StatusPanel
+from app.status.trace_controller import TraceController
+from app.storage.app_settings import AppSettings
+from app.storage.store import UNTOUCHED_TITLE
+from app.windows.broadcast_box import BroadcastBox
+from app.windows.pane_area import PaneArea
+from app.windows.sidebar import Sidebar
+from app.windows.window_menus import build_menus
+from app.windows.window_state import restore_window_state, save_window_state
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, store, bridge, telemetry=None, trace_path=None, parent=None):
+        super().__init__(parent)
+        self.setWindowTitle("Tandem")
+        self.resize(1280, 800)
+        self.store, self.bridge = store, bridge
+        self.settings = AppSettings.from_dict(store.get_setting("settings", {}))
+        self.sessions = SessionRegistry(store, bridge, self)
+        self.trace = TraceController(bridge, store.path.parent, telemetry, path=trace_path,
+                                     parent=self)
+        self.last_error = ""
+        self.error_box: QMessageBox | None = None
+        self.conversations = ConversationListModel(store, self)
+        self.sidebar = Sidebar(self.conversations)
+        self.panes = PaneArea()
+        self.broadcast = BroadcastBox()
+        self.status_panel = StatusPanel(bridge, self.sessions.title_of_request, telemetry,
+                                        num_streaming=self.sessions.num_streaming)
+        self._build_layout()
+        build_menus(self)
+        self._connect()
+        self.conversations.refresh()
+
+    def _build_layout(self) -> None:
+        center = QWidget(objectName="center")
+        column = QVBoxLayout(center)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(self.panes, 1)
+        column.addWidget(self.broadcast)
+        self.main_splitter = QSplitter(Qt.Orientation.Horizontal, objectName="mainSplitter")
+        self.main_splitter.addWidget(self.sidebar)
+        self.main_splitter.addWidget(center)
+        self.main_splitter.setStretchFactor(1, 1)
+        self.main_splitter.setSizes([260, 1020])
+        self.main_splitter.setHandleWidth(1)
+        self.setCentralWidget(self.main_splitter)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.status_panel)
+        self.model_label = QLabel("No model", objectName="modelLabel")
+        self.progress = QProgressBar(objectName="loadProgress", maximum=1000)
+        self.progress.setFixedWidth(220)
+        self.progress.hide()
+        self.statusBar().addWidget(self.model_label, 1)
+        self.statusBar().addPermanentWidget(self.progress)
+
+    def _connect(self) -> None:
+        self.sidebar.new_requested.connect(self.new_conversation)
+        self.sidebar.open_requested.connect(self.open_conversation)
+        self.sidebar.delete_requested.connect(self.confirm_delete_conversation)
+        self.conversations.renamed.connect(self.sessions.rename)
+        self.sessions.changed.connect(lambda: self.conversations.refresh())
+        self.sessions.error.connect(self.show_error)
+        self.panes.pane_close_requested.connect(self.close_pane)
+        self.panes.pane_settings_requested.connect(self._on_panes_pane_settings_requested)
+        self.broadcast.broadcast_requested.connect(self.broadcast_prompt)
+        self.status_panel.trace_toggled.connect(self.trace.set_recording)
+        self.status_panel.save_trace_requested.connect(self.save_trace_as)
+        self.trace.state_changed.connect(self.status_panel.set_trace_state)
+        self.trace.message.connect(lambda text: self.statusBar().showMessage(text, 10000))
+        self.bridge.load_started.connect(self._on_bridge_load_started)
+        self.bridge.load_progress.connect(self._on_bridge_load_progress)
+        self.bridge.model_loaded.connect(self._on_bridge_model_loaded)
+        self.bridge.load_failed.connect(self._on_bridge_load_failed)
+
+    # conversations and panes
+    def new_conversation(self, new_pane: bool = True):
+        active = self.panes.active
+        if not new_pane and active is not None and self._untouched(active.session):
+            active.composer.setFocus()        # the active chat is already a new one
+            return active
+        session = self.sessions.create(self.settings)
+        pane = self._show(session, new_pane)
+        pane.composer.setFocus()
+        return pane
+
+    def open_conversation(self, conv_id: int, new_pane: bool = False):
+        pane = self.panes.pane_for(conv_id)
+        if pane is None:
+            session = self.sessions.get(conv_id)
+            if session is None:
+                return None
+            pane = self._show(session, new_pane)
+        self.panes.set_active(pane)
+        self.sidebar.select(conv_id)
+        return pane
+
+    def _show(self, session, new_pane: bool):
+        active = self.panes.active
+        if active is not None and (not new_pane or not self.panes.can_add()):
+            return self.panes.replace_session(active, session)
+        return self.panes.add_pane(session)
+
+    def close_pane(self, pane) -> None:
+        self.panes.remove_pane(pane)
+
+    def confirm_delete_conversation(self, conv_id: int) -> bool:
+        """Ask first (the sidebar's Delete); True if it was deleted."""
+        conv = self.store.conversation(conv_id)
+        if conv is None:
+            return False
+        answer = QMessageBox.question(
+            self, "Delete chat", f"Delete “{conv.title}” and all its messages?\n"
+            "This cannot be undone.",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+            QMessageBox.StandardButton.Cancel)
+        if answer != QMessageBox.StandardButton.Yes:
+            return False
+        self.delete_conversation(conv_id)
+        return True
+
+    def delete_conversation(self, conv_id: int) -> None:
+        pane = self.panes.pane_for(conv_id)
+        if pane is not None:
+            self.panes.remove_pane(pane)
+        self.sessions.delete(conv_id)
+
+    def save_trace_as(self):
+        """Ask for a .json file and export the trace recorded so far."""
+        return self.trace.choose_and_save(self)
+
+    def broadcast_prompt(self, text: str) -> int:
+        panes = self.panes.panes()
+        for pane in panes:
+            pane.session.send(text)
+        return len(panes)
+
+    # model
+    @asyncSlot()
+    async def open_model_dialog(self) -> None:
+        from app.windows.model_picker import ModelPicker
+        picker = ModelPicker(self.store.get_setting("recent_models", []), self)
+        if picker.exec() and picker.chosen:
+            await self.load_model(picker.chosen)
+
+    async def load_model(self, path: str | None) -> bool:
+        from engine.config import EngineConfig
+        s = self.settings
+        config = EngineConfig(max_num_seqs=s.max_num_seqs, num_pages=s.num_pages,
+                              prefill_chunk=s.prefill_chunk)
+        ok = await self.bridge.load_model(path, config)
+        if ok and path:
+            recent = [path] + [p for p in self.store.get_setting("recent_models", []) if p != path]
+            self.store.set_setting("recent_models", recent[:10])
+            self.store.set_setting("last_model", path)
+        return ok
+
+    @asyncSlot()
+    async def open_settings_dialog(self) -> None:
+        from app.windows.settings_dialog import SettingsDialog
+        dialog = SettingsDialog(self.settings, self)
+        if dialog.exec():
+            old, self.settings = self.settings, dialog.settings()
+            self.store.set_setting("settings", self.settings.to_dict())
+            limits = ("max_num_seqs", "num_pages", "prefill_chunk")
+            changed = any(getattr(old, k) != getattr(self.settings, k) for k in limits)
+            if changed and self.bridge.engine and not await self.load_model(
+                    self.bridge.model_path):
+                # The bridge reloaded the model with the old limits: keep them.
+                self.settings = dataclasses.replace(
+                    self.settings, **{k: getattr(old, k) for k in limits})
+                self.store.set_setting("settings", self.settings.to_dict())
+
+    def show_error(self, message: str, title: str = "Tandem") -> None:
+        """Non-modal, so streaming and the event loop go on."""
+        self.last_error = message
+        self.error_box = QMessageBox(QMessageBox.Icon.Warning, title, message,
+                                     QMessageBox.StandardButton.Ok, self)
+        self.error_box.open()
+
+    # slots
+    def _on_panes_pane_settings_requested(self, pane) -> None:
+        from app.windows.conversation_settings_dialog import ConversationSettingsDialog
+        dialog = ConversationSettingsDialog(pane.session.conversation, self)
+        dialog.accepted.connect(lambda: pane.session.update_conversation(dialog.conversation()))
+        dialog.open()
+
+    def _on_bridge_load_started(self, path: str) -> None:
+        self.progress.setValue(0)
+        self.progress.show()
+        self.model_label.setText(f"Loading {path or 'default model'}…")
+
+    def _on_bridge_load_progress(self, fraction: float, message: str) -> None:
+        self.progress.setValue(int(fraction * 1000))
+        self.progress.setFormat(message)
+
+    def _on_bridge_model_loaded(self, name: str) -> None:
+        self.progress.hide()
+        self.model_label.setText(f"Model: {name}")
+        self.setWindowTitle(f"Tandem — {name}")
+
+    def _on_bridge_load_failed(self, message: str) -> None:
+        self.progress.hide()
+        current = self.bridge.model_name
+        self.model_label.setText(f"Model: {current}" if current else "No model")
+        self.show_error(message, "Could not load the model")
+        if not current:         # nothing loaded, e.g. a bundled app without the built-in model
+            button = self.error_box.addButton("Open model…", QMessageBox.ButtonRole.ActionRole)
+            button.clicked.connect(self.open_model_dialog)
+
+    def _untouched(self, session) -> bool:
+        return session.conversation.title == UNTOUCHED_TITLE and session.model.rowCount() == 0
+
+    def _open_start_chat(self) -> None:
+        """At start: reuse an empty "New chat" rather than add one more each time,
+        and drop the other empty ones that no pane shows."""
+        shown = {p.session.conversation.id for p in self.panes.panes()}
+        spare = [i for i in self.store.untouched_conversation_ids() if i not in shown]
+        if not self.panes.panes():
+            if spare:
+                self.open_conversation(spare.pop(0), new_pane=True)
+            else:
+                self.new_conversation()
+        for conv_id in spare:
+            self.sessions.delete(conv_id)
+
+    # Qt overrides
+    def showEvent(self, event):
+        super().showEvent(event)
+        if not getattr(self, "_restored", False):
+            self._restored = True
+            restore_window_state(self, self.store)
+            self._open_start_chat()
+
+    def closeEvent(self, event):
+        save_window_state(self, self.store)
+        self.trace.close()
+        self.sessions.close_all()
+        super().closeEvent(event)

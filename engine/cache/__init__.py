@@ -1,0 +1,1 @@
+"""Memory for attention KV pages, recurrent-state slots and finished turns kept for the next turn."""

@@ -1,0 +1,128 @@
+"""Turns scheduled sequences into arrays, runs the model, returns last-token logits.
+
+Only the engine thread calls this (it touches mx).
+"""
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from engine.config import EngineConfig
+from engine.core.batch_view import BatchView
+from engine.core.sequence import Sequence
+from engine.models.base import ModelCache
+
+PAGE_BUCKET = 8   # block tables are padded to a multiple of this many pages (fewer shapes)
+
+
+class Runner:
+    def __init__(self, model, config: EngineConfig):
+        self.model = model
+        self.config = config
+        self.page_size = config.page_size
+        self.cache = ModelCache(model.cache_spec(), config.num_pages, config.page_size,
+                                num_slots=config.num_state_slots)
+
+    def build_view(self, rows: list[tuple[list[int], int, int, int]], num_tokens: int,
+                   all_logits: bool = False) -> BatchView:
+        """rows: (pages, state slot, start position, new tokens) per row, right-padded to T."""
+        ps, B, T = self.page_size, len(rows), num_tokens
+        num_pages = max(-(-(start + n) // ps) for _, _, start, n in rows)
+        P = -(-num_pages // PAGE_BUCKET) * PAGE_BUCKET
+        tables = np.zeros((B, P), np.int32)
+        slot_mapping = np.empty((B, T), np.int32)
+        offsets = np.empty(B, np.int32)
+        lengths = np.empty(B, np.int32)
+        slots = np.empty(B, np.int32)
+        for b, (pages, slot, start, n) in enumerate(rows):
+            used = min(len(pages), P)          # pages past the chunk's end are not read
+            tables[b, :used] = pages[:used]
+            pos = start + np.arange(T)
+            real = tables[b, np.minimum(pos // ps, P - 1)] * ps + pos % ps
+            slot_mapping[b] = np.where(np.arange(T) < n, real, np.arange(T) % ps)
+            offsets[b], lengths[b], slots[b] = start, n, slot
+        positions = offsets[:, None] + np.arange(T, dtype=np.int32)[None]
+        return BatchView(
+            offsets=mx.array(offsets), lengths=mx.array(lengths),
+            positions=mx.array(positions), slot_mapping=mx.array(slot_mapping),
+            block_tables=mx.array(tables), state_slots=mx.array(slots), page_size=ps,
+            num_tokens=T, ragged=bool((lengths < T).any()), all_logits=all_logits,
+            context_len=int(offsets[0]) + T if (offsets == offsets[0]).all()
+            and (lengths == T).all() else None, any_fresh=bool((offsets == 0).any()))
+
+    def forward(self, tokens: np.ndarray, view: BatchView, cache: ModelCache | None = None):
+        cache = cache or self.cache
+        if not isinstance(tokens, mx.array):
+            tokens = mx.array(tokens, dtype=mx.int32)
+        logits = self.model(tokens, view, cache)
+        return logits, cache.arrays()
+
+    def decode(self, seqs: list[Sequence]) -> mx.array:
+        """One forward [B, 1] for every decoding sequence -> logits [B, V] (lazy)."""
+        rows = [(s.pages, s.slot, s.num_tokens - 1, 1) for s in seqs]
+        logits, _ = self.forward(self._decode_tokens(seqs), self.build_view(rows, 1))
+        return logits[:, -1, :]
+
+    @staticmethod
+    def _decode_tokens(seqs: list[Sequence]):
+        """[B, 1] input ids: the last token of each row, taken on the device when it was
+        sampled by a step whose result the host has not read yet (no sync needed)."""
+        if not any(s.pending for s in seqs):
+            return np.array([[s.all_ids[-1]] for s in seqs], np.int32)
+        arrays, offsets, index, host = [], {}, [], []
+        for s in seqs:
+            if s.pending:
+                arr, row = s.pending[-1]
+                if id(arr) not in offsets:
+                    offsets[id(arr)] = sum(a.size for a in arrays)
+                    arrays.append(arr)
+                index.append(offsets[id(arr)] + row)
+            else:
+                index.append(-1 - len(host))
+                host.append(s.all_ids[-1])
+        base = sum(a.size for a in arrays)
+        index = [i if i >= 0 else base + (-1 - i) for i in index]
+        source = mx.concatenate(arrays + [mx.array(host, mx.int32)] if host else arrays)
+        return source.astype(mx.int32)[mx.array(index)].reshape(-1, 1)
+
+    def prefill(self, chunks) -> mx.array:
+        """One ragged forward over prompt chunks -> each row's last-token logits [B, V] (lazy)."""
+        T = max(c.num_tokens for c in chunks)
+        tokens = np.zeros((len(chunks), T), np.int32)
+        for b, c in enumerate(chunks):
+            tokens[b, :c.num_tokens] = c.seq.all_ids[c.start:c.start + c.num_tokens]
+        rows = [(c.seq.pages, c.seq.slot, c.start, c.num_tokens) for c in chunks]
+        logits, _ = self.forward(tokens, self.build_view(rows, T))
+        return logits[:, -1, :]
+
+    def copy_pages(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy whole KV pages (src -> dst) in every attention layer (copy on write)."""
+        ps = self.page_size
+        offs = np.arange(ps, dtype=np.int32)
+        src = mx.array(np.concatenate([s * ps + offs for s, _ in pairs]))
+        dst = mx.array(np.concatenate([d * ps + offs for _, d in pairs]))
+        for kv in self.cache.kv:
+            for i in (0, 1):
+                kv[i][dst] = kv[i][src]
+
+    def copy_state_slot(self, src: int, dst: int) -> None:
+        """Copy one sequence's recurrent and conv states into another slot (a snapshot)."""
+        s, d = mx.array([src]), mx.array([dst])
+        for layer in self.cache.states:
+            for i, arr in enumerate(layer):
+                arr[d] = arr[s]
+                layer[i] = arr
+
+    def cache_arrays(self) -> list[mx.array]:
+        return self.cache.arrays()
+
+    def full_logits(self, token_ids: list[int]) -> mx.array:
+        """All logits of one sequence in a private cache (scoring and tests): [T, V] float32."""
+        T = len(token_ids)
+        num_pages = -(-T // self.page_size) + 1
+        cache = ModelCache(self.model.cache_spec(), num_pages + 1, self.page_size, 1)
+        view = self.build_view([(list(range(1, num_pages + 1)), 0, 0, T)], T, all_logits=True)
+        logits, arrays = self.forward(np.array([token_ids], np.int32), view, cache)
+        out = logits[0].astype(mx.float32)
+        mx.eval(out)
+        return out

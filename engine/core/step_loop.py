@@ -1,0 +1,206 @@
+"""The engine thread's work: schedule -> run -> postprocess, one step at a time.
+
+Everything here runs on the engine thread, the only thread that touches mx.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import mlx.core as mx
+
+from engine.cache.page_pool import PagePool, SlotPool
+from engine.cache.prefix_cache import PrefixCache
+from engine.config import EngineConfig
+from engine.core.output_stream import OutputStream
+from engine.core.prefill_budget import PrefillBudget
+from engine.core.runner import Runner
+from engine.core.sampler import RowSampler, sample_batch
+from engine.core.scheduler import Scheduler, StepPlan
+from engine.core.sequence import Sequence
+from engine.events import FinishedEvent, RequestStats, StepEvent, TokenEvent
+
+
+class Request:
+    """Engine-side state of one request: its sequence, sampler and output stream."""
+
+    def __init__(self, seq: Sequence, sampler: RowSampler, stream: OutputStream, deliver):
+        self.seq, self.sampler, self.stream, self.deliver = seq, sampler, stream, deliver
+
+
+class StepLoop:
+    def __init__(self, model, config: EngineConfig, emit: Callable[[object], None]):
+        self.config = config
+        self.runner = Runner(model, config)
+        self.pool = PagePool(config.num_pages, config.page_size)
+        slots = SlotPool(config.num_state_slots)
+        # Recurrent states cannot be rewound: such models reuse whole cached turns only.
+        recurrent = bool(model.cache_spec().state_layers)
+        cache = PrefixCache(self.pool, slots, recurrent, config.num_cached_turns) \
+            if config.prefix_cache else None
+        self.scheduler = Scheduler(config, self.pool, slots, on_pressure=self.flush,
+                                   cache=cache)
+        self.requests: dict[int, Request] = {}
+        self.emit = emit          # broadcast to listeners (events of every request)
+        self.num_steps = 0
+        # The step whose tokens are still on the device: (plan, sampled, t_start).
+        self._inflight = None
+        self.budget = PrefillBudget(config.prefill_chunk, config.max_decode_slowdown)
+
+    @property
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    def add(self, request: Request) -> None:
+        self.requests[request.seq.request_id] = request
+        self.scheduler.add(request.seq)
+
+    def cancel(self, request_id: int) -> None:
+        req = self.requests.get(request_id)
+        if req is not None:
+            # Read the step in flight first: the ids kept for the conversation's next
+            # turn must be exactly the tokens whose K/V and state are in the cache.
+            self.flush()
+        if request_id in self.requests:
+            self._finish(req, "cancelled", req.stream.finish())
+
+    def step(self) -> None:
+        """Queue step n on the device, then read and post-process step n-1 while it runs."""
+        decoding = any(not s.is_prefilling for s in self.scheduler.running)
+        plan = self.scheduler.schedule(self.budget.tokens(decoding))
+        if plan.is_empty:
+            self.flush()
+            return
+        t0 = time.perf_counter()
+        sampled = self._run(plan)
+        previous, self._inflight = self._inflight, (plan, sampled, t0)
+        if previous is not None:
+            self._complete(previous, t_end=t0)
+        if not self._can_pipeline():
+            self.flush()
+
+    def flush(self) -> None:
+        """Read back the step still in flight (before going idle, or preempting)."""
+        if self._inflight is not None:
+            previous, self._inflight = self._inflight, None
+            self._complete(previous, t_end=None)
+
+    def _can_pipeline(self) -> bool:
+        # The repetition penalty needs every earlier token on the host before sampling.
+        return all(r.sampler.params.repetition_penalty == 1.0 for r in self.requests.values())
+
+    def _complete(self, inflight, t_end: float | None) -> None:
+        plan, sampled, t0 = inflight
+        self._postprocess(plan, sampled)
+        # A step lasts until the next one starts: the cadence a stream sees.
+        self._emit_step(plan, t0, t_end or time.perf_counter())
+
+    # -- run ----------------------------------------------------------------
+    def _run(self, plan: StepPlan) -> list[tuple[Request, mx.array, int]]:
+        """Queue the step's forwards on the device; returns (request, ids, row) to read."""
+        out = []
+        copies = self.scheduler.take_page_copies()
+        if copies:                      # shared pages a new owner will write into
+            self.runner.copy_pages(copies)
+        if plan.decode:
+            reqs = [self.requests[s.request_id] for s in plan.decode]
+            ids = sample_batch(self.runner.decode(plan.decode), [r.sampler for r in reqs])
+            out += [(r, ids, i) for i, r in enumerate(reqs)]
+        if plan.prefills:
+            out += self._run_prefill(plan.prefills)
+        for s in plan.decode:
+            s.num_computed = s.num_tokens
+        for req, ids, row in out:
+            req.seq.pending.append((ids, row))
+        mx.async_eval([ids for _, ids, _ in out] + self.runner.cache_arrays())
+        return out
+
+    def _run_prefill(self, chunks) -> list[tuple[Request, mx.array, int]]:
+        """One ragged forward over the chunks; sample where a prompt's last chunk ends."""
+        now = time.perf_counter()
+        logits = self.runner.prefill(chunks)                                  # [B, V]
+        finishing = [i for i, c in enumerate(chunks) if c.is_last]
+        for c in chunks:
+            c.seq.t_prefill_start = c.seq.t_prefill_start or now
+            c.seq.num_computed = c.start + c.num_tokens
+            if c.is_last:               # a turn boundary: keep the state for the next turn
+                spare = self.scheduler.snapshot(c.seq)
+                if spare is not None:
+                    self.runner.copy_state_slot(c.seq.slot, spare)
+        if not finishing:
+            return []
+        reqs = [self.requests[chunks[i].seq.request_id] for i in finishing]
+        if len(finishing) < len(chunks):
+            logits = logits[mx.array(finishing)]
+        ids = sample_batch(logits, [r.sampler for r in reqs])
+        return [(r, ids, row) for row, r in enumerate(reqs)]
+
+    # -- postprocess --------------------------------------------------------
+    def _postprocess(self, plan: StepPlan, sampled) -> None:
+        host = {}
+        for req, ids, row in sampled:
+            values = host.setdefault(id(ids), ids.tolist())
+            if req.seq.pending:
+                req.seq.pending.pop(0)
+            self._accept(req, int(values[row]))
+
+    def _accept(self, req: Request, token: int) -> None:
+        seq = req.seq
+        if seq.is_finished:          # finished by an earlier token or cancelled: drop it
+            return
+        now = time.perf_counter()
+        if seq.t_first_token is None:
+            seq.t_first_token = now
+        seq.output_ids.append(token)
+        req.sampler.append(token)
+        delta = req.stream.add(token, len(seq.output_ids), seq.num_tokens)
+        if delta or req.stream.finish_reason is None:
+            req.deliver(TokenEvent(seq.request_id, delta, (token,)))
+        if req.stream.finish_reason is not None:
+            self._finish(req, req.stream.finish_reason, "")
+
+    def _finish(self, req: Request, reason: str, delta: str) -> None:
+        seq = req.seq
+        if delta:
+            req.deliver(TokenEvent(seq.request_id, delta, ()))
+        seq.pending.clear()          # tokens still in flight for it are discarded
+        self.scheduler.finish(seq, reason)
+        seq.t_finish = time.perf_counter()
+        del self.requests[seq.request_id]
+        req.deliver(FinishedEvent(seq.request_id, reason, self._stats(seq),
+                                  req.stream.text, tuple(seq.output_ids)))
+
+    def fail_all(self, message: str) -> None:
+        self._inflight = None
+        for req in list(self.requests.values()):
+            self._finish(req, "error", req.stream.finish())
+
+    @staticmethod
+    def _stats(seq: Sequence) -> RequestStats:
+        n = len(seq.output_ids)
+        first = seq.t_first_token
+        ttft = (first - seq.t_submit) if first else 0.0
+        decode_s = (seq.t_finish - first) if first else 0.0
+        prefill_s = (first - seq.t_prefill_start) if first and seq.t_prefill_start else 0.0
+        return RequestStats(
+            prompt_tokens=len(seq.prompt_ids), generated_tokens=n, ttft_s=ttft,
+            decode_tok_s=(n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0,
+            prefill_tok_s=(len(seq.prompt_ids) - seq.num_cached) / prefill_s
+            if prefill_s > 0 else 0.0,
+            num_preemptions=seq.num_preemptions, cached_tokens=seq.num_cached)
+
+    def _emit_step(self, plan: StepPlan, t0: float, t1: float) -> None:
+        self.num_steps += 1
+        self.budget.observe(t1 - t0, len(plan.decode), plan.prefill_tokens)
+        chunk = plan.prefill
+        kind = "mixed" if plan.decode and chunk else ("decode" if plan.decode else "prefill")
+        self.emit(StepEvent(
+            step=self.num_steps, t_start=t0, t_end=t1, kind=kind,
+            decode_request_ids=tuple(s.request_id for s in plan.decode),
+            prefill_request_id=chunk.seq.request_id if chunk else None,
+            prefill_request_ids=tuple(c.seq.request_id for c in plan.prefills),
+            prefill_tokens=plan.prefill_tokens, batch_size=len(plan.decode),
+            kv_pages_used=self.pool.num_used, kv_pages_total=self.pool.num_total,
+            kv_pages_cached=self.scheduler.cache.num_pages if self.scheduler.cache else 0,
+            num_waiting=len(self.scheduler.waiting),
+            num_running=len(self.scheduler.running)))

@@ -1,0 +1,164 @@
+"""Find, read and check model weights; build the model of the right family.
+
+Reads MLX safetensors folders (quantized, with per-module overrides in
+config.json's ``quantization``), Hugging Face safetensors folders
+(quantized on load when asked) and GGUF files through ``mx.load``.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+
+from engine.errors import ModelLoadError, UnsupportedModelError
+from engine.loading import gguf
+
+FAMILIES = ("engine.models.llama", "engine.models.qwen3_5")
+
+
+@dataclass
+class LoadedModel:
+    model: nn.Module
+    config: dict
+    path: Path
+    gguf_metadata: dict | None = None
+
+
+def _family(model_type: str):
+    for name in FAMILIES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if model_type in getattr(module, "MODEL_TYPES", ()):
+            return module
+    raise UnsupportedModelError(
+        f"Model type '{model_type}' is not supported. Tandem runs Llama/SmolLM/Qwen2/Qwen3 "
+        "dense models and the Qwen3.5/3.6 and Qwen3-Next hybrid models.")
+
+
+def model_type_of(config: dict) -> str:
+    mt = config.get("model_type") or config.get("text_config", {}).get("model_type", "")
+    return mt.removesuffix("_text")
+
+
+def read_config(folder: Path) -> dict:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise ModelLoadError(f"{folder} has no config.json: choose a model folder "
+                             "(MLX or Hugging Face safetensors) or a .gguf file.")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ModelLoadError(f"{path} is not valid JSON ({e}); re-download the model.") from e
+
+
+def read_safetensors(folder: Path) -> tuple[dict, dict]:
+    """All tensors of the folder and, per tensor, the file it came from."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(f"{folder} has no .safetensors files; re-download the model.")
+    weights, origin = {}, {}
+    for f in files:
+        try:
+            part = mx.load(str(f))
+        except Exception as e:  # mlx raises RuntimeError/ValueError for short files
+            raise ModelLoadError(f"Cannot read {f.name} ({e}): the file is truncated or "
+                                 "damaged; re-download it.") from e
+        weights.update(part)
+        origin.update(dict.fromkeys(part, f.name))
+    return weights, origin
+
+
+def _quantize(model: nn.Module, weights: dict, qconfig: dict) -> None:
+    """Quantize exactly the modules that have packed weights, with their own settings."""
+    def predicate(path: str, module: nn.Module):
+        if f"{path}.scales" not in weights:
+            return False
+        own = qconfig.get(path)
+        if isinstance(own, dict):
+            return {"group_size": own["group_size"], "bits": own["bits"]}
+        return {"group_size": qconfig.get("group_size", 64), "bits": qconfig.get("bits", 4)}
+    nn.quantize(model, class_predicate=predicate)
+
+
+def check_weights(model: nn.Module, weights: dict, origin: dict, where: Path) -> None:
+    """Every parameter present with the shape the config implies; say which tensor and file."""
+    expected = dict(tree_flatten(model.parameters()))
+    missing = [k for k in expected if k not in weights]
+    if missing:
+        raise ModelLoadError(f"{where}: tensor '{missing[0]}' is missing"
+                             f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''};"
+                             " the download is incomplete or the config does not match.")
+    for name, param in expected.items():
+        if weights[name].shape != param.shape:
+            raise ModelLoadError(
+                f"{where}: tensor '{name}' in {origin.get(name, 'the weights')} has shape "
+                f"{tuple(weights[name].shape)} but the config implies {tuple(param.shape)}.")
+    extra = [k for k in weights if k not in expected]
+    if extra:
+        raise ModelLoadError(f"{where}: unexpected tensor '{extra[0]}' in "
+                             f"{origin.get(extra[0], 'the weights')}; is this the right model?")
+
+
+def build(config: dict, weights: dict, origin: dict, where: Path, qconfig: dict | None,
+          quantize_bits: int | None = None) -> nn.Module:
+    module = _family(model_type_of(config))
+    model = module.Model(module.ModelArgs.from_config(config))
+    weights = model.sanitize(weights)
+    origin = {**origin, **{k: origin.get(k, "the weights") for k in weights}}
+    if qconfig:
+        _quantize(model, weights, qconfig)
+    check_weights(model, weights, origin, where)
+    model.load_weights(list(weights.items()), strict=True)
+    if quantize_bits and not qconfig:
+        pred = getattr(module, "quantize_predicate", None)
+        nn.quantize(model, group_size=64, bits=quantize_bits,
+                    class_predicate=pred or (lambda p, m: hasattr(m, "to_quantized")
+                                             and m.weight.shape[-1] % 64 == 0))
+    mx.eval(model.parameters())
+    return model
+
+
+def load_model(path: str | Path, quantize_bits: int | None = None) -> LoadedModel:
+    """Load a model folder or a .gguf file. HF folders are quantized if quantize_bits is set."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ModelLoadError(f"{path} does not exist; choose a model folder or a .gguf file.")
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ModelLoadError(f"{path.name} is not a .gguf file; choose a .gguf file or "
+                                 "a folder with config.json and .safetensors files.")
+        return _load_gguf(path)
+    config = read_config(path)
+    weights, origin = read_safetensors(path)
+    qconfig = config.get("quantization") or config.get("quantization_config")
+    if qconfig and "bits" not in qconfig:   # an HF quantization_config (e.g. fp8): not ours
+        raise UnsupportedModelError(f"{path}: this quantization format is not supported; "
+                                    "use an MLX (mlx-community) or bf16 checkpoint.")
+    model = build(config, weights, origin, path, qconfig, quantize_bits)
+    return LoadedModel(model, config, path)
+
+
+def _load_gguf(path: Path) -> LoadedModel:
+    try:
+        weights, meta = mx.load(str(path), return_metadata=True)
+    except Exception as e:
+        raise ModelLoadError(f"Cannot read {path.name} ({e}): the file is truncated or "
+                             "uses a quantization MLX cannot read (Q4_0, Q4_1, Q8_0 work).") from e
+    config = gguf.gguf_config(meta, weights)
+    renamed = gguf.gguf_weights(weights, config)
+    model = build(config, renamed, dict.fromkeys(renamed, path.name), path,
+                  gguf.gguf_quantization(renamed))
+    # GGUF keeps norms in float32, which carries float32 through every activation and
+    # the KV pool. On a GPU run in float16 like the weights' scales; MLX's CPU backend
+    # is many times slower in float16 (Paris test: 10 s -> 132 s), so it stays float32.
+    if mx.default_device().type == mx.DeviceType.gpu:
+        model.set_dtype(mx.float16)
+        mx.eval(model.parameters())
+    return LoadedModel(model, config, path, gguf_metadata=meta)

@@ -1,0 +1,1 @@
+"""Text to token ids and back: HF and GGUF tokenizers, chat templates, the incremental detokenizer."""
