@@ -1,9 +1,27 @@
-"""Tandem's in-process inference engine (imports mlx, never Qt)."""
-from engine.config import EngineConfig
-from engine.core.engine import Engine
-from engine.errors import ModelLoadError, PromptTooLongError, TandemError
-from engine.handle import Completion, RequestHandle
-from engine.sampling_params import SamplingParams
+"""Tandem's in-process inference engine (mlx inside, never Qt).
 
-__all__ = ["Engine", "EngineConfig", "SamplingParams", "RequestHandle", "Completion",
-           "TandemError", "ModelLoadError", "PromptTooLongError"]
+The package's face is lazy: ``from engine import Engine`` loads mlx, but importing
+``engine`` or its plain-data modules (events, sampling_params, errors, config,
+handle, telemetry, the scheduler and cache bookkeeping) does not.
+"""
+from importlib import import_module
+
+_EXPORTS = {
+    "Engine": "engine.core.engine", "EngineConfig": "engine.config",
+    "SamplingParams": "engine.sampling_params", "RequestHandle": "engine.handle",
+    "Completion": "engine.handle", "TandemError": "engine.errors",
+    "ModelLoadError": "engine.errors", "PromptTooLongError": "engine.errors",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name]), name)
+    globals()[name] = value       # later lookups skip this function
+    return value
+
+
+def __dir__():
+    return sorted([*globals(), *__all__])

@@ -3,12 +3,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.arith import ceil_div
+
 
 @dataclass(frozen=True)
 class EngineConfig:
     max_num_seqs: int = 16          # sequences decoded together in one forward
     page_size: int = 16             # tokens per KV page
-    num_pages: int = 4096           # KV budget: pages in the pool (page 0 is scratch)
+    # KV and state memory in MiB; None: a share of the memory left once the weights are
+    # loaded (engine/cache/kv_budget.py). The pool's pages follow from the model's bytes
+    # per token.
+    kv_budget_mb: int | None = None
+    # Low-level override of the budget: pages in the pool, page 0 (scratch) included.
+    num_pages: int | None = None
     prefill_chunk: int = 512        # prompt tokens read per step (several prompts may share it)
     # While others stream, a step's prompt reading may slow their decode by this fraction.
     max_decode_slowdown: float = 0.25
@@ -19,22 +26,23 @@ class EngineConfig:
     num_cached_turns: int = 8       # extra state slots they may hold
 
     def __post_init__(self):
-        for name in ("max_num_seqs", "page_size", "num_pages", "prefill_chunk", "max_context"):
+        for name in ("max_num_seqs", "page_size", "prefill_chunk", "max_context"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name} must be >= 1")
         if self.max_decode_slowdown <= 0:
             raise ValueError("EngineConfig.max_decode_slowdown must be > 0")
-        if self.num_pages < 2:
+        if self.num_pages is not None and self.num_pages < 2:
             raise ValueError("EngineConfig.num_pages must be >= 2 (page 0 is scratch)")
+        if self.kv_budget_mb is not None and self.kv_budget_mb < 1:
+            raise ValueError("EngineConfig.kv_budget_mb must be >= 1 (MiB), or None for auto")
 
     @property
-    def max_pages_per_seq(self) -> int:
-        return -(-self.max_context // self.page_size)
+    def max_useful_pages(self) -> int:
+        """Pages that every sequence at full context would fill, plus the scratch page:
+        a budget past this buys nothing."""
+        return self.max_num_seqs * ceil_div(self.max_context, self.page_size) + 1
 
     @property
     def num_state_slots(self) -> int:
         return self.max_num_seqs + (self.num_cached_turns if self.prefix_cache else 0)
 
-    @property
-    def num_usable_pages(self) -> int:
-        return self.num_pages - 1

@@ -5,7 +5,7 @@ step listener (status panel, trace, benchmarks).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,6 @@ class StepEvent:
     t_end: float
     kind: str                  # "decode", "prefill" or "mixed"
     decode_request_ids: tuple[int, ...] = ()
-    prefill_request_id: int | None = None      # the first of prefill_request_ids
     prefill_request_ids: tuple[int, ...] = ()  # prompts read together in this step
     prefill_tokens: int = 0                    # their tokens, all together
     batch_size: int = 0        # rows decoded in this step
@@ -58,7 +57,6 @@ class StepEvent:
     kv_pages_cached: int = 0   # of kv_pages_used, held by finished turns (evicted on demand)
     num_waiting: int = 0
     num_running: int = 0
-    extra: dict = field(default_factory=dict)
 
     @property
     def duration(self) -> float:

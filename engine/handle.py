@@ -19,16 +19,24 @@ class Completion:
 
 class RequestHandle:
     """Iterate (``for ev in handle`` or ``async for ev in handle``) over TokenEvents
-    until a FinishedEvent; ``cancel()`` stops the request and frees its pages."""
+    until a FinishedEvent; ``cancel()`` stops the request and frees its pages.
 
-    def __init__(self, request_id: int, cancel: Callable[[int], None]):
+    The engine hands it its request's events (the same objects its listeners get).
+    A handle made with stream=False keeps only the FinishedEvent: ``result()`` works,
+    and iterating yields that one event; callers that follow the request through
+    listeners use it, so no queue fills up that nobody reads.
+    """
+
+    def __init__(self, request_id: int, cancel: Callable[[int], None], stream: bool = True):
         self.request_id = request_id
         self._cancel = cancel
+        self._stream = stream
         self._events: queue.Queue = queue.Queue()
         self.finished: FinishedEvent | None = None
 
     def _put(self, event) -> None:        # engine thread
-        self._events.put(event)
+        if self._stream or isinstance(event, FinishedEvent):
+            self._events.put(event)
 
     def cancel(self) -> None:
         self._cancel(self.request_id)

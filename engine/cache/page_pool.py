@@ -1,9 +1,13 @@
-"""Fixed-size KV pages from one pool: pure Python bookkeeping, no mlx.
+"""Fixed-size KV pages and recurrent-state slots: pure Python free lists, no mlx.
+
+Only the cache manager (cache_manager.py) allocates from them.
 
 Page 0 is the scratch page (padded tokens write there) and is never handed out.
-Pages are reference-counted so a later prefix cache can share them.
+Pages are reference-counted so a kept turn and a running one can share them.
 """
 from __future__ import annotations
+
+from engine.arith import ceil_div
 
 
 class PagePool:
@@ -28,7 +32,7 @@ class PagePool:
         return self.num_total - self.num_free
 
     def pages_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.page_size)
+        return ceil_div(num_tokens, self.page_size)
 
     def can_allocate(self, num_pages: int) -> bool:
         return num_pages <= len(self._free)

@@ -1,19 +1,17 @@
-"""Finished turns keep their KV pages and recurrent state, so the next turn of the
-same conversation reads only its new tokens. Pure Python, no mlx.
+"""Finished turns kept for the next turn of the same conversation: the index of
+entries only. Pure Python, no mlx; the pages and slots an entry holds are
+allocated, shared and freed by the cache manager (cache_manager.py).
 
 An entry holds the ids whose K/V (and state) are in the cache, their pages and
 the state slot. A new prompt that starts with an entry's ids takes the entry
 over (a conversation goes on linearly; a branch simply misses). Attention-only
 models can also reuse a shorter common prefix (later pages are dropped and
 overwritten); models with a recurrent state cannot rewind it, so they reuse an
-entry only when all of its ids are a prefix of the new prompt. Entries are
-evicted least recently used first, whenever pages or slots are needed.
+entry only when all of its ids are a prefix of the new prompt.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from engine.cache.page_pool import PagePool, SlotPool
 
 
 @dataclass(eq=False)
@@ -25,10 +23,7 @@ class CacheEntry:
 
 
 class PrefixCache:
-    def __init__(self, pool: PagePool, slots: SlotPool, exact_prefix_only: bool,
-                 max_entries: int):
-        self.pool = pool
-        self.slots = slots
+    def __init__(self, exact_prefix_only: bool, max_entries: int):
         self.exact_prefix_only = exact_prefix_only
         self.max_entries = max_entries
         self.entries: list[CacheEntry] = []
@@ -39,13 +34,20 @@ class PrefixCache:
     def num_pages(self) -> int:
         return sum(len(e.pages) for e in self.entries)
 
-    def put(self, ids: list[int], pages: list[int], slot: int | None) -> None:
-        """Keep a finished sequence's computed ids, pages and slot."""
+    @property
+    def is_over_capacity(self) -> bool:
+        return len(self.entries) > self.max_entries
+
+    def put(self, ids: list[int], pages: list[int], slot: int | None) -> CacheEntry:
         self._clock += 1
         self.version += 1
-        self.entries.append(CacheEntry(tuple(ids), pages, slot, self._clock))
-        while len(self.entries) > self.max_entries:
-            self.evict_lru()
+        entry = CacheEntry(tuple(ids), pages, slot, self._clock)
+        self.entries.append(entry)
+        return entry
+
+    def remove(self, entry: CacheEntry) -> None:
+        self.entries.remove(entry)
+        self.version += 1
 
     def match(self, ids: list[int]) -> tuple[CacheEntry | None, int]:
         """The entry to reuse for a prompt and how many of its tokens it covers.
@@ -61,43 +63,9 @@ class PrefixCache:
                 best, best_len = e, n
         return best, best_len
 
-    def take(self, entry: CacheEntry, reuse: int):
-        """Remove the entry; return (pages covering its first `reuse` tokens, its slot,
-        page copy or None). Pages past them go back to the pool.
-
-        The new owner writes from position `reuse` on, inside the last kept page when
-        `reuse` is not page-aligned: if another owner still holds that page (a turn
-        snapshot shares its pages with the running turn), it gets a private copy
-        (copy on write) and the returned (old, new) pair says which page to copy.
-        """
-        self.entries.remove(entry)
-        self.version += 1
-        keep = self.pool.pages_for(reuse)
-        self.pool.free(entry.pages[keep:])
-        pages, copy = entry.pages[:keep], None
-        if reuse % self.pool.page_size and self.pool.refcount(pages[-1]) > 1:
-            new = self.pool.allocate(1)[0]
-            copy = (pages[-1], new)
-            self.pool.free([pages[-1]])
-            pages = pages[:-1] + [new]
-        return pages, entry.slot, copy
-
-    def evict_lru(self, keep: CacheEntry | None = None) -> bool:
-        """Free the least recently used entry (never `keep`); False if none is left."""
+    def least_recently_used(self, keep: CacheEntry | None = None) -> CacheEntry | None:
         candidates = [e for e in self.entries if e is not keep]
-        if not candidates:
-            return False
-        victim = min(candidates, key=lambda e: e.last_used)
-        self.entries.remove(victim)
-        self.version += 1
-        self.pool.free(victim.pages)
-        if victim.slot is not None:
-            self.slots.free(victim.slot)
-        return True
-
-    def clear(self) -> None:
-        while self.evict_lru():
-            pass
+        return min(candidates, key=lambda e: e.last_used) if candidates else None
 
 
 def _common_prefix(a: tuple[int, ...], b: list[int], limit: int) -> int:

@@ -14,14 +14,17 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
+from engine.arith import ceil_div
+from engine.cache.kv_budget import num_pages_for
 from engine.config import EngineConfig
+from engine.core.inbox import Cancel, Close, Logits, Message, Submit
 from engine.core.mlx_threads import clear_thread_streams
 from engine.core.output_stream import OutputStream
 from engine.core.sampler import RowSampler
 from engine.core.sequence import Sequence
 from engine.core.step_loop import Request, StepLoop
 from engine.errors import EngineClosedError, PromptTooLongError
-from engine.events import LoadProgress, SubmittedEvent
+from engine.events import ErrorEvent, FinishedEvent, LoadProgress, SubmittedEvent, TokenEvent
 from engine.handle import Completion, RequestHandle
 from engine.loading.model_bundle import ModelBundle, load_bundle
 from engine.sampling_params import SamplingParams
@@ -36,6 +39,9 @@ class Engine:
         self.config = config
         self._inbox: queue.Queue = queue.Queue()
         self._listeners: list[Callable[[object], None]] = []
+        # Each request's handle, until it finishes: it gets that request's events.
+        self._handles: dict[int, RequestHandle] = {}
+        self.num_pages = 0          # the KV pool's pages, once the model is loaded
         self._ids = itertools.count(1)
         self._closed = False
         self._loaded: Future = Future()
@@ -70,7 +76,10 @@ class Engine:
         return dict(self.bundle.kernel_status)
 
     # -- requests ----------------------------------------------------------------
-    def submit(self, prompt: Prompt, sampling: SamplingParams | None = None) -> RequestHandle:
+    def submit(self, prompt: Prompt, sampling: SamplingParams | None = None, *,
+               stream: bool = True) -> RequestHandle:
+        """Queue a request. stream=False: the handle keeps only the final event (for
+        callers that follow the request through add_listener instead)."""
         self._check_open()
         sampling = sampling or SamplingParams()
         ids = self.bundle.tokenizer.encode_prompt(prompt)
@@ -80,20 +89,17 @@ class Engine:
             raise PromptTooLongError(
                 f"The prompt is {len(ids)} tokens; the context holds {self.config.max_context}."
                 " Shorten the conversation or start a new one.")
-        if -(-(len(ids) + 1) // self.config.page_size) > self.config.num_usable_pages:
+        if ceil_div(len(ids) + 1, self.config.page_size) > self.num_pages - 1:
             raise PromptTooLongError(
                 f"The prompt is {len(ids)} tokens, more than the KV budget holds; raise the "
                 "KV budget in Settings or shorten the prompt.")
-        handle = RequestHandle(next(self._ids), self.cancel)
-        seq = Sequence(handle.request_id, ids, sampling)
+        handle = RequestHandle(next(self._ids), self.cancel, stream)
+        self._handles[handle.request_id] = handle
+        seq = Sequence(handle.request_id, ids)
         tok = self.bundle.tokenizer
-        stream = OutputStream(tok.detokenizer(skip_special_tokens=True), tok.eos_token_ids,
-                              sampling, self.config.max_context)
-
-        def deliver(ev, _put=handle._put):
-            _put(ev)
-            self._emit(ev)
-        self._inbox.put(("submit", Request(seq, RowSampler(sampling, ids), stream, deliver)))
+        out = OutputStream(tok.detokenizer(skip_special_tokens=True), tok.eos_token_ids,
+                           sampling, self.config.max_context)
+        self._send(Submit(Request(seq, RowSampler(sampling, ids), out, self._emit)))
         return handle
 
     def generate(self, prompts: list[Prompt], sampling: SamplingParams | None = None
@@ -104,13 +110,13 @@ class Engine:
 
     def cancel(self, request_id: int) -> None:
         if not self._closed:
-            self._inbox.put(("cancel", request_id))
+            self._send(Cancel(request_id))
 
     def logits(self, token_ids: list[int]):
         """All logits of one sequence, [T, vocab] float32 (scoring and tests)."""
         self._check_open()
         fut: Future = Future()
-        self._inbox.put(("logits", (list(token_ids), fut)))
+        self._send(Logits(tuple(token_ids), fut))
         return fut.result()
 
     # -- listeners ---------------------------------------------------------------
@@ -122,6 +128,13 @@ class Engine:
         self._listeners = [f for f in self._listeners if f is not fn]
 
     def _emit(self, ev) -> None:
+        """The one path of every event: its request's handle, then every listener."""
+        handle = (self._handles.get(ev.request_id)
+                  if isinstance(ev, (TokenEvent, FinishedEvent, ErrorEvent)) else None)
+        if handle is not None:
+            handle._put(ev)
+            if isinstance(ev, FinishedEvent):
+                del self._handles[ev.request_id]
         for fn in self._listeners:
             try:
                 fn(ev)
@@ -133,7 +146,7 @@ class Engine:
         if self._closed:
             return
         self._closed = True
-        self._inbox.put(("close", None))
+        self._send(Close())
         self._thread.join(timeout=30)
 
     def __enter__(self) -> Engine:
@@ -141,6 +154,9 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def _send(self, message: Message) -> None:
+        self._inbox.put(message)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -158,7 +174,8 @@ class Engine:
     def _serve(self, model, on_progress, quantize_bits) -> None:
         try:
             bundle = load_bundle(model, self.config, on_progress, quantize_bits)
-            loop = StepLoop(bundle.model, self.config, self._emit)
+            self.num_pages = num_pages_for(self.config, bundle.model.cache_spec())
+            loop = StepLoop(bundle.model, self.config, self._emit, self.num_pages)
         except BaseException as e:
             self._loaded.set_exception(e)
             return
@@ -174,25 +191,27 @@ class Engine:
         loop.fail_all("engine closed")
 
     def _drain(self, loop: StepLoop, block: bool) -> bool:
-        """Apply queued commands; False once closing."""
+        """Apply queued messages; False once closing."""
         while True:
             try:
-                cmd, arg = self._inbox.get(block=block)
+                message = self._inbox.get(block=block)
             except queue.Empty:
                 return True
             block = False
-            if cmd == "close":
+            if isinstance(message, Close):
                 return False
-            if cmd == "submit":
-                arg.seq.t_submit = time.perf_counter()
-                self._emit(SubmittedEvent(arg.seq.request_id, arg.seq.t_submit,
-                                          len(arg.seq.prompt_ids)))
-                loop.add(arg)
-            elif cmd == "cancel":
-                loop.cancel(arg)
-            elif cmd == "logits":
-                ids, fut = arg
-                try:
-                    fut.set_result(loop.runner.full_logits(ids))
-                except Exception as e:
-                    fut.set_exception(e)
+            self._apply(loop, message)
+
+    def _apply(self, loop: StepLoop, message: Message) -> None:
+        if isinstance(message, Submit):
+            seq = message.request.seq
+            seq.t_submit = time.perf_counter()
+            self._emit(SubmittedEvent(seq.request_id, seq.t_submit, len(seq.prompt_ids)))
+            loop.add(message.request)
+        elif isinstance(message, Cancel):
+            loop.cancel(message.request_id)
+        elif isinstance(message, Logits):
+            try:
+                message.future.set_result(loop.runner.full_logits(list(message.token_ids)))
+            except Exception as e:
+                message.future.set_exception(e)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 
+from engine.arith import ceil_div
+from engine.cache.cache_manager import DeviceCopies
 from engine.config import EngineConfig
 from engine.core.batch_view import BatchView
 from engine.core.sequence import Sequence
@@ -16,19 +18,19 @@ PAGE_BUCKET = 8   # block tables are padded to a multiple of this many pages (fe
 
 
 class Runner:
-    def __init__(self, model, config: EngineConfig):
+    def __init__(self, model, config: EngineConfig, num_pages: int | None = None):
         self.model = model
         self.config = config
         self.page_size = config.page_size
-        self.cache = ModelCache(model.cache_spec(), config.num_pages, config.page_size,
+        self.cache = ModelCache(model.cache_spec(), num_pages or config.num_pages, config.page_size,
                                 num_slots=config.num_state_slots)
 
     def build_view(self, rows: list[tuple[list[int], int, int, int]], num_tokens: int,
                    all_logits: bool = False) -> BatchView:
         """rows: (pages, state slot, start position, new tokens) per row, right-padded to T."""
         ps, B, T = self.page_size, len(rows), num_tokens
-        num_pages = max(-(-(start + n) // ps) for _, _, start, n in rows)
-        P = -(-num_pages // PAGE_BUCKET) * PAGE_BUCKET
+        num_pages = max(ceil_div(start + n, ps) for _, _, start, n in rows)
+        P = ceil_div(num_pages, PAGE_BUCKET) * PAGE_BUCKET
         tables = np.zeros((B, P), np.int32)
         slot_mapping = np.empty((B, T), np.int32)
         offsets = np.empty(B, np.int32)
@@ -95,6 +97,13 @@ class Runner:
         logits, _ = self.forward(tokens, self.build_view(rows, T))
         return logits[:, -1, :]
 
+    def copy(self, copies: DeviceCopies) -> None:
+        """A plan's device-side copies, queued before its forward (lazy)."""
+        if copies.pages:
+            self.copy_pages(copies.pages)
+        for src, dst in copies.states:
+            self.copy_state_slot(src, dst)
+
     def copy_pages(self, pairs: list[tuple[int, int]]) -> None:
         """Copy whole KV pages (src -> dst) in every attention layer (copy on write)."""
         ps = self.page_size
@@ -119,7 +128,7 @@ class Runner:
     def full_logits(self, token_ids: list[int]) -> mx.array:
         """All logits of one sequence in a private cache (scoring and tests): [T, V] float32."""
         T = len(token_ids)
-        num_pages = -(-T // self.page_size) + 1
+        num_pages = ceil_div(T, self.page_size) + 1
         cache = ModelCache(self.model.cache_spec(), num_pages + 1, self.page_size, 1)
         view = self.build_view([(list(range(1, num_pages + 1)), 0, 0, T)], T, all_logits=True)
         logits, arrays = self.forward(np.array([token_ids], np.int32), view, cache)

@@ -48,11 +48,6 @@ class RowSampler:
     def append(self, token_id: int) -> None:
         self.recent.append(int(token_id))
 
-    def next_key(self) -> mx.array:
-        """Advance this row's stream by one step (unbatched; sample_batch does it batched)."""
-        self.key, sub = mx.random.split(self.key)
-        return sub
-
 
 def sample_batch(logits: mx.array, states: Sequence[RowSampler]) -> mx.array:
     """Sample one id per row; advances each sampling row's key. Returns lazy [B] int32."""

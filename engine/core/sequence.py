@@ -5,8 +5,6 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-from engine.sampling_params import SamplingParams
-
 
 class Status(enum.Enum):
     WAITING = "waiting"      # queued, or preempted and waiting to be recomputed
@@ -18,7 +16,6 @@ class Status(enum.Enum):
 class Sequence:
     request_id: int
     prompt_ids: list[int]
-    sampling: SamplingParams
     status: Status = Status.WAITING
     output_ids: list[int] = field(default_factory=list)
     # Tokens sampled on the device but not read back yet: (ids array, row). The

@@ -9,8 +9,7 @@ from collections.abc import Callable
 
 import mlx.core as mx
 
-from engine.cache.page_pool import PagePool, SlotPool
-from engine.cache.prefix_cache import PrefixCache
+from engine.cache.cache_manager import CacheManager
 from engine.config import EngineConfig
 from engine.core.output_stream import OutputStream
 from engine.core.prefill_budget import PrefillBudget
@@ -29,17 +28,18 @@ class Request:
 
 
 class StepLoop:
-    def __init__(self, model, config: EngineConfig, emit: Callable[[object], None]):
+    def __init__(self, model, config: EngineConfig, emit: Callable[[object], None],
+                 num_pages: int):
+        """num_pages: the KV pool's size, page 0 included (kv_budget.num_pages_for)."""
         self.config = config
-        self.runner = Runner(model, config)
-        self.pool = PagePool(config.num_pages, config.page_size)
-        slots = SlotPool(config.num_state_slots)
-        # Recurrent states cannot be rewound: such models reuse whole cached turns only.
+        self.runner = Runner(model, config, num_pages)
+        # Recurrent states cannot be rewound: such models reuse whole kept turns only.
         recurrent = bool(model.cache_spec().state_layers)
-        cache = PrefixCache(self.pool, slots, recurrent, config.num_cached_turns) \
-            if config.prefix_cache else None
-        self.scheduler = Scheduler(config, self.pool, slots, on_pressure=self.flush,
-                                   cache=cache)
+        self.cache = CacheManager(
+            num_pages, config.page_size, config.num_state_slots,
+            keep_turns=config.num_cached_turns if config.prefix_cache else None,
+            exact_prefix_only=recurrent)
+        self.scheduler = Scheduler(config, self.cache)
         self.requests: dict[int, Request] = {}
         self.emit = emit          # broadcast to listeners (events of every request)
         self.num_steps = 0
@@ -66,8 +66,8 @@ class StepLoop:
 
     def step(self) -> None:
         """Queue step n on the device, then read and post-process step n-1 while it runs."""
-        decoding = any(not s.is_prefilling for s in self.scheduler.running)
-        plan = self.scheduler.schedule(self.budget.tokens(decoding))
+        plan = self._plan()
+        self.runner.copy(plan.copies)   # even for an empty plan: they are due now
         if plan.is_empty:
             self.flush()
             return
@@ -79,8 +79,20 @@ class StepLoop:
         if not self._can_pipeline():
             self.flush()
 
+    def _plan(self) -> StepPlan:
+        """The scheduler's plan; when it must preempt while step n-1's tokens are still
+        on the device, it plans nothing and asks for them first (StepPlan.resolve_first):
+        planning never calls back into this loop."""
+        decoding = any(not s.is_prefilling for s in self.scheduler.running)
+        plan = self.scheduler.schedule(self.budget.tokens(decoding))
+        if plan.resolve_first:
+            self.flush()
+            plan = self.scheduler.schedule(self.budget.tokens(decoding))
+            assert not plan.resolve_first, "nothing is in flight after a flush"
+        return plan
+
     def flush(self) -> None:
-        """Read back the step still in flight (before going idle, or preempting)."""
+        """Read back the step still in flight (before going idle, or before a cancel)."""
         if self._inflight is not None:
             previous, self._inflight = self._inflight, None
             self._complete(previous, t_end=None)
@@ -99,9 +111,6 @@ class StepLoop:
     def _run(self, plan: StepPlan) -> list[tuple[Request, mx.array, int]]:
         """Queue the step's forwards on the device; returns (request, ids, row) to read."""
         out = []
-        copies = self.scheduler.take_page_copies()
-        if copies:                      # shared pages a new owner will write into
-            self.runner.copy_pages(copies)
         if plan.decode:
             reqs = [self.requests[s.request_id] for s in plan.decode]
             ids = sample_batch(self.runner.decode(plan.decode), [r.sampler for r in reqs])
@@ -123,10 +132,6 @@ class StepLoop:
         for c in chunks:
             c.seq.t_prefill_start = c.seq.t_prefill_start or now
             c.seq.num_computed = c.start + c.num_tokens
-            if c.is_last:               # a turn boundary: keep the state for the next turn
-                spare = self.scheduler.snapshot(c.seq)
-                if spare is not None:
-                    self.runner.copy_state_slot(c.seq.slot, spare)
         if not finishing:
             return []
         reqs = [self.requests[chunks[i].seq.request_id] for i in finishing]
@@ -192,15 +197,14 @@ class StepLoop:
     def _emit_step(self, plan: StepPlan, t0: float, t1: float) -> None:
         self.num_steps += 1
         self.budget.observe(t1 - t0, len(plan.decode), plan.prefill_tokens)
-        chunk = plan.prefill
-        kind = "mixed" if plan.decode and chunk else ("decode" if plan.decode else "prefill")
+        prefill = bool(plan.prefills)
+        kind = "mixed" if plan.decode and prefill else ("decode" if plan.decode else "prefill")
         self.emit(StepEvent(
             step=self.num_steps, t_start=t0, t_end=t1, kind=kind,
             decode_request_ids=tuple(s.request_id for s in plan.decode),
-            prefill_request_id=chunk.seq.request_id if chunk else None,
             prefill_request_ids=tuple(c.seq.request_id for c in plan.prefills),
             prefill_tokens=plan.prefill_tokens, batch_size=len(plan.decode),
-            kv_pages_used=self.pool.num_used, kv_pages_total=self.pool.num_total,
-            kv_pages_cached=self.scheduler.cache.num_pages if self.scheduler.cache else 0,
+            kv_pages_used=self.cache.pages.num_used, kv_pages_total=self.cache.pages.num_total,
+            kv_pages_cached=self.cache.num_cached_pages,
             num_waiting=len(self.scheduler.waiting),
             num_running=len(self.scheduler.running)))

@@ -10,6 +10,7 @@ The model never owns scheduling: it reads the view and reads/writes the cache.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import mlx.core as mx
@@ -32,7 +33,13 @@ class CacheSpec:
     state_layers: tuple[tuple[StateSpec, ...], ...] = field(default_factory=tuple)
 
     def kv_bytes_per_token(self) -> int:
+        """K and V of every attention layer for one token: the one bytes-per-token fact."""
         return 2 * self.num_kv_layers * self.num_kv_heads * self.head_dim * self.kv_dtype.size
+
+    def state_bytes_per_slot(self) -> int:
+        """Every recurrent layer's state arrays for one sequence."""
+        return sum(math.prod(s.shape) * s.dtype.size for layer in self.state_layers
+                   for s in layer)
 
 
 class ModelCache:
@@ -59,6 +66,3 @@ class ModelCache:
         """Everything a step writes, to evaluate together with its outputs."""
         out = [a for pair in self.kv for a in pair]
         return out + [a for layer in self.states for a in layer]
-
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays())

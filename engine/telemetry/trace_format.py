@@ -104,10 +104,10 @@ class TraceFormatter:
                 **common, "batch_size": ev.batch_size,
                 "request_ids": list(ev.decode_request_ids),
                 "kv_pages": f"{ev.kv_pages_used}/{ev.kv_pages_total}"}))
-        if ev.kind in ("prefill", "mixed") and ev.prefill_request_id is not None:
+        if ev.kind in ("prefill", "mixed") and ev.prefill_request_ids:
             out.append(self._slice("prefill_chunk", ts, dur, {
-                **common, "request_id": ev.prefill_request_id,
-                "request_ids": list(ev.prefill_request_ids or (ev.prefill_request_id,)),
+                **common, "request_id": ev.prefill_request_ids[0],
+                "request_ids": list(ev.prefill_request_ids),
                 "tokens": ev.prefill_tokens}))
         seconds = ev.t_end - ev.t_start
         if seconds > 0:

@@ -123,9 +123,11 @@ class FakeEngine:
             h.t_first = h.t_first or time.perf_counter()
             self._emit(h, TokenEvent(h.request_id, piece, (h.generated,)))
         self._step += 1
-        self._emit(None, StepEvent(self._step, t0, time.perf_counter(), "decode",
-                                   tuple(h.request_id for h in batch), None, 0, len(batch),
-                                   self.kv_pages_used, self.config.num_pages - 1))
+        self._emit(None, StepEvent(
+            self._step, t0, time.perf_counter(), "decode",
+            decode_request_ids=tuple(h.request_id for h in batch), batch_size=len(batch),
+            kv_pages_used=self.kv_pages_used,
+            kv_pages_total=(self.config.num_pages or 4096) - 1))
 
     def _finish(self, h, reason):
         with self._lock:

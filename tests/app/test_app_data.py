@@ -78,7 +78,7 @@ def test_step_stats_rates_and_batch():
 def test_prefill_only_step_keeps_the_last_decode_batch():
     stats = StepStats(window_s=1.0)
     stats.add_step(StepEvent(1, 0.0, 0.1, "decode", (1, 2, 3), batch_size=3))
-    stats.add_step(StepEvent(2, 0.1, 0.3, "prefill", (), prefill_request_id=4,
+    stats.add_step(StepEvent(2, 0.1, 0.3, "prefill", (), prefill_request_ids=(4,),
                              prefill_tokens=512, batch_size=0))
     snap = stats.snapshot(now=0.3)
     assert (snap.batch_size, snap.last_decode_batch) == (3, 3)

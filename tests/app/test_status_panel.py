@@ -69,7 +69,7 @@ def test_prefill_only_step_does_not_zero_the_batch_while_streaming(qtbot):
     qtbot.addWidget(panel)
     now = time.perf_counter()
     bridge.step.emit(StepEvent(1, now, now, "decode", (1, 2, 3), batch_size=3))
-    bridge.step.emit(StepEvent(2, now, now, "prefill", (), prefill_request_id=4,
+    bridge.step.emit(StepEvent(2, now, now, "prefill", (), prefill_request_ids=(4,),
                                prefill_tokens=256, batch_size=0))
     qtbot.waitUntil(lambda: panel.stats.num_steps == 2 and panel.value_text("batch") == "3")
     assert panel.caption_text("batch") == "last decode batch · 3 streaming conversations"

@@ -28,7 +28,8 @@ class Harness:
         self.config = EngineConfig(**{"num_pages": 256, "page_size": 4,
                                       "max_decode_slowdown": 1e9, **config})
         self.steps = []
-        self.loop = StepLoop(model, self.config, emit=self.steps.append)
+        self.loop = StepLoop(model, self.config, emit=self.steps.append,
+                             num_pages=self.config.num_pages)
         self.logits: dict[int, list[mx.array]] = {}
         self.events = []
         self.seqs: dict[int, Sequence] = {}
@@ -54,7 +55,7 @@ class Harness:
 
     def add(self, rid: int, prompt: list[int], max_tokens: int) -> Sequence:
         params = SamplingParams(max_tokens=max_tokens)
-        seq = Sequence(rid, list(prompt), params)
+        seq = Sequence(rid, list(prompt))
         self.seqs[rid] = seq
         stream = OutputStream(_NoDetok(), frozenset(), params, self.config.max_context)
         self.loop.add(Request(seq, RowSampler(params, prompt), stream, self.events.append))
@@ -68,5 +69,6 @@ class Harness:
             for rid, prompt, n in joins.get(step, []):
                 self.add(rid, prompt, n)
             self.loop.step()
+            self.loop.cache.check_invariants()
             step += 1
         return self

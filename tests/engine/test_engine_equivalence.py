@@ -71,8 +71,8 @@ def test_preempted_sequence_gives_the_same_output_and_the_pool_ends_whole(model)
     for i, s in seqs.items():
         assert len(s.output_ids) == 12
         assert s.output_ids == refs[i].seqs[0].output_ids
-    h.loop.scheduler.cache.clear()          # finished turns kept for a next turn
-    assert h.loop.pool.num_free == h.loop.pool.num_total
+    h.loop.cache.clear()                    # finished turns kept for a next turn
+    assert h.loop.cache.pages.num_free == h.loop.cache.pages.num_total
 
 
 def test_paged_attention_equals_contiguous_attention():

@@ -8,23 +8,37 @@ from engine_harness import Harness
 from qwen_fixtures import build_model, random_weights, tiny_config
 from tiny_models import tiny_llama
 
-from engine.cache.page_pool import PagePool, SlotPool
+from engine.cache.cache_manager import CacheManager
 from engine.cache.prefix_cache import PrefixCache
+from engine.core.sequence import Sequence
 
 RNG = np.random.default_rng(3)
 TURN1 = RNG.integers(0, 320, 13).tolist()
 NEW_MESSAGE = RNG.integers(0, 320, 6).tolist()
 
 
-def make_cache(exact: bool, max_entries: int = 4):
-    pool, slots = PagePool(33, 4), SlotPool(4)
-    return PrefixCache(pool, slots, exact, max_entries), pool, slots
+def manager(exact: bool, keep_turns: int = 4) -> CacheManager:
+    return CacheManager(33, 4, 4, keep_turns=keep_turns, exact_prefix_only=exact)
+
+
+def admitted(m: CacheManager, rid: int, ids: list[int]) -> Sequence:
+    seq = Sequence(rid, list(ids))
+    assert m.can_allocate(seq)
+    seq.num_computed = m.allocate(seq)
+    return seq
+
+
+def keep(m: CacheManager, rid: int, ids: list[int]) -> None:
+    """A turn that read `ids` and finished: kept."""
+    seq = admitted(m, rid, ids)
+    seq.num_computed = len(ids)
+    m.free(seq, keep=True)
 
 
 def test_match_needs_the_whole_entry_when_the_state_cannot_rewind():
     for exact, expected in ((True, 0), (False, 6)):
-        cache, pool, slots = make_cache(exact)
-        cache.put(list(range(10)), pool.allocate(3), slots.allocate())
+        cache = PrefixCache(exact, 4)
+        cache.put(list(range(10)), [1, 2, 3], 0)
         entry, n = cache.match(list(range(6)) + [99, 98, 97])
         assert n == expected and (entry is None) == (expected == 0)
         entry, n = cache.match(list(range(10)) + [5])
@@ -32,38 +46,63 @@ def test_match_needs_the_whole_entry_when_the_state_cannot_rewind():
 
 
 def test_a_prompt_equal_to_the_entry_leaves_one_token_to_read():
-    cache, pool, slots = make_cache(exact=False)
-    cache.put(list(range(8)), pool.allocate(2), slots.allocate())
+    cache = PrefixCache(False, 4)
+    cache.put(list(range(8)), [1, 2], 0)
     assert cache.match(list(range(8)))[1] == 7
 
 
-def test_take_frees_pages_past_the_reused_prefix():
-    cache, pool, slots = make_cache(exact=False)
-    cache.put(list(range(12)), pool.allocate(3), slots.allocate())
-    entry, n = cache.match(list(range(5)) + [77])
-    pages, slot, copy = cache.take(entry, n)
-    assert len(pages) == 2 and slot is not None and pool.num_used == 2 and not cache.entries
-    assert copy is None                       # nobody else holds the page it writes into
+def test_allocate_frees_pages_past_the_reused_prefix():
+    m = manager(exact=False)
+    keep(m, 1, list(range(12)))
+    seq = admitted(m, 2, list(range(5)) + [77])
+    assert seq.num_computed == 5 and len(seq.pages) == 2 and seq.slot is not None
+    assert m.pages.num_used == 2 and not m.prefix.entries
+    assert not m.take_copies()                # nobody else holds the page it writes into
+    m.check_invariants()
 
 
-def test_take_copies_a_shared_page_the_new_owner_writes_into():
-    cache, pool, slots = make_cache(exact=True)
-    running = pool.allocate(3)                # a running turn...
-    pool.share(running[:2])                   # ...whose prompt (6 tokens) is kept too
-    cache.put(list(range(6)), running[:2], slots.allocate())
-    entry, n = cache.match(list(range(6)) + [9, 9])
-    pages, _, copy = cache.take(entry, n)
-    assert copy == (running[1], pages[1]) and pages[0] == running[0]
-    assert pool.refcount(running[1]) == 1 and pool.refcount(pages[1]) == 1
+def test_a_shared_page_the_new_owner_writes_into_is_copied_in_the_next_plan():
+    m = manager(exact=True)
+    running = admitted(m, 1, list(range(6)))  # a running turn...
+    assert not m.take_copies()                # (the plan that reads its prompt)
+    running.num_computed = 6
+    m.snapshot(running, 6)                    # ...whose prompt (6 tokens) is kept too
+    later = admitted(m, 2, list(range(6)) + [9, 9])
+    copies = m.take_copies()
+    assert copies.states and copies.states[0][0] == running.slot
+    assert later.slot == copies.states[0][1]
+    assert copies.pages == [(running.pages[1], later.pages[1])]
+    assert later.pages[0] == running.pages[0]
+    assert m.pages.refcount(running.pages[1]) == 1 and m.pages.refcount(later.pages[1]) == 1
+    m.check_invariants()
 
 
 def test_lru_eviction_returns_pages_and_slots():
-    cache, pool, slots = make_cache(exact=True, max_entries=2)
+    m = manager(exact=True, keep_turns=2)
     for i in range(3):
-        cache.put([i] * 5, pool.allocate(2), slots.allocate())
-    assert [e.ids[0] for e in cache.entries] == [1, 2]       # the oldest went first
-    cache.clear()
-    assert pool.num_used == 0 and slots.num_free == 4
+        keep(m, i, [i] * 5)
+    assert [e.ids[0] for e in m.prefix.entries] == [1, 2]       # the oldest went first
+    m.check_invariants()
+    m.clear()
+    assert m.pages.num_used == 0 and m.slots.num_free == 4
+
+
+def test_admission_evicts_kept_turns_when_the_pool_is_short():
+    m = manager(exact=False, keep_turns=4)
+    keep(m, 1, list(range(40)))               # 11 of 32 pages
+    keep(m, 2, list(range(100, 140)))
+    seq = admitted(m, 3, list(range(200, 270)))   # 18 pages: one kept turn must go
+    assert len(m.prefix.entries) == 1 and m.prefix.entries[0].ids[0] == 100
+    m.free(seq)
+    m.check_invariants()
+
+
+def test_check_invariants_catches_a_leak():
+    m = manager(exact=False)
+    seq = admitted(m, 1, list(range(9)))
+    seq.pages.pop()                           # a page nobody holds any more
+    with pytest.raises(AssertionError):
+        m.check_invariants()
 
 
 MODELS = {"llama": lambda: tiny_llama(),
@@ -111,13 +150,13 @@ def test_cached_turns_are_evicted_before_anyone_is_preempted(model):
     h = Harness(model, num_pages=13, page_size=4, max_num_seqs=2)   # 12 usable pages
     h.add(1, TURN1, 4)
     h.run()
-    assert h.loop.scheduler.cache.entries
+    assert h.loop.cache.prefix.entries
     seqs = [h.add(i, RNG.integers(0, 320, 9).tolist(), 12) for i in (2, 3)]
     h.run()
     assert all(len(s.output_ids) == 12 for s in seqs)
     # Two sequences of 21 tokens need all 12 pages: the kept turn had to go, nobody else.
     assert sum(s.num_preemptions for s in seqs) == 0
-    assert all(e.ids[:len(TURN1)] != tuple(TURN1) for e in h.loop.scheduler.cache.entries)
+    assert all(e.ids[:len(TURN1)] != tuple(TURN1) for e in h.loop.cache.prefix.entries)
 
 
 def _hybrid():
@@ -160,8 +199,8 @@ def test_a_snapshot_shared_with_a_running_turn_is_copied_before_it_is_written():
         ref.add(rid, prompt, n)
         ref.run()
         assert seq.output_ids == ref.seqs[rid].output_ids
-    h.loop.scheduler.cache.clear()
-    assert h.loop.pool.num_free == h.loop.pool.num_total
+    h.loop.cache.clear()
+    assert h.loop.cache.pages.num_free == h.loop.cache.pages.num_total
 
 
 def test_a_stopped_turn_is_kept_and_the_follow_up_matches_no_cache(model):

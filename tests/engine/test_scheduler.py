@@ -1,19 +1,23 @@
 """The scheduler with a fake runner: no mlx, just the bookkeeping."""
-from engine.cache.page_pool import PagePool, SlotPool
+from engine.cache.cache_manager import CacheManager
 from engine.config import EngineConfig
 from engine.core.scheduler import Scheduler
 from engine.core.sequence import Sequence, Status
-from engine.sampling_params import SamplingParams
 
 
 def make(num_pages=64, page_size=4, max_num_seqs=4, chunk=8):
     cfg = EngineConfig(max_num_seqs=max_num_seqs, page_size=page_size, num_pages=num_pages,
                        prefill_chunk=chunk, max_context=1024)
-    return Scheduler(cfg, PagePool(num_pages, page_size), SlotPool(max_num_seqs))
+    return Scheduler(cfg, CacheManager(num_pages, page_size, max_num_seqs, keep_turns=None,
+                                       exact_prefix_only=False))
+
+
+MAX_TOKENS: dict[int, int] = {}
 
 
 def seq(rid, n_prompt, max_tokens=8):
-    return Sequence(rid, list(range(n_prompt)), SamplingParams(max_tokens=max_tokens))
+    MAX_TOKENS[rid] = max_tokens
+    return Sequence(rid, list(range(n_prompt)))
 
 
 def fake_step(sched):
@@ -22,14 +26,14 @@ def fake_step(sched):
     for s in plan.decode:
         s.num_computed = s.num_tokens
         s.output_ids.append(7)
-    if plan.prefill:
-        c = plan.prefill
+    for c in plan.prefills:
         c.seq.num_computed = c.start + c.num_tokens
         if c.is_last:
             c.seq.output_ids.append(7)
     for s in list(sched.running):
-        if len(s.output_ids) >= s.sampling.max_tokens:
+        if len(s.output_ids) >= MAX_TOKENS[s.request_id]:
             sched.finish(s, "length")
+    sched.cache.check_invariants()
     return plan
 
 
@@ -41,12 +45,12 @@ def test_decode_first_then_one_prefill_chunk():
     sched.add(b)
     plan = fake_step(sched)
     assert [s.request_id for s in plan.decode] == [1]
-    assert plan.prefill.seq is b and plan.prefill.num_tokens == 8
+    assert plan.prefills[0].seq is b and plan.prefills[0].num_tokens == 8
     plan = fake_step(sched)
-    assert [s.request_id for s in plan.decode] == [1] and plan.prefill.start == 8
+    assert [s.request_id for s in plan.decode] == [1] and plan.prefills[0].start == 8
     fake_step(sched)                  # b's last chunk (4 tokens)
     plan = fake_step(sched)
-    assert [s.request_id for s in plan.decode] == [1, 2] and plan.prefill is None
+    assert [s.request_id for s in plan.decode] == [1, 2] and not plan.prefills
 
 
 def test_admission_respects_max_num_seqs_and_pool():
@@ -77,8 +81,8 @@ def test_preemption_frees_the_latest_and_the_pool_ends_whole():
     assert b in preempted and b.num_preemptions >= 1
     assert a.status is Status.FINISHED and b.status is Status.FINISHED
     assert len(a.output_ids) == 12 and len(b.output_ids) == 12
-    assert sched.pool.num_free == sched.pool.num_total
-    assert sched.slots.num_free == 4
+    assert sched.cache.pages.num_free == sched.cache.pages.num_total
+    assert sched.cache.slots.num_free == 4
 
 
 def test_finish_of_waiting_running_and_prefilling_frees_everything():
@@ -91,7 +95,7 @@ def test_finish_of_waiting_running_and_prefilling_frees_everything():
     for s in seqs:
         sched.finish(s, "cancelled")
     assert not sched.has_work
-    assert sched.pool.num_free == sched.pool.num_total and sched.slots.num_free == 4
+    assert sched.cache.pages.num_free == sched.cache.pages.num_total and sched.cache.slots.num_free == 4
 
 
 def test_several_short_prompts_are_read_in_one_forward_within_the_budget():
@@ -109,11 +113,11 @@ def test_several_short_prompts_are_read_in_one_forward_within_the_budget():
         if c.is_last:
             c.seq.output_ids.append(7)
     plan = sched.schedule()
-    assert [c.seq.request_id for c in plan.prefills] == [3] and plan.prefill.start == 7
+    assert [c.seq.request_id for c in plan.prefills] == [3] and plan.prefills[0].start == 7
 
 
 def test_budget_argument_limits_the_chunk():
     sched = make(chunk=64)
     sched.add(seq(1, 50))
     plan = sched.schedule(prefill_budget=16)
-    assert plan.prefill.num_tokens == 16 and not plan.prefill.is_last
+    assert plan.prefills[0].num_tokens == 16 and not plan.prefills[0].is_last

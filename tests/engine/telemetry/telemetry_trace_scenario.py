@@ -38,12 +38,12 @@ def two_requests(rec, clock, t0=1000.0):
     at(t0 + 0.000, SubmittedEvent(request_id=1, t=t0 + 0.000, prompt_tokens=12))
     at(t0 + 0.001, SubmittedEvent(request_id=2, t=t0 + 0.001, prompt_tokens=20))
     at(t0 + 0.010, StepEvent(step=0, t_start=t0 + 0.002, t_end=t0 + 0.010, kind="prefill",
-                             prefill_request_id=1, prefill_tokens=12, kv_pages_used=1,
+                             prefill_request_ids=(1,), prefill_tokens=12, kv_pages_used=1,
                              kv_pages_total=64))
     at(t0 + 0.0105, token(1, 0))
     rec.on_reading(reading(t0 + 0.005))
     at(t0 + 0.020, StepEvent(step=1, t_start=t0 + 0.011, t_end=t0 + 0.020, kind="mixed",
-                             decode_request_ids=(1,), batch_size=1, prefill_request_id=2,
+                             decode_request_ids=(1,), batch_size=1, prefill_request_ids=(2,),
                              prefill_tokens=20, kv_pages_used=3, kv_pages_total=64))
     at(t0 + 0.0205, token(1, 1))
     at(t0 + 0.0206, token(2, 0))

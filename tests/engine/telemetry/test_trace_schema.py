@@ -125,7 +125,7 @@ def test_interpreter_exit_without_stop_leaves_a_valid_file(tmp_path):
         rec.start()
         rec.on_event(SubmittedEvent(request_id=1, t=1.0, prompt_tokens=3))
         rec.on_event(StepEvent(step=0, t_start=1.0, t_end=1.01, kind="prefill",
-                               prefill_request_id=1, prefill_tokens=3))
+                               prefill_request_ids=(1,), prefill_tokens=3))
         # no stop(): the app was closed mid-recording
     """)
     env = {**os.environ, "PYTHONPATH": str(REPO)}

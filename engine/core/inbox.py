@@ -1,0 +1,32 @@
+"""Messages to the engine thread, one frozen class per kind (dispatched by type)."""
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from engine.core.step_loop import Request
+
+
+@dataclass(frozen=True)
+class Submit:
+    request: Request
+
+
+@dataclass(frozen=True)
+class Cancel:
+    request_id: int
+
+
+@dataclass(frozen=True)
+class Logits:
+    """All logits of one sequence, computed in a private cache, into `future`."""
+    token_ids: tuple[int, ...]
+    future: Future
+
+
+@dataclass(frozen=True)
+class Close:
+    pass
+
+
+Message = Submit | Cancel | Logits | Close
