@@ -99,7 +99,7 @@ class Engine:
         tok = self.bundle.tokenizer
         out = OutputStream(tok.detokenizer(skip_special_tokens=True), tok.eos_token_ids,
                            sampling, self.config.max_context)
-        self._send(Submit(Request(seq, RowSampler(sampling, ids), out, self._emit)))
+        self._send(Submit(Request(seq, RowSampler(sampling, ids), out)))
         return handle
 
     def generate(self, prompts: list[Prompt], sampling: SamplingParams | None = None
@@ -132,9 +132,9 @@ class Engine:
         handle = (self._handles.get(ev.request_id)
                   if isinstance(ev, (TokenEvent, FinishedEvent, ErrorEvent)) else None)
         if handle is not None:
-            handle._put(ev)
-            if isinstance(ev, FinishedEvent):
+            if isinstance(ev, FinishedEvent):   # dropped before its reader wakes up
                 del self._handles[ev.request_id]
+            handle._put(ev)
         for fn in self._listeners:
             try:
                 fn(ev)

@@ -23,8 +23,8 @@ from engine.events import FinishedEvent, RequestStats, StepEvent, TokenEvent
 class Request:
     """Engine-side state of one request: its sequence, sampler and output stream."""
 
-    def __init__(self, seq: Sequence, sampler: RowSampler, stream: OutputStream, deliver):
-        self.seq, self.sampler, self.stream, self.deliver = seq, sampler, stream, deliver
+    def __init__(self, seq: Sequence, sampler: RowSampler, stream: OutputStream):
+        self.seq, self.sampler, self.stream = seq, sampler, stream
 
 
 class StepLoop:
@@ -41,7 +41,7 @@ class StepLoop:
             exact_prefix_only=recurrent)
         self.scheduler = Scheduler(config, self.cache)
         self.requests: dict[int, Request] = {}
-        self.emit = emit          # broadcast to listeners (events of every request)
+        self.emit = emit          # every event, once (Engine._emit routes it)
         self.num_steps = 0
         # The step whose tokens are still on the device: (plan, sampled, t_start).
         self._inflight = None
@@ -160,19 +160,19 @@ class StepLoop:
         req.sampler.append(token)
         delta = req.stream.add(token, len(seq.output_ids), seq.num_tokens)
         if delta or req.stream.finish_reason is None:
-            req.deliver(TokenEvent(seq.request_id, delta, (token,)))
+            self.emit(TokenEvent(seq.request_id, delta, (token,)))
         if req.stream.finish_reason is not None:
             self._finish(req, req.stream.finish_reason, "")
 
     def _finish(self, req: Request, reason: str, delta: str) -> None:
         seq = req.seq
         if delta:
-            req.deliver(TokenEvent(seq.request_id, delta, ()))
+            self.emit(TokenEvent(seq.request_id, delta, ()))
         seq.pending.clear()          # tokens still in flight for it are discarded
         self.scheduler.finish(seq, reason)
         seq.t_finish = time.perf_counter()
         del self.requests[seq.request_id]
-        req.deliver(FinishedEvent(seq.request_id, reason, self._stats(seq),
+        self.emit(FinishedEvent(seq.request_id, reason, self._stats(seq),
                                   req.stream.text, tuple(seq.output_ids)))
 
     def fail_all(self, message: str) -> None:

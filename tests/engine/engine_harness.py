@@ -8,6 +8,7 @@ from engine.core.output_stream import OutputStream
 from engine.core.sampler import RowSampler
 from engine.core.sequence import Sequence
 from engine.core.step_loop import Request, StepLoop
+from engine.events import StepEvent
 from engine.sampling_params import SamplingParams
 
 
@@ -27,13 +28,16 @@ class Harness:
         # machine, so it is off here (always a whole chunk) and tested on its own.
         self.config = EngineConfig(**{"num_pages": 256, "page_size": 4,
                                       "max_decode_slowdown": 1e9, **config})
-        self.steps = []
-        self.loop = StepLoop(model, self.config, emit=self.steps.append,
+        self.steps = []           # StepEvents
+        self.events = []          # request events
+        self.loop = StepLoop(model, self.config, emit=self._collect,
                              num_pages=self.config.num_pages)
         self.logits: dict[int, list[mx.array]] = {}
-        self.events = []
         self.seqs: dict[int, Sequence] = {}
         self._wrap_runner()
+
+    def _collect(self, ev) -> None:
+        (self.steps if isinstance(ev, StepEvent) else self.events).append(ev)
 
     def _wrap_runner(self):
         runner, logits = self.loop.runner, self.logits
@@ -58,7 +62,7 @@ class Harness:
         seq = Sequence(rid, list(prompt))
         self.seqs[rid] = seq
         stream = OutputStream(_NoDetok(), frozenset(), params, self.config.max_context)
-        self.loop.add(Request(seq, RowSampler(params, prompt), stream, self.events.append))
+        self.loop.add(Request(seq, RowSampler(params, prompt), stream))
         return seq
 
     def run(self, joins: dict[int, list[tuple]] | None = None, max_steps: int = 500):

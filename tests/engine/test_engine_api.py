@@ -126,3 +126,19 @@ def test_broken_folders_raise_typed_errors(tmp_path, folder):
     (bad / "config.json").write_text(json.dumps({**cfg, "model_type": "mamba"}))
     with pytest.raises(ModelLoadError, match="not supported"):
         Engine.load(bad)
+
+
+def test_each_event_reaches_listeners_once_and_a_quiet_handle_keeps_only_the_end(engine):
+    seen = []
+    engine.add_listener(seen.append)
+    quiet = engine.submit([5, 6, 7], SamplingParams(max_tokens=6), stream=False)
+    done = quiet.result()
+    engine.remove_listener(seen.append)
+    mine = [e for e in seen if getattr(e, "request_id", None) == quiet.request_id]
+    tokens = [e for e in mine if isinstance(e, TokenEvent)]
+    assert "".join(e.text for e in tokens) == done.text and len(done.token_ids) == 6
+    assert len([e for e in mine if isinstance(e, FinishedEvent)]) == 1
+    assert len({id(e) for e in tokens}) == len(tokens)
+    assert quiet._events.qsize() == 0           # nothing queued that nobody reads
+    assert list(engine.submit([5, 6, 7], SamplingParams(max_tokens=2), stream=False)) \
+        and not engine._handles                 # handles are dropped once finished

@@ -121,3 +121,22 @@ def test_budget_argument_limits_the_chunk():
     sched.add(seq(1, 50))
     plan = sched.schedule(prefill_budget=16)
     assert plan.prefills[0].num_tokens == 16 and not plan.prefills[0].is_last
+
+
+def test_preempting_with_tokens_in_flight_asks_for_them_first():
+    sched = make(num_pages=4, page_size=4, max_num_seqs=2, chunk=16)   # 3 usable pages
+    a, b = seq(1, 3, max_tokens=20), seq(2, 3, max_tokens=20)
+    sched.add(a)
+    sched.add(b)
+    fake_step(sched)                      # both read their prompt: a page each
+    fake_step(sched)                      # one decode: each now needs a second page
+    b.pending.append(("on the device", 0))        # step n-1 sampled b's next token
+    b.output_ids.pop()
+    plan = sched.schedule()
+    assert plan.resolve_first and plan.is_empty and not plan.preempted
+    assert b.status is Status.RUNNING and b.num_preemptions == 0
+    b.pending.clear()                     # the loop read step n-1 back
+    b.output_ids.append(7)
+    plan = sched.schedule()
+    assert not plan.resolve_first and plan.preempted == [b]
+    sched.cache.check_invariants()
