@@ -210,12 +210,12 @@ class CacheManager:
         owners = list(self._holders.values())
         held = Counter(p for o in owners + entries for p in o.pages)
         assert 0 not in held, "the scratch page was handed out"
-        free = self.pages._free
-        assert len(free) == len(set(free)), "a page is free twice"
+        free = set(self.pages.free_ids)
+        assert len(free) == len(self.pages.free_ids), "a page is free twice"
         for p in range(1, self.pages.num_pages):
             assert self.pages.refcount(p) == held[p], f"page {p}: refcount != holders"
             assert (p in free) == (held[p] == 0), f"page {p}: free list disagrees"
         slots = [o.slot for o in owners + entries if o.slot is not None]
         assert len(slots) == len(set(slots)), "a state slot has two owners"
-        assert not set(slots) & set(self.slots._free), "a held state slot is free"
+        assert not set(slots) & set(self.slots.free_ids), "a held state slot is free"
         assert len(slots) + self.slots.num_free == self.slots.num_slots, "a state slot leaked"

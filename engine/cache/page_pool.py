@@ -28,6 +28,10 @@ class PagePool:
         return len(self._free)
 
     @property
+    def free_ids(self) -> tuple[int, ...]:
+        return tuple(self._free)
+
+    @property
     def num_used(self) -> int:
         return self.num_total - self.num_free
 
@@ -71,6 +75,10 @@ class SlotPool:
     @property
     def num_free(self) -> int:
         return len(self._free)
+
+    @property
+    def free_ids(self) -> tuple[int, ...]:
+        return tuple(self._free)
 
     def allocate(self) -> int:
         return self._free.pop()
