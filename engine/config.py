@@ -9,6 +9,8 @@ class EngineConfig:
     max_num_seqs: int = 16          # sequences decoded together in one forward
     page_size: int = 16             # tokens per KV page
     num_pages: int = 4096           # KV budget: pages in the pool (page 0 is scratch)
+    # KV memory budget in MB; None = sized from free memory (the app's "Automatic").
+    kv_budget_mb: int | None = None
     prefill_chunk: int = 512        # prompt tokens read per step (several prompts may share it)
     # While others stream, a step's prompt reading may slow their decode by this fraction.
     max_decode_slowdown: float = 0.25
@@ -22,6 +24,11 @@ class EngineConfig:
         for name in ("max_num_seqs", "page_size", "num_pages", "prefill_chunk", "max_context"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name} must be >= 1")
+        if self.kv_budget_mb is not None and (isinstance(self.kv_budget_mb, bool) or not
+                                              isinstance(self.kv_budget_mb, int)
+                                              or self.kv_budget_mb < 1):
+            raise ValueError("EngineConfig.kv_budget_mb must be a whole number of MB >= 1, "
+                             "or None to size the KV cache from free memory")
         if self.max_decode_slowdown <= 0:
             raise ValueError("EngineConfig.max_decode_slowdown must be > 0")
         if self.num_pages < 2:

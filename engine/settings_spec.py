@@ -146,3 +146,9 @@ def settings_or_defaults(values: Mapping[str, Any] | None) -> dict[str, Any]:
 def sampling_values(values: Mapping[str, Any]) -> dict[str, Any]:
     """The sampling settings of a conversation's `values` (what SamplingParams takes)."""
     return {s.name: values[s.name] for s in SAMPLING if s.name in values}
+
+
+def settings_summary(values: Mapping[str, Any]) -> str:
+    """One line for a chat's subtitle: 'temp 0.7 · top-p 0.95 · max tokens 1024'."""
+    return " · ".join(f"{s.short} {values[s.name]:g}" for s in SETTINGS
+                      if s.short and values.get(s.name) is not None)
