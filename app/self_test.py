@@ -3,7 +3,6 @@ two panes at once, waits for both, and checks that the engine batched them."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import tempfile
 import time
 
@@ -44,8 +43,7 @@ async def run_self_test(model: str | None, loader=default_loader) -> tuple[int, 
 async def _exercise(window: MainWindow, model: str | None) -> tuple[int, str]:
     if not await window.load_model(model):
         return 1, f"self-test failed: model did not load: {window.last_error}"
-    window.settings = dataclasses.replace(window.settings, max_tokens=MAX_TOKENS,
-                                          temperature=0.0)
+    window.settings = window.settings.with_chat(max_tokens=MAX_TOKENS, temperature=0.0)
     for pane in window.panes.panes():
         window.close_pane(pane)
     panes = [window.new_conversation(True) for _ in range(2)]

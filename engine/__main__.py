@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.cli import add_model_args, run_chat, run_generate
+from engine.cli import add_model_args, add_system_arg, run_chat, run_generate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -12,7 +12,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     chat = sub.add_parser("chat", help="interactive, streaming, multi-turn chat")
     add_model_args(chat)
-    chat.add_argument("--system", default=None, help="system prompt")
+    add_system_arg(chat)
     gen = sub.add_parser("generate", help="all prompts in one batch; prints each completion")
     add_model_args(gen)
     gen.add_argument("--prompt", action="append", required=True, help="repeat for a batch")

@@ -6,19 +6,18 @@ import sys
 
 from engine import Engine, EngineConfig, SamplingParams, TandemError
 from engine.events import FinishedEvent
+from engine.sampling_args import add_sampling_arguments, sampling_params_from_args
+from engine.settings_spec import BY_NAME
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="MLX/HF folder or .gguf (default: built-in)")
-    p.add_argument("--max-tokens", type=int, default=512)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    add_sampling_arguments(p)
 
 
-def _sampling(args) -> SamplingParams:
-    return SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature,
-                          top_p=args.top_p, seed=args.seed)
+def add_system_arg(p: argparse.ArgumentParser) -> None:
+    s = BY_NAME["system_prompt"]
+    p.add_argument("--system", default=s.default or None, help=s.help)
 
 
 def _load(args, config: EngineConfig | None = None) -> Engine | None:
@@ -32,40 +31,48 @@ def _load(args, config: EngineConfig | None = None) -> Engine | None:
 
 
 def run_generate(args) -> int:
-    engine = _load(args)
+    params = _params(args)
+    engine = _load(args) if params else None
     if engine is None:
         return 2
-    recorder, monitor = _start_trace(engine, args.trace)
+    recording = _start_trace(engine, args.trace)
     with engine:
-        outs = engine.generate(args.prompt, _sampling(args))
+        outs = engine.generate(args.prompt, params)
     for i, (prompt, out) in enumerate(zip(args.prompt, outs)):
         s = out.stats
         print(f"--- [{i}] {prompt!r} ({out.finish_reason}, {s.generated_tokens} tokens, "
               f"ttft {s.ttft_s * 1000:.0f} ms, {s.decode_tok_s:.1f} tok/s)")
         print(out.text)
-    if recorder is not None:
-        monitor.stop()
-        recorder.stop()
-        recorder.save(args.trace)
-        print(f"trace written to {args.trace}", file=sys.stderr)
+    if recording is not None:
+        print(f"trace written to {recording.finish()}", file=sys.stderr)
     return 0
 
 
+def _params(args) -> SamplingParams | None:
+    """The sampling settings, or None after saying which is wrong (e.g. an empty --stop)."""
+    try:
+        return sampling_params_from_args(args)
+    except (TypeError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
+
+
 def _start_trace(engine: Engine, path: str | None):
-    """A recorder of the engine's events and the GPU/CPU clock and power readings."""
+    """Events plus GPU/CPU clock and power readings, streamed to `path`."""
     if not path:
-        return None, None
-    from engine.telemetry import TelemetryMonitor, TraceRecorder
-    recorder, monitor = TraceRecorder(), TelemetryMonitor(interval_s=0.25)
-    engine.add_listener(recorder.on_event)
-    monitor.add_listener(recorder.on_reading)
-    recorder.start()
-    monitor.start()
-    return recorder, monitor
+        return None
+    from engine.telemetry.recording import record_engine
+    try:
+        return record_engine(engine, path)
+    except OSError as e:
+        print(f"error: cannot write the trace to {path}: {e}; going on without it",
+              file=sys.stderr)
+        return None
 
 
 def run_chat(args) -> int:
-    engine = _load(args)
+    params = _params(args)
+    engine = _load(args) if params else None
     if engine is None:
         return 2
     messages = [{"role": "system", "content": args.system}] if args.system else []
@@ -79,7 +86,7 @@ def run_chat(args) -> int:
             if not text:
                 break
             messages.append({"role": "user", "content": text})
-            reply = _stream_reply(engine, messages, _sampling(args))
+            reply = _stream_reply(engine, messages, params)
             messages.append({"role": "assistant", "content": reply})
     return 0
 

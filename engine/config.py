@@ -29,12 +29,15 @@ class EngineConfig:
         for name in ("max_num_seqs", "page_size", "prefill_chunk", "max_context"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name} must be >= 1")
+        if self.kv_budget_mb is not None and (isinstance(self.kv_budget_mb, bool) or not
+                                              isinstance(self.kv_budget_mb, int)
+                                              or self.kv_budget_mb < 1):
+            raise ValueError("EngineConfig.kv_budget_mb must be a whole number of MB >= 1, "
+                             "or None to size the KV cache from free memory")
         if self.max_decode_slowdown <= 0:
             raise ValueError("EngineConfig.max_decode_slowdown must be > 0")
         if self.num_pages is not None and self.num_pages < 2:
             raise ValueError("EngineConfig.num_pages must be >= 2 (page 0 is scratch)")
-        if self.kv_budget_mb is not None and self.kv_budget_mb < 1:
-            raise ValueError("EngineConfig.kv_budget_mb must be >= 1 (MiB), or None for auto")
 
     @property
     def max_useful_pages(self) -> int:

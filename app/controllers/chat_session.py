@@ -11,7 +11,6 @@ from app.controllers.chat_model import ChatModel
 from app.storage.conversation import Conversation
 from app.storage.message import Message, MessageState
 from engine.errors import TandemError
-from engine.sampling_params import SamplingParams
 
 SAVE_MS = 1000     # a streaming message reaches the database at least this often
 _FINAL_STATE = {"stop": MessageState.DONE, "length": MessageState.LENGTH,
@@ -101,14 +100,10 @@ class ChatSession(QObject):
                 prompt.append({"role": msg.role, "content": content})
         return prompt
 
-    def _params(self) -> SamplingParams:
-        c = self.conversation
-        return SamplingParams(max_tokens=c.max_tokens, temperature=c.temperature, top_p=c.top_p)
-
     def _generate(self) -> bool:
         prompt = self._prompt()
         try:
-            rid = self._bridge.submit(prompt, self._params())
+            rid = self._bridge.submit(prompt, self.conversation.sampling_params())
         except (TandemError, ValueError) as exc:    # no model, prompt too long, empty
             self.error.emit(str(exc))
             return False

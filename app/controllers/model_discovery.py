@@ -4,9 +4,10 @@ A model is an MLX/HF folder (config.json with *.safetensors) or a .gguf file.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from engine.loading.hf_cache import hf_cache_dirs, repo_name, snapshots_newest_first
 
 
 @dataclass(frozen=True)
@@ -14,16 +15,6 @@ class FoundModel:
     name: str
     path: str
     source: str          # "Hugging Face cache" | "LM Studio" | "Recent"
-
-
-def hf_cache_dirs() -> list[Path]:
-    dirs = []
-    if os.environ.get("HF_HUB_CACHE"):
-        dirs.append(Path(os.environ["HF_HUB_CACHE"]))
-    if os.environ.get("HF_HOME"):
-        dirs.append(Path(os.environ["HF_HOME"]) / "hub")
-    dirs.append(Path.home() / ".cache" / "huggingface" / "hub")
-    return _unique(dirs)
 
 
 def lmstudio_dirs() -> list[Path]:
@@ -47,9 +38,8 @@ def _scan_hf_cache(root: Path) -> list[FoundModel]:
     """hub/models--org--name/snapshots/<rev>/ : take each repo's newest snapshot."""
     out = []
     for repo in sorted(root.glob("models--*")) if root.is_dir() else []:
-        snapshots = sorted((repo / "snapshots").glob("*"), key=_mtime, reverse=True)
-        name = repo.name[len("models--"):].replace("--", "/")
-        for snap in snapshots[:1]:
+        name = repo_name(repo)
+        for snap in snapshots_newest_first(repo)[:1]:
             if is_model_path(snap):
                 out.append(FoundModel(name, str(snap), "Hugging Face cache"))
             out += [FoundModel(f"{name}/{g.name}", str(g), "Hugging Face cache")
@@ -69,13 +59,6 @@ def _scan_tree(root: Path, source: str, depth: int) -> list[FoundModel]:
         elif child.is_dir():
             out += _scan_tree(child, source, depth - 1)
     return out
-
-
-def _mtime(p: Path) -> float:
-    try:
-        return p.stat().st_mtime
-    except OSError:
-        return 0.0
 
 
 def _unique(paths: list[Path]) -> list[Path]:

@@ -23,9 +23,7 @@ class SessionRegistry(QObject):
         self._request_titles: dict[int, str] = {}    # outlives the request, for the panel
 
     def create(self, settings) -> ChatSession:
-        conv = self._store.create_conversation(Conversation(
-            system_prompt=settings.system_prompt, temperature=settings.temperature,
-            top_p=settings.top_p, max_tokens=settings.max_tokens))
+        conv = self._store.create_conversation(Conversation(settings=dict(settings.chat)))
         self.changed.emit()
         return self.get(conv.id)
 

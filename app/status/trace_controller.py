@@ -8,7 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog
 
-from engine.telemetry.trace import TraceRecorder
+from engine.telemetry.recording import TraceRecording
 
 FILE_FILTER = "Chrome / Perfetto trace (*.json)"
 
@@ -29,15 +29,13 @@ class TraceController(QObject):
                  path: str | Path | None = None, parent=None):
         super().__init__(parent)
         self.folder = Path(folder)
-        self.recorder = recorder or TraceRecorder()
+        # The bridge re-attaches its engine listeners to every engine it loads; the
+        # telemetry monitor is the status panel's, shared and left running.
+        self._recording = TraceRecording(bridge.add_engine_listener, telemetry, recorder)
+        self.recorder = self._recording.recorder
         self._next_path = Path(path).expanduser() if path else None   # --trace PATH
         self._has_trace = False
         self.last_path: Path | None = None
-        # The bridge re-attaches its engine listeners to every engine it loads.
-        bridge.add_engine_listener(self.recorder.on_event)
-        self._telemetry = telemetry
-        if telemetry is not None:
-            telemetry.add_listener(self.recorder.on_reading)
 
     @property
     def is_recording(self) -> bool:
@@ -53,7 +51,7 @@ class TraceController(QObject):
         path = self._next_path or default_trace_path(self.folder)
         self._next_path = None
         try:
-            self.recorder.start(path)
+            self._recording.start(path)
         except OSError as exc:
             self.message.emit(f"Could not record a trace to {path}: {exc}")
             self.state_changed.emit(False, self._has_trace)
@@ -68,7 +66,7 @@ class TraceController(QObject):
         if not self.is_recording:
             return None
         try:
-            path = self.recorder.stop()
+            path = self._recording.stop()
         except OSError as exc:
             self.message.emit(f"Could not save the trace: {exc}; use Save trace as…")
             path = None
@@ -89,7 +87,7 @@ class TraceController(QObject):
         if path.suffix.lower() != ".json":
             path = path.with_name(path.name + ".json")
         try:
-            saved = self.recorder.save(path)
+            saved = self._recording.save(path)
         except (OSError, ValueError) as exc:
             self.message.emit(f"Could not save the trace to {path}: {exc}")
             return None
@@ -108,5 +106,4 @@ class TraceController(QObject):
     def close(self) -> None:
         """Finish a recording in progress (the window is closing)."""
         self.stop()
-        if self._telemetry is not None:
-            self._telemetry.remove_listener(self.recorder.on_reading)
+        self._recording.finish()     # detaches from the shared monitor (not stopped)

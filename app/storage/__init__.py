@@ -1,1 +1,2 @@
-"""What persists: the SQLite store of conversations and messages, settings, the data folder."""
+"""What persists (no Qt): the SQLite store of conversations (their settings one JSON
+column, migrated from older databases) and messages, the app settings, the data folder."""

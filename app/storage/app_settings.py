@@ -1,36 +1,53 @@
-"""User settings: engine limits and defaults for new conversations (no Qt)."""
+"""User settings: engine limits and defaults for new conversations (no Qt).
+
+Engine limits take their defaults from EngineConfig and the conversation defaults
+from engine/settings_spec.py, so neither is restated here.
+"""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from engine.config import EngineConfig
+from engine.settings_spec import BY_NAME, chat_defaults, check_settings, settings_or_defaults
+
+ENGINE_LIMITS = ("max_num_seqs", "kv_budget_mb", "prefill_chunk")
 
 
 @dataclass(frozen=True)
 class AppSettings:
     # engine limits (applied when a model is loaded)
-    max_num_seqs: int = 8
-    num_pages: int = 2048
-    prefill_chunk: int = 512
-    # defaults for new conversations
-    system_prompt: str = "You are a helpful assistant."
-    temperature: float = 0.7
-    top_p: float = 0.95
-    max_tokens: int = 1024
+    max_num_seqs: int = EngineConfig.max_num_seqs
+    kv_budget_mb: int | None = EngineConfig.kv_budget_mb    # None = sized from free memory
+    prefill_chunk: int = EngineConfig.prefill_chunk
+    # settings a new conversation starts with, by spec name
+    chat: dict[str, Any] = field(default_factory=chat_defaults)
 
     def __post_init__(self):
-        if min(self.max_num_seqs, self.prefill_chunk, self.max_tokens) < 1:
-            raise ValueError("limits and max tokens must be >= 1")
-        if self.num_pages < 2:
-            raise ValueError("KV budget needs at least 2 pages")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise ValueError("temperature >= 0 and 0 < top_p <= 1")
+        self.engine_config()        # the limits must make a valid EngineConfig
+        object.__setattr__(self, "chat", {**chat_defaults(), **check_settings(self.chat)})
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(**{k: getattr(self, k) for k in ENGINE_LIMITS})
+
+    def with_chat(self, **values) -> AppSettings:
+        """These settings with some new-conversation defaults changed."""
+        return replace(self, chat={**self.chat, **values})
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**{k: getattr(self, k) for k in ENGINE_LIMITS}, "chat": dict(self.chat)}
 
     @classmethod
     def from_dict(cls, data: dict) -> AppSettings:
-        known = {f.name for f in fields(cls)}
+        """From to_dict's output, or from the older flat form (chat defaults at the top
+        level, `num_pages`, dropped now that the KV pool is sized from a budget in MB).
+        A bad engine limit falls back to the defaults; a bad chat value to its default."""
+        chat = {k: v for k, v in data.items() if k in BY_NAME}
+        if isinstance(data.get("chat"), dict):
+            chat.update(data["chat"])
+        limits = {f.name: data[f.name] for f in fields(cls)
+                  if f.name in ENGINE_LIMITS and f.name in data}
         try:
-            return cls(**{k: v for k, v in data.items() if k in known})
+            return cls(**limits, chat=settings_or_defaults(chat))
         except (TypeError, ValueError):
-            return cls()
+            return cls(chat=settings_or_defaults(chat))

@@ -9,11 +9,12 @@ from pathlib import Path
 
 from app.storage.conversation import Conversation
 from app.storage.message import Message, MessageState
+from app.storage.schema_migration import migrate_settings_column
+from engine.settings_spec import settings_or_defaults
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
-    id INTEGER PRIMARY KEY, title TEXT NOT NULL, system_prompt TEXT NOT NULL,
-    temperature REAL NOT NULL, top_p REAL NOT NULL, max_tokens INTEGER NOT NULL,
+    id INTEGER PRIMARY KEY, title TEXT NOT NULL, settings TEXT NOT NULL DEFAULT '{}',
     created_at REAL NOT NULL, updated_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
@@ -25,7 +26,9 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, position);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
-_CONV_COLS = "title, system_prompt, temperature, top_p, max_tokens, created_at, updated_at"
+# A conversation's settings (engine/settings_spec.py) are one JSON object: a new
+# setting needs no schema change; a stored one the spec no longer has is ignored.
+_CONV_COLS = "title, settings, created_at, updated_at"
 _MSG_COLS = ("role, content, state, ttft_s, decode_tok_s, num_tokens, prompt_tokens, model, "
              "error, created_at")
 
@@ -40,6 +43,7 @@ class Store:
         self._db = sqlite3.connect(self.path)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
+        migrate_settings_column(self._db)      # databases written before the JSON column
         self._db.executescript(_SCHEMA)
         self.num_interrupted = self._mark_interrupted()
 
@@ -57,7 +61,7 @@ class Store:
     def create_conversation(self, conv: Conversation) -> Conversation:
         with self._db:
             cur = self._db.execute(
-                f"INSERT INTO conversations ({_CONV_COLS}) VALUES (?,?,?,?,?,?,?)",
+                f"INSERT INTO conversations ({_CONV_COLS}) VALUES (?,?,?,?)",
                 _conv_values(conv))
         return conv.copy(id=cur.lastrowid)
 
@@ -147,13 +151,21 @@ class Store:
 
 
 def _conv_values(c: Conversation) -> tuple:
-    return (c.title, c.system_prompt, c.temperature, c.top_p, c.max_tokens,
-            c.created_at, c.updated_at)
+    return (c.title, json.dumps(c.settings), c.created_at, c.updated_at)
 
 
 def _conv_from_row(row) -> Conversation:
-    return Conversation(id=row[0], title=row[1], system_prompt=row[2], temperature=row[3],
-                        top_p=row[4], max_tokens=row[5], created_at=row[6], updated_at=row[7])
+    return Conversation(id=row[0], title=row[1], settings=_settings_from_json(row[2]),
+                        created_at=row[3], updated_at=row[4])
+
+
+def _settings_from_json(text: str) -> dict:
+    """Stored values where valid, else the chat defaults (never fail to open a chat)."""
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError):
+        data = None
+    return settings_or_defaults(data if isinstance(data, dict) else None)
 
 
 def _msg_values(m: Message) -> tuple:

@@ -1,1 +1,3 @@
-"""Windows and panes: the main window, its menus and saved geometry, the pane area, dialogs."""
+"""Windows and panes: the main window (its menus, saved geometry), the sidebar, the pane
+area and its chat panes, the broadcast box, the model picker and the settings dialogs,
+whose fields are built from engine/settings_spec.py."""

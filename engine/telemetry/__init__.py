@@ -13,19 +13,20 @@ Status panel (readings arrive on the monitor thread; re-emit as a signal):
     monitor.history(60)         # sparkline data, oldest first
     monitor.stop()
 
-Record-trace toggle:
+Record a trace (events plus readings; recording.py does the wiring once):
 
-    rec = TraceRecorder()
-    engine.add_listener(rec.on_event)
-    monitor.add_listener(rec.on_reading)
-    rec.start(path)             # path is a valid trace from now on (streaming)
-    rec.stop()                  # final save; rec.save(other_path) exports a copy
+    rec = record_engine(engine, path)   # own monitor; path is a valid trace from now on
+    rec.finish()                        # final save, monitor stopped, listeners removed
+
+    rec = TraceRecording(bridge.add_engine_listener, monitor)   # app: shared monitor
+    rec.start(path); rec.stop(); rec.save(other_path)            # toggle, export a copy
 """
 from engine.telemetry.gpu import Sampler, make_sampler
 from engine.telemetry.monitor import TelemetryMonitor
 from engine.telemetry.reading import Reading
+from engine.telemetry.recording import TraceRecording, record_engine
 from engine.telemetry.trace import TraceRecorder
 from engine.telemetry.trace_check import validate_trace
 
-__all__ = ["Reading", "Sampler", "TelemetryMonitor", "TraceRecorder", "make_sampler",
-           "validate_trace"]
+__all__ = ["Reading", "Sampler", "TelemetryMonitor", "TraceRecorder", "TraceRecording",
+           "make_sampler", "record_engine", "validate_trace"]

@@ -96,8 +96,8 @@ def make_window(qapp, data_dir, loader, model_path, run):
 
     def make(load=True, max_tokens=24, telemetry=None, wrap_loader=None):
         store = Store(data_dir)
-        store.set_setting("settings", AppSettings(max_tokens=max_tokens,
-                                                  temperature=0.0).to_dict())
+        store.set_setting("settings", AppSettings().with_chat(max_tokens=max_tokens,
+                                                              temperature=0.0).to_dict())
         bridge = EngineBridge(wrap_loader(loader) if wrap_loader else loader)
         window = MainWindow(store, bridge, telemetry=telemetry)
         made.append((window, bridge, store))

@@ -43,6 +43,23 @@ def test_settings_roundtrip(tmp_path):
     store.set_setting("settings", AppSettings(max_num_seqs=3).to_dict())
     assert AppSettings.from_dict(store.get_setting("settings")).max_num_seqs == 3
     assert AppSettings.from_dict({"temperature": -1}) == AppSettings()   # invalid -> defaults
+    assert AppSettings.from_dict({"max_num_seqs": 0, "chat": {"top_k": 5}}) == \
+        AppSettings().with_chat(top_k=5)                                  # bad limit only
+
+
+def test_app_settings_defaults_come_from_the_engine_config():
+    from engine.config import EngineConfig
+    assert AppSettings().engine_config() == EngineConfig()
+
+
+def test_old_flat_settings_are_read(tmp_path):
+    """Before the spec: chat defaults at the top level and a page count."""
+    old = {"max_num_seqs": 4, "num_pages": 2048, "prefill_chunk": 256, "system_prompt": "Hi.",
+           "temperature": 0.2, "top_p": 0.9, "max_tokens": 300}
+    s = AppSettings.from_dict(old)
+    assert (s.max_num_seqs, s.prefill_chunk, s.kv_budget_mb) == (4, 256, None)
+    assert s.chat["temperature"] == 0.2 and s.chat["max_tokens"] == 300
+    assert s.chat["system_prompt"] == "Hi." and s.chat["top_k"] == 0
 
 
 def test_split_think():
