@@ -27,22 +27,28 @@ class OutputStream:
         """Take one sampled token; return the text delta that may be shown now."""
         if token_id in self._eos:
             self.finish_reason = "stop"
-            self.text += self._detok.flush()
+            self.text += self._held_back()
             return self._release(final=True)
         self.text += self._detok.add(token_id)
         if self._stop and self._cut_at_stop():
             self.finish_reason = "stop"
         elif num_generated >= self._max_tokens or num_total >= self._max_total:
             self.finish_reason = "length"
-            self.text += self._detok.flush()
+            self.text += self._held_back()
             if self._stop:
                 self._cut_at_stop()
         return self._release(final=self.finish_reason is not None)
 
     def finish(self) -> str:
         """The request ended from outside (cancel, error): release held-back text."""
-        self.text += self._detok.flush()
+        self.text += self._held_back()
         return self._release(final=True)
+
+    def _held_back(self) -> str:
+        # The detokenizer holds back a character still waiting for its last bytes; a reply
+        # that ends there (stop, length, cancel mid-emoji) drops those bytes rather than
+        # ending in U+FFFD. Invalid bytes already streamed stay as they were shown.
+        return self._detok.flush().rstrip("\ufffd")
 
     def _cut_at_stop(self) -> bool:
         start = max(0, self._emitted - self._holdback - 1)
