@@ -1,9 +1,9 @@
 """Tandem's in-process inference engine (imports mlx, never Qt)."""
 from engine.config import EngineConfig
 from engine.core.engine import Engine
-from engine.errors import ModelLoadError, PromptTooLongError, TandemError
+from engine.errors import InvalidRequestError, ModelLoadError, PromptTooLongError, TandemError
 from engine.handle import Completion, RequestHandle
 from engine.sampling_params import SamplingParams
 
 __all__ = ["Engine", "EngineConfig", "SamplingParams", "RequestHandle", "Completion",
-           "TandemError", "ModelLoadError", "PromptTooLongError"]
+           "TandemError", "ModelLoadError", "PromptTooLongError", "InvalidRequestError"]
