@@ -17,6 +17,7 @@ from mlx.utils import tree_flatten
 
 from engine.errors import ModelLoadError, UnsupportedModelError
 from engine.loading import gguf
+from engine.loading.gguf_check import check_gguf
 
 FAMILIES = ("engine.models.llama", "engine.models.qwen3_5")
 
@@ -146,6 +147,7 @@ def load_model(path: str | Path, quantize_bits: int | None = None) -> LoadedMode
 
 
 def _load_gguf(path: Path) -> LoadedModel:
+    check_gguf(path)   # MLX's reader trusts the file's counts: a corrupt header is a SIGSEGV
     try:
         weights, meta = mx.load(str(path), return_metadata=True)
     except Exception as e:
