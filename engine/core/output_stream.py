@@ -45,10 +45,11 @@ class OutputStream:
         return self._release(final=True)
 
     def _held_back(self) -> str:
-        # The detokenizer holds back a character still waiting for its last bytes; a reply
-        # that ends there (stop, length, cancel mid-emoji) drops those bytes rather than
-        # ending in U+FFFD. Invalid bytes already streamed stay as they were shown.
-        return self._detok.flush().rstrip("\ufffd")
+        # The detokenizer holds back text that ends in U+FFFD: a character still waiting
+        # for its last bytes, which decodes as exactly one U+FFFD. A reply that ends there
+        # (stop, length, cancel mid-emoji) drops it rather than end in a broken character.
+        tail = self._detok.flush()
+        return tail[:-1] if tail.endswith("\ufffd") else tail
 
     def _cut_at_stop(self) -> bool:
         start = max(0, self._emitted - self._holdback - 1)

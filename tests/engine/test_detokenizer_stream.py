@@ -123,7 +123,9 @@ def test_eos_and_cancel_inside_an_emoji_drop_the_unfinished_bytes(smollm):
     assert shown == cancelled.text == "hi 🇫"
 
 
-def test_invalid_bytes_already_shown_stay(smollm):
-    stream = _output_stream(smollm)
-    shown = _feed(stream, [218] * 9) + stream.finish()     # nine stray 0x80 bytes
-    assert shown == stream.text and stream.text.startswith("\ufffd")
+def test_only_the_unfinished_character_is_dropped(smollm):
+    """Stray invalid bytes stay visible as U+FFFD; the final unfinished one is dropped."""
+    for ids in ([218] * 3 + [175], [218] * 9, [218] * 6 + [175, 133], [175, 133]):
+        stream = _output_stream(smollm)
+        shown = _feed(stream, ids) + stream.finish()
+        assert shown == stream.text == smollm.decode(ids)[:-1], ids
