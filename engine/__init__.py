@@ -11,6 +11,7 @@ _EXPORTS = {
     "SamplingParams": "engine.sampling_params", "RequestHandle": "engine.handle",
     "Completion": "engine.handle", "TandemError": "engine.errors",
     "ModelLoadError": "engine.errors", "PromptTooLongError": "engine.errors",
+    "InvalidRequestError": "engine.errors",
 }
 __all__ = list(_EXPORTS)
 

@@ -24,3 +24,7 @@ class PromptTooLongError(TandemError):
 
 class EngineClosedError(TandemError):
     """The engine was closed; load a model again."""
+
+
+class InvalidRequestError(TandemError):
+    """A prompt or message the engine cannot take as given (wrong type, invalid text)."""

@@ -27,22 +27,29 @@ class OutputStream:
         """Take one sampled token; return the text delta that may be shown now."""
         if token_id in self._eos:
             self.finish_reason = "stop"
-            self.text += self._detok.flush()
+            self.text += self._held_back()
             return self._release(final=True)
         self.text += self._detok.add(token_id)
         if self._stop and self._cut_at_stop():
             self.finish_reason = "stop"
         elif num_generated >= self._max_tokens or num_total >= self._max_total:
             self.finish_reason = "length"
-            self.text += self._detok.flush()
+            self.text += self._held_back()
             if self._stop:
                 self._cut_at_stop()
         return self._release(final=self.finish_reason is not None)
 
     def finish(self) -> str:
         """The request ended from outside (cancel, error): release held-back text."""
-        self.text += self._detok.flush()
+        self.text += self._held_back()
         return self._release(final=True)
+
+    def _held_back(self) -> str:
+        # The detokenizer holds back text that ends in U+FFFD: a character still waiting
+        # for its last bytes, which decodes as exactly one U+FFFD. A reply that ends there
+        # (stop, length, cancel mid-emoji) drops it rather than end in a broken character.
+        tail = self._detok.flush()
+        return tail[:-1] if tail.endswith("\ufffd") else tail
 
     def _cut_at_stop(self) -> bool:
         start = max(0, self._emitted - self._holdback - 1)

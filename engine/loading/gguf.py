@@ -10,7 +10,7 @@ import re
 
 import mlx.core as mx
 
-from engine.errors import UnsupportedModelError
+from engine.errors import ModelLoadError, UnsupportedModelError
 
 _LAYER_NAMES = {
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
@@ -22,6 +22,7 @@ _LAYER_NAMES = {
 _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm",
               "output": "lm_head"}
 _ARCHS = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+_REQUIRED = ("attention.head_count", "embedding_length", "block_count", "feed_forward_length")
 
 
 def _meta_int(meta: dict, key: str, default=None):
@@ -34,13 +35,19 @@ def _meta_float(meta: dict, key: str, default=None):
     return default if v is None else float(v.item() if hasattr(v, "item") else v)
 
 
-def gguf_config(meta: dict, weights: dict) -> dict:
+def gguf_config(meta: dict, weights: dict, name: str = "This GGUF file") -> dict:
     """A config.json-style dict from GGUF metadata."""
     arch = str(meta.get("general.architecture", ""))
     if arch not in _ARCHS:
         raise UnsupportedModelError(
             f"GGUF architecture '{arch}' is not supported; Tandem reads llama, qwen2 and qwen3 "
             "GGUF files. Use an MLX or Hugging Face safetensors folder instead.")
+    required = [f"{arch}.{k}" for k in _REQUIRED]
+    missing = [k for k in required if _meta_int(meta, k) is None]
+    if missing or "token_embd.weight" not in weights:
+        what = f"metadata key '{missing[0]}'" if missing else "tensor 'token_embd.weight'"
+        raise ModelLoadError(f"{name} has no {what}; it is incomplete or not a language "
+                             "model. Download it again or choose another file.")
     heads = _meta_int(meta, f"{arch}.attention.head_count")
     hidden = _meta_int(meta, f"{arch}.embedding_length")
     vocab = weights["token_embd.weight"].shape[0]

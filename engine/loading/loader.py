@@ -13,10 +13,12 @@ from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten
 
 from engine.errors import ModelLoadError, UnsupportedModelError
 from engine.loading import gguf
+from engine.loading.gguf_check import check_gguf
+from engine.loading.weight_check import check_weights
+from engine.models.config_check import model_args
 
 FAMILIES = ("engine.models.llama", "engine.models.qwen3_5")
 
@@ -42,8 +44,16 @@ def _family(model_type: str):
         "dense models and the Qwen3.5/3.6 and Qwen3-Next hybrid models.")
 
 
-def model_type_of(config: dict) -> str:
-    mt = config.get("model_type") or config.get("text_config", {}).get("model_type", "")
+def model_type_of(config: dict, where: str = "config.json") -> str:
+    text = config.get("text_config", {})
+    if not isinstance(text, dict):
+        raise ModelLoadError(f"{where}: 'text_config' must be an object, got "
+                             f"{type(text).__name__}; fix the file or re-download the model.")
+    mt = config.get("model_type") or text.get("model_type")
+    if not isinstance(mt, str) or not mt:
+        raise ModelLoadError(f"{where}: 'model_type' must name the architecture as a string "
+                             f"(e.g. \"llama\"), got {mt!r}; fix the file or re-download "
+                             "the model.")
     return mt.removesuffix("_text")
 
 
@@ -53,9 +63,13 @@ def read_config(folder: Path) -> dict:
         raise ModelLoadError(f"{folder} has no config.json: choose a model folder "
                              "(MLX or Hugging Face safetensors) or a .gguf file.")
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:    # ValueError: bad JSON or bad UTF-8
         raise ModelLoadError(f"{path} is not valid JSON ({e}); re-download the model.") from e
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{path} holds a JSON {type(config).__name__}, not an object "
+                             "with the model's settings; re-download the model.")
+    return config
 
 
 def read_safetensors(folder: Path) -> tuple[dict, dict]:
@@ -87,29 +101,11 @@ def _quantize(model: nn.Module, weights: dict, qconfig: dict) -> None:
     nn.quantize(model, class_predicate=predicate)
 
 
-def check_weights(model: nn.Module, weights: dict, origin: dict, where: Path) -> None:
-    """Every parameter present with the shape the config implies; say which tensor and file."""
-    expected = dict(tree_flatten(model.parameters()))
-    missing = [k for k in expected if k not in weights]
-    if missing:
-        raise ModelLoadError(f"{where}: tensor '{missing[0]}' is missing"
-                             f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''};"
-                             " the download is incomplete or the config does not match.")
-    for name, param in expected.items():
-        if weights[name].shape != param.shape:
-            raise ModelLoadError(
-                f"{where}: tensor '{name}' in {origin.get(name, 'the weights')} has shape "
-                f"{tuple(weights[name].shape)} but the config implies {tuple(param.shape)}.")
-    extra = [k for k in weights if k not in expected]
-    if extra:
-        raise ModelLoadError(f"{where}: unexpected tensor '{extra[0]}' in "
-                             f"{origin.get(extra[0], 'the weights')}; is this the right model?")
-
-
 def build(config: dict, weights: dict, origin: dict, where: Path, qconfig: dict | None,
           quantize_bits: int | None = None) -> nn.Module:
-    module = _family(model_type_of(config))
-    model = module.Model(module.ModelArgs.from_config(config))
+    config_name = f"{where.name} (its metadata)" if where.is_file() else str(where / "config.json")
+    module = _family(model_type_of(config, config_name))
+    model = module.Model(model_args(module.ModelArgs, config, config_name))
     weights = model.sanitize(weights)
     origin = {**origin, **{k: origin.get(k, "the weights") for k in weights}}
     if qconfig:
@@ -138,6 +134,9 @@ def load_model(path: str | Path, quantize_bits: int | None = None) -> LoadedMode
     config = read_config(path)
     weights, origin = read_safetensors(path)
     qconfig = config.get("quantization") or config.get("quantization_config")
+    if qconfig and not isinstance(qconfig, dict):
+        raise ModelLoadError(f"{path / 'config.json'}: 'quantization' must be an object "
+                             f"like {{\"group_size\": 64, \"bits\": 4}}, got {qconfig!r}.")
     if qconfig and "bits" not in qconfig:   # an HF quantization_config (e.g. fp8): not ours
         raise UnsupportedModelError(f"{path}: this quantization format is not supported; "
                                     "use an MLX (mlx-community) or bf16 checkpoint.")
@@ -146,12 +145,16 @@ def load_model(path: str | Path, quantize_bits: int | None = None) -> LoadedMode
 
 
 def _load_gguf(path: Path) -> LoadedModel:
+    check_gguf(path)   # MLX's reader trusts the file's counts: a corrupt header is a SIGSEGV
     try:
         weights, meta = mx.load(str(path), return_metadata=True)
     except Exception as e:
         raise ModelLoadError(f"Cannot read {path.name} ({e}): the file is truncated or "
                              "uses a quantization MLX cannot read (Q4_0, Q4_1, Q8_0 work).") from e
-    config = gguf.gguf_config(meta, weights)
+    try:
+        config = gguf.gguf_config(meta, weights, path.name)
+    except (TypeError, ValueError) as e:      # a metadata value of the wrong type
+        raise ModelLoadError(f"{path.name} has unusable metadata ({e}); download it again.") from e
     renamed = gguf.gguf_weights(weights, config)
     model = build(config, renamed, dict.fromkeys(renamed, path.name), path,
                   gguf.gguf_quantization(renamed))

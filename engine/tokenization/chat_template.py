@@ -15,7 +15,7 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from engine.errors import ModelLoadError
+from engine.errors import InvalidRequestError, ModelLoadError
 
 # Older names for a message's reasoning; templates read `reasoning_content`.
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
@@ -112,6 +112,11 @@ def render_chat_template(source: str, messages: list[dict], *, add_generation_pr
         return template.render(messages=_alias_reasoning(messages), tools=tools, documents=None,
                                add_generation_prompt=add_generation_prompt, **variables)
     except jinja2.exceptions.TemplateError as e:
-        raise ModelLoadError(
+        raise InvalidRequestError(
             f"The model's chat template refused these messages: {e}. "
             "Check the message roles and order, or pass raw token ids.") from e
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+        # The template assumed a shape these messages lack (e.g. list content, no content).
+        raise InvalidRequestError(
+            f"The model's chat template cannot render these messages ({type(e).__name__}: "
+            f"{e}). Send each message's content as one string.") from e

@@ -9,6 +9,14 @@ context plus the pending ones), so the cost per token is O(1) however long
 the reply grows. The left context matters: decoders such as Metaspace strip a
 leading space from the first token, so the delta is
 decode(context + pending) - decode(context), never decode(pending) alone.
+
+Invalid bytes (a stray continuation byte) end in U+FFFD forever, so after
+_MAX_PENDING held ids we emit anyway, but only up to a *stable* cut: one that
+leaves at least three pending ids (an unfinished UTF-8 character is at most
+three bytes, so it lies wholly after the cut) and whose decode is a prefix of
+the whole window's. Emitting up to the window's end instead would put the
+first bytes of a still-unfinished character into the context, and the
+character would be lost when it completes.
 """
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ from typing import Protocol
 _REPLACEMENT = "\ufffd"
 _NUM_CONTEXT = 4       # emitted tokens kept as left context for the next delta
 _MAX_PENDING = 8       # a UTF-8 char is <= 4 bytes; beyond this the bytes are truly invalid
+_MAX_UNFINISHED = 3    # bytes (so at most ids) of a UTF-8 char still waiting for its last byte
 
 
 class _Decoder(Protocol):
@@ -46,9 +55,11 @@ class IncrementalDetokenizer:
         self._ids.append(int(token_id))
         text = self._decode(self._ids)
         num_pending = len(self._ids) - self._num_context
-        if text.endswith(_REPLACEMENT) and num_pending < _MAX_PENDING:
+        if not text.endswith(_REPLACEMENT):
+            return self._emit(text, len(self._ids))
+        if num_pending < _MAX_PENDING:
             return ""  # mid-character: wait for the bytes that complete it
-        return self._emit(text)
+        return self._emit_stable_prefix(text)
 
     def flush(self) -> str:
         """Return whatever is still held back (invalid bytes show as U+FFFD) and reset."""
@@ -62,10 +73,23 @@ class IncrementalDetokenizer:
         # Metaspace decoders alike, because the context ends on a whole character.
         return text[len(self._context_text):]
 
-    def _emit(self, text: str) -> str:
+    def _emit_stable_prefix(self, text: str) -> str:
+        """Emit the invalid bytes that can never become a character; keep the rest pending."""
+        for cut in range(len(self._ids) - _MAX_UNFINISHED, self._num_context, -1):
+            prefix = self._decode(self._ids[:cut])
+            if text.startswith(prefix):
+                return self._emit(prefix, cut)
+        # No stable cut (not seen with byte-level or byte-fallback vocabularies): emit all,
+        # so a strange decoder costs some fidelity but never unbounded pending work.
+        return self._emit(text, len(self._ids))
+
+    def _emit(self, text: str, cut: int) -> str:
+        """Hand out decode(ids[:cut]) past the context; ids[cut:] stay pending."""
         delta = self._delta(text)
         # Slide the window: keep a few emitted ids as context for the next delta.
-        self._ids = self._ids[-_NUM_CONTEXT:]
-        self._num_context = len(self._ids)
-        self._context_text = self._decode(self._ids)
+        emitted, pending = self._ids[:cut], self._ids[cut:]
+        context = emitted[-_NUM_CONTEXT:]
+        self._ids = context + pending
+        self._num_context = len(context)
+        self._context_text = self._decode(context)
         return delta

@@ -13,10 +13,12 @@ from typing import Any
 
 from tokenizers import Tokenizer as HFTokenizer
 
-from engine.errors import ModelLoadError
+from engine.errors import InvalidRequestError, ModelLoadError
 from engine.tokenization.chat_template import render_chat_template
 from engine.tokenization.detokenizer import IncrementalDetokenizer
 from engine.tokenization.gguf_tokenizer import build_gguf_tokenizer
+from engine.tokenization.messages import check_messages, check_text
+from engine.tokenization.special_text import SpecialTextGuard
 
 Prompt = str | list[dict] | list[int]
 _SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
@@ -72,6 +74,7 @@ class Tokenizer:
         self._special_tokens = dict(special_tokens)
         self._eos_token_ids = frozenset(int(i) for i in eos_token_ids)
         self._bos_token_id = bos_token_id
+        self._guard = SpecialTextGuard(hf)
         # "The tokenizer says so": its own post-processor puts BOS in front of plain text.
         probe = hf.encode("a", add_special_tokens=True).ids
         self._add_bos = bos_token_id is not None and bool(probe) and probe[0] == bos_token_id
@@ -160,24 +163,34 @@ class Tokenizer:
                             **template_vars: Any) -> str:
         """Render with the model's own template; extra vars (e.g. enable_thinking) pass through."""
         if self._chat_template is None:
-            raise ModelLoadError("This model has no chat template. Send plain text or token ids, "
-                                 "or add chat_template to its tokenizer_config.json.")
-        return render_chat_template(self._chat_template, messages,
+            raise InvalidRequestError(
+                "This model has no chat template. Send plain text or token ids, "
+                "or add chat_template to its tokenizer_config.json.")
+        return render_chat_template(self._chat_template, check_messages(messages),
                                     add_generation_prompt=add_generation_prompt,
                                     special_tokens=self._special_tokens, **template_vars)
 
     def encode_prompt(self, prompt: Prompt) -> list[int]:
-        """Token ids for a prompt: raw ids as is, a str as one user message, or messages."""
-        if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt) and prompt:
+        """Token ids for a prompt: raw ids as is, a str as one user message, or messages.
+
+        Text is the user's: a special-token string in it is encoded as ordinary text
+        (only the chat template's own markers are special). Send token ids to write
+        special tokens yourself.
+        """
+        if isinstance(prompt, list) and prompt and all(_is_id(t) for t in prompt):
             return list(prompt)
         if isinstance(prompt, str):
+            check_text(prompt, "The prompt")
             if not self.has_chat_template:
-                return self._with_bos(self.encode(prompt))
+                return self._with_bos(self._guard.encode_text(prompt))
             prompt = [{"role": "user", "content": prompt}]
         if not isinstance(prompt, list) or not prompt:
-            raise ModelLoadError("A prompt must be text, a non-empty list of messages, "
-                                 "or a non-empty list of token ids.")
-        return self._with_bos(self.encode(self.apply_chat_template(prompt)))
+            raise InvalidRequestError(
+                f"A prompt must be text, a non-empty list of messages, or a non-empty list of "
+                f"token ids; got {type(prompt).__name__}{' (empty)' if prompt == [] else ''}.")
+        escaped, restore = self._guard.escape(check_messages(prompt))
+        rendered = self.apply_chat_template(escaped)
+        return self._with_bos(self._guard.encode_rendered(rendered, restore))
 
     def _with_bos(self, ids: list[int]) -> list[int]:
         # Templates such as Llama 3's write the BOS text themselves; never add a second one.
@@ -187,3 +200,7 @@ class Tokenizer:
 
     def detokenizer(self, skip_special_tokens: bool = False) -> IncrementalDetokenizer:
         return IncrementalDetokenizer(self, skip_special_tokens=skip_special_tokens)
+
+
+def _is_id(t: Any) -> bool:
+    return isinstance(t, int) and not isinstance(t, bool)

@@ -9,7 +9,7 @@ import pytest
 from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
-from engine.errors import ModelLoadError
+from engine.errors import InvalidRequestError, ModelLoadError
 from engine.tokenization.chat_template import render_chat_template
 from engine.tokenization.gguf_tokenizer import build_gguf_tokenizer
 from engine.tokenization.tokenizer import Tokenizer
@@ -207,7 +207,7 @@ def test_template_helpers_and_errors():
     msg = [{"role": "user", "content": "<b>é</b>"}]
     out = render_chat_template(src, msg, special_tokens={"bos_token": "<s>"})
     assert out == '<s>{"role": "user", "content": "<b>é</b>"}4'  # no HTML escaping, no \\u
-    with pytest.raises(ModelLoadError, match="one message only"):
+    with pytest.raises(InvalidRequestError, match="one message only"):
         render_chat_template(src, msg * 2)
     with pytest.raises(ModelLoadError):
         render_chat_template("{% for %}", msg)
@@ -305,7 +305,7 @@ def test_folder_without_template_encodes_plain_text(tmp_path, smollm):
     tok = _write_folder(tmp_path, smollm._hf, {})
     assert not tok.has_chat_template
     assert tok.encode_prompt("hello") == tok.encode("hello")
-    with pytest.raises(ModelLoadError, match="no chat template"):
+    with pytest.raises(InvalidRequestError, match="no chat template"):
         tok.encode_prompt([{"role": "user", "content": "hi"}])
 
 
