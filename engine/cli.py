@@ -1,19 +1,18 @@
-"""The terminal chat and batch generation behind ``python -m engine``."""
+"""Batch generation behind `python -m engine`, and the options it shares with the chat."""
 from __future__ import annotations
 
 import argparse
 import sys
 
 from engine import Engine, EngineConfig, SamplingParams, TandemError
-from engine.events import FinishedEvent
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="MLX/HF folder or .gguf (default: built-in)")
-    p.add_argument("--max-tokens", type=int, default=512)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-tokens", type=int, default=512, help="longest reply, in tokens")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 picks the likeliest token")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling; 1 keeps all")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (default: random)")
 
 
 def _sampling(args) -> SamplingParams:
@@ -65,36 +64,6 @@ def _start_trace(engine: Engine, path: str | None):
 
 
 def run_chat(args) -> int:
-    engine = _load(args)
-    if engine is None:
-        return 2
-    messages = [{"role": "system", "content": args.system}] if args.system else []
-    print(f"Chatting with {engine.model_name}. Empty line or Ctrl-D to quit.")
-    with engine:
-        while True:
-            try:
-                text = input("\n> ").strip()
-            except (EOFError, KeyboardInterrupt):
-                break
-            if not text:
-                break
-            messages.append({"role": "user", "content": text})
-            reply = _stream_reply(engine, messages, _sampling(args))
-            messages.append({"role": "assistant", "content": reply})
-    return 0
-
-
-def _stream_reply(engine: Engine, messages: list[dict], sampling: SamplingParams) -> str:
-    handle = engine.submit(list(messages), sampling)
-    try:
-        for ev in handle:
-            if isinstance(ev, FinishedEvent):
-                s = ev.stats
-                print(f"\n  [{s.generated_tokens} tokens, {s.decode_tok_s:.1f} tok/s, "
-                      f"ttft {s.ttft_s * 1000:.0f} ms]", file=sys.stderr)
-                return ev.text
-            print(ev.text, end="", flush=True)
-    except KeyboardInterrupt:
-        handle.cancel()
-        return handle.result().text
-    return ""
+    """`python -m engine chat` (the REPL is engine/chat_repl.py)."""
+    from engine.chat_repl import run_chat as repl
+    return repl(args, _load(args), _sampling(args))
