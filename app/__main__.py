@@ -21,6 +21,9 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.self_test:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from app import qt_preflight
+    if code := qt_preflight.main():      # name the missing system libraries, not Qt's abort
+        return code
     import qasync
     from PySide6.QtWidgets import QApplication
 

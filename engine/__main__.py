@@ -1,30 +1,52 @@
-"""Terminal use: ``python -m engine chat | generate | bench`` (default: the built-in model)."""
+"""Terminal use: python -m engine chat | generate | bench (default: the built-in model)."""
 from __future__ import annotations
 
 import argparse
 import sys
 
-from engine.cli import add_model_args, add_system_arg, run_chat, run_generate
+from engine.chat_repl import add_chat_args
+from engine.cli import add_model_args, run_chat, run_generate
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__)
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except where there is none to show (None, a flag
+    that is off) or its help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        shown = action.default is not None and action.default is not False
+        if not shown or action.default == argparse.SUPPRESS or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__,
+                                     formatter_class=HelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    chat = sub.add_parser("chat", help="interactive, streaming, multi-turn chat")
+    chat = sub.add_parser("chat", help="interactive, streaming, multi-turn chat",
+                          description="Chat in the terminal; /help inside lists the commands.",
+                          formatter_class=HelpFormatter)
     add_model_args(chat)
-    add_system_arg(chat)
-    gen = sub.add_parser("generate", help="all prompts in one batch; prints each completion")
+    add_chat_args(chat)
+    gen = sub.add_parser("generate", help="all prompts in one batch; prints each completion",
+                         formatter_class=HelpFormatter)
     add_model_args(gen)
     gen.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
     gen.add_argument("--trace", default=None, help="write a Perfetto trace here")
-    bench = sub.add_parser("bench", help="decode and prefill speed, ours and mlx-lm's")
-    from engine.bench import add_bench_args, run_bench
+    bench = sub.add_parser("bench", help="decode and prefill speed, ours and mlx-lm's",
+                           formatter_class=HelpFormatter)
+    from engine.bench import add_bench_args
     add_bench_args(bench)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.command == "chat":
         return run_chat(args)
     if args.command == "generate":
         return run_generate(args)
+    from engine.bench import run_bench
     return run_bench(args)
 
 

@@ -1,23 +1,16 @@
-"""The terminal chat and batch generation behind ``python -m engine``."""
+"""Batch generation behind `python -m engine`, and the options it shares with the chat."""
 from __future__ import annotations
 
 import argparse
 import sys
 
 from engine import Engine, EngineConfig, SamplingParams, TandemError
-from engine.events import FinishedEvent
 from engine.sampling_args import add_sampling_arguments, sampling_params_from_args
-from engine.settings_spec import BY_NAME
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="MLX/HF folder or .gguf (default: built-in)")
     add_sampling_arguments(p)
-
-
-def add_system_arg(p: argparse.ArgumentParser) -> None:
-    s = BY_NAME["system_prompt"]
-    p.add_argument("--system", default=s.default or None, help=s.help)
 
 
 def _load(args, config: EngineConfig | None = None) -> Engine | None:
@@ -71,37 +64,7 @@ def _start_trace(engine: Engine, path: str | None):
 
 
 def run_chat(args) -> int:
+    """`python -m engine chat` (the REPL is engine/chat_repl.py)."""
+    from engine.chat_repl import run_chat as repl
     params = _params(args)
-    engine = _load(args) if params else None
-    if engine is None:
-        return 2
-    messages = [{"role": "system", "content": args.system}] if args.system else []
-    print(f"Chatting with {engine.model_name}. Empty line or Ctrl-D to quit.")
-    with engine:
-        while True:
-            try:
-                text = input("\n> ").strip()
-            except (EOFError, KeyboardInterrupt):
-                break
-            if not text:
-                break
-            messages.append({"role": "user", "content": text})
-            reply = _stream_reply(engine, messages, params)
-            messages.append({"role": "assistant", "content": reply})
-    return 0
-
-
-def _stream_reply(engine: Engine, messages: list[dict], sampling: SamplingParams) -> str:
-    handle = engine.submit(list(messages), sampling)
-    try:
-        for ev in handle:
-            if isinstance(ev, FinishedEvent):
-                s = ev.stats
-                print(f"\n  [{s.generated_tokens} tokens, {s.decode_tok_s:.1f} tok/s, "
-                      f"ttft {s.ttft_s * 1000:.0f} ms]", file=sys.stderr)
-                return ev.text
-            print(ev.text, end="", flush=True)
-    except KeyboardInterrupt:
-        handle.cancel()
-        return handle.result().text
-    return ""
+    return repl(args, _load(args) if params else None, params)
