@@ -145,7 +145,8 @@ class EngineBridge(QObject):
             if self.loading:
                 raise EngineClosedError("The model is loading; send again when it is ready.")
             raise EngineClosedError("No model is loaded: open one from the Model menu.")
-        handle = self.engine.submit(prompt, params)
+        # The bridge follows requests through its listener: the handle keeps only the end.
+        handle = self.engine.submit(prompt, params, stream=False)
         self._handles[handle.request_id] = handle
         return handle.request_id
 
