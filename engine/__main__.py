@@ -1,10 +1,13 @@
-"""Terminal use: ``python -m engine chat | generate | bench`` (default: the built-in model)."""
+"""Terminal use: ``python -m engine chat | generate | bench`` (default: the built-in model).
+
+``bench`` is handed to ``python -m engine.bench`` (engine/cli.py: run_bench).
+"""
 from __future__ import annotations
 
 import argparse
 import sys
 
-from engine.cli import add_model_args, run_chat, run_generate
+from engine.cli import add_model_args, run_bench, run_chat, run_generate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,15 +20,17 @@ def main(argv: list[str] | None = None) -> int:
     add_model_args(gen)
     gen.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
     gen.add_argument("--trace", default=None, help="write a Perfetto trace here")
-    bench = sub.add_parser("bench", help="decode and prefill speed, ours and mlx-lm's")
-    from engine.bench import add_bench_args, run_bench
-    add_bench_args(bench)
-    args = parser.parse_args(argv)
+    # The bench's options belong to engine.bench, which is imported only when chosen.
+    sub.add_parser("bench", add_help=False,
+                   help="decode and prefill speed, ours and mlx-lm's (bench -h for options)")
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "bench":
+        return run_bench(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "chat":
         return run_chat(args)
-    if args.command == "generate":
-        return run_generate(args)
-    return run_bench(args)
+    return run_generate(args)
 
 
 if __name__ == "__main__":

@@ -98,3 +98,20 @@ def _stream_reply(engine: Engine, messages: list[dict], sampling: SamplingParams
         handle.cancel()
         return handle.result().text
     return ""
+
+
+def run_bench(argv: list[str]) -> int:
+    """``python -m engine bench ...``: the short form of ``python -m engine.bench ...``.
+
+    The bench is a tool, not the product: this is the only place the product names it,
+    and it is imported only when the bench subcommand was chosen.
+    """
+    try:
+        from engine.bench.__main__ import main
+    except ModuleNotFoundError as e:
+        if not (e.name or "").startswith("engine.bench"):
+            raise
+        print("error: the benchmarks are not part of this install; run them from a source "
+              "checkout (pip install -e '.[bench]').", file=sys.stderr)
+        return 2
+    return main(argv, prog="python -m engine bench")

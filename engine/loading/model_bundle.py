@@ -22,13 +22,33 @@ class ModelBundle:
     kernel_status: dict = field(default_factory=dict)
 
 
-def load_bundle(model: str | Path | None, config: EngineConfig,
+@dataclass(frozen=True)
+class InMemoryModel:
+    """A model its caller built (a benchmark's random weights, a tool): served as it is.
+
+    model: a model-family ``Model`` with its weights loaded; tokenizer: anything with
+    ``encode_prompt``, ``detokenizer`` and ``eos_token_ids`` like ``Tokenizer``;
+    config: the model's config.json contents; name: what the app and logs call it.
+    """
+    model: object
+    tokenizer: object
+    config: dict
+    name: str
+
+    def __post_init__(self):
+        if not isinstance(self.config, dict):
+            raise TypeError("InMemoryModel.config must be the model's config dict")
+        if not self.name:
+            raise ValueError("InMemoryModel.name must not be empty")
+
+
+def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
                 on_progress: Callable[[LoadProgress], None] | None = None,
                 quantize_bits: int | None = None) -> ModelBundle:
     """Runs on the engine thread: weights, tokenizer, kernel self-test."""
     report = on_progress or (lambda p: None)
-    if isinstance(model, str) and model.startswith(SYNTHETIC_PREFIX):
-        return _synthetic_bundle(model.removeprefix(SYNTHETIC_PREFIX), config)
+    if isinstance(model, InMemoryModel):
+        return _in_memory_bundle(model, config, report)
     path = Path(model).expanduser() if model is not None else default_model_path()
     report(LoadProgress(0.05, f"Reading {path.name}"))
     loaded = load_model(path, quantize_bits=quantize_bits)
@@ -44,15 +64,13 @@ def load_bundle(model: str | Path | None, config: EngineConfig,
     return ModelBundle(loaded.model, tokenizer, loaded.config, path, name, status)
 
 
-SYNTHETIC_PREFIX = "synthetic:"
-
-
-def _synthetic_bundle(name: str, config: EngineConfig) -> ModelBundle:
-    """A full-size architecture with random 4-bit weights (benchmarks only)."""
-    from engine.bench_synthetic import IdTokenizer, synthetic_model
-    model, cfg = synthetic_model(name)
-    return ModelBundle(model, IdTokenizer(), cfg, Path(name), f"{name} (random weights)",
-                       _kernel_selftest(config))
+def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
+                      report: Callable[[LoadProgress], None]) -> ModelBundle:
+    """Nothing to read: only the kernel self-test, as for a model from disk."""
+    report(LoadProgress(0.9, "Checking kernels"))
+    status = _kernel_selftest(config)
+    report(LoadProgress(1.0, "Ready"))
+    return ModelBundle(m.model, m.tokenizer, m.config, Path(m.name), m.name, status)
 
 
 def _kernel_selftest(config: EngineConfig) -> dict:

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(
 
 # Python modules that must not be in the bundle (heavy, bench-only or unused).
 FORBIDDEN_MODULES = ("mlx_lm", "transformers", "torch", "tkinter", "PySide6.QtWebEngineCore",
-                     "PySide6.QtQml", "PySide6.QtMultimedia", "pytest", "engine.bench")
+                     "PySide6.QtQml", "PySide6.QtMultimedia", "pytest", "engine.bench", "kernels.bench")
 # Files that must not be in the bundle (path fragments).
 FORBIDDEN_FILES = ("WebEngine", "Qt6Qml", "Qt6Quick", "Qt6Pdf", "Qt6Multimedia", "wayland",
                    "libqgtk3", "imageformats", "translations", "_tkinter")

@@ -2,7 +2,7 @@
 
 Real head shapes (Hk=16, Hv=32, D=128), bf16 q/k/v, B=1 at T=512 and 4096.
 The plain path dispatches ~15 ops per token, which is what the kernel removes.
-Run: PYTHONPATH=. python -m kernels.bench_gated_delta_chunk
+Run: PYTHONPATH=. python -m kernels.bench.gated_delta_chunk
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import importlib
 import mlx.core as mx
 
 from kernels import registry
-from kernels.bench_common import compare, report
+from kernels.bench.common import compare, report
 
 gdc = importlib.import_module("kernels.gated_delta_chunk")
 

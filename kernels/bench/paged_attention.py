@@ -2,7 +2,7 @@
 
 Real shapes: Hq=16, Hkv=2, D=256, bf16 pools, page size 16, pages shuffled,
 context 1024 and 4096 for every row, B = 1, 8, 16, 32.
-Run: PYTHONPATH=. python -m kernels.bench_paged_attention
+Run: PYTHONPATH=. python -m kernels.bench.paged_attention
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import importlib
 import mlx.core as mx
 
 from kernels import registry
-from kernels.bench_common import compare, report
+from kernels.bench.common import compare, report
 
 pa = importlib.import_module("kernels.paged_attention")
 PS = 16

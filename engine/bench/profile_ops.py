@@ -1,4 +1,4 @@
-"""``python -m engine.profile_ops``: operations one decode step dispatches, ours vs mlx-lm.
+"""``python -m engine.bench.profile_ops``: operations one decode step dispatches, ours vs mlx-lm.
 
 Decode is launch-bound in MLX: each primitive in a step's graph is (at least) one
 kernel launch. This counts the primitives of one decode step of the Qwen3.5-35B-A3B
@@ -15,7 +15,7 @@ import re
 import mlx.core as mx
 import numpy as np
 
-from engine.bench_synthetic import QWEN3_5_TOY
+from engine.bench.synthetic import QWEN3_5_TOY
 from engine.config import EngineConfig
 from engine.core.runner import Runner
 from engine.core.sequence import Sequence
@@ -40,7 +40,7 @@ def layout(num_layers: int) -> dict:
 
 
 def ours(config: dict, batch: int, context: int) -> int:
-    from engine.bench_synthetic import synthetic_model_from_config
+    from engine.bench.synthetic import synthetic_model_from_config
     model = synthetic_model_from_config(config)
     runner = Runner(model, EngineConfig(max_num_seqs=batch, page_size=16, num_pages=256))
     seqs = []
@@ -55,8 +55,8 @@ def ours(config: dict, batch: int, context: int) -> int:
 def peer(config: dict, batch: int, context: int) -> int:
     from mlx_lm.models.cache import make_prompt_cache
 
-    from engine.bench_peer import peer_model
-    from engine.bench_synthetic import synthetic_model_from_config
+    from engine.bench.peer import peer_model
+    from engine.bench.synthetic import synthetic_model_from_config
     model = peer_model(synthetic_model_from_config(config), config)
     cache = make_prompt_cache(model)
     mx.eval(model(mx.zeros((batch, context - 1), dtype=mx.int32), cache=cache))
@@ -67,7 +67,7 @@ def peer(config: dict, batch: int, context: int) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m engine.profile_ops", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m engine.bench.profile_ops", description=__doc__)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--context", type=int, default=64)
     args = p.parse_args(argv)

@@ -3,7 +3,7 @@
 Hk=16, Hv=32, Dk=Dv=128, bf16 q/k/v, a 64-slot float32 pool, B rows on
 shuffled slots. Both paths include the write-back into the pool (plain: gather,
 ops, `pool[slots] = rows`, which copies the whole pool; kernel: in place).
-Run: PYTHONPATH=. python -m kernels.bench_gated_delta_step
+Run: PYTHONPATH=. python -m kernels.bench.gated_delta_step
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import importlib
 import mlx.core as mx
 
 from kernels import registry
-from kernels.bench_common import compare, report
+from kernels.bench.common import compare, report
 
 gds = importlib.import_module("kernels.gated_delta_step")
 

@@ -1,4 +1,4 @@
-"""``python -m engine bench``: our engine against mlx-lm on the same weights, in one run.
+"""``python -m engine.bench`` (short: ``python -m engine bench``): our engine against mlx-lm on the same weights, in one run.
 
 Decode tok/s and per-token step time at each batch size, prefill tok/s at each
 prompt length, alternating ours / mlx-lm, medians over rounds; each run with
@@ -14,7 +14,8 @@ import sys
 
 import mlx.core as mx
 
-from engine.bench_runs import RunLog, ours_decode, ours_prefill, ours_ttft_under_load
+from engine.bench.runs import RunLog, ours_decode, ours_prefill, ours_ttft_under_load
+from engine.bench.synthetic import SYNTHETIC_PREFIX, synthetic_in_memory
 from engine.config import EngineConfig
 from engine.core.engine import Engine
 from engine.sampling_params import SamplingParams
@@ -61,7 +62,7 @@ def run_bench(args) -> int:
     cfg = EngineConfig(max_num_seqs=max_b, page_size=16,
                        num_pages=max_b * per_row + -(-longest // 16) + 64,
                        prefill_chunk=args.prefill_chunk, max_context=longest + 16)
-    engine = Engine.load(args.model, cfg)
+    engine = _open_engine(args.model, cfg)
     monitor, recorder = _telemetry(engine, args.trace)
     log = RunLog(monitor)
     vocab = _vocab(engine.bundle.config)
@@ -99,6 +100,13 @@ def run_bench(args) -> int:
     return 0
 
 
+def _open_engine(model: str | None, cfg: EngineConfig) -> Engine:
+    """A model from disk, or a synthetic one built here and served from memory."""
+    if model and model.startswith(SYNTHETIC_PREFIX):
+        return Engine.from_model(synthetic_in_memory(model.removeprefix(SYNTHETIC_PREFIX)), cfg)
+    return Engine.load(model, cfg)
+
+
 def _trace_overhead(engine, log, args, vocab) -> None:
     """Decode with and without a recording, alternating; prints the median ratio."""
     from engine.telemetry import TraceRecorder
@@ -129,7 +137,7 @@ def _warm_up(engine, peer, vocab):
 
 def _make_peer(engine):
     try:
-        from engine.bench_peer import Peer, peer_model
+        from engine.bench.peer import Peer, peer_model
     except ImportError:
         print("# mlx-lm not installed: pip install -e '.[bench]'", file=sys.stderr)
         return None

@@ -1,7 +1,7 @@
 """MoE routing: one kernel vs the plain-mx softmax / argpartition / gather / renormalise.
 
 E=256, k=8, bf16 router logits; N = 1, 8, 16, 32 (decode) and 4096 (a prefill chunk).
-Run: PYTHONPATH=. python -m kernels.bench_moe_route
+Run: PYTHONPATH=. python -m kernels.bench.moe_route
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import importlib
 import mlx.core as mx
 
 from kernels import registry
-from kernels.bench_common import compare, report
+from kernels.bench.common import compare, report
 
 mr = importlib.import_module("kernels.moe_route")
 
