@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.config import EngineConfig
 from engine.events import LoadProgress
 from engine.loading.default_model import default_model_path
 from engine.loading.loader import load_model
+from engine.models.base import use_kernels
 from engine.tokenization.tokenizer import Tokenizer
+from kernels import NO_KERNELS, KernelSet, select_kernels
 
 
 @dataclass
@@ -19,7 +21,12 @@ class ModelBundle:
     config: dict
     path: Path
     name: str
-    kernel_status: dict = field(default_factory=dict)
+    kernels: KernelSet = NO_KERNELS      # the model's own, chosen at load (use_kernels)
+
+    @property
+    def kernel_status(self) -> dict[str, str]:
+        """name -> "cuda" | "metal" | "reference (why)", for the status panel."""
+        return self.kernels.status()
 
 
 @dataclass(frozen=True)
@@ -58,37 +65,24 @@ def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
     else:
         tokenizer = Tokenizer.from_folder(path)
     report(LoadProgress(0.9, "Checking kernels"))
-    status = _kernel_selftest(config)
+    kernels = _give_kernels(loaded.model, config)
     report(LoadProgress(1.0, "Ready"))
     name = path.stem if path.is_file() else path.name
-    return ModelBundle(loaded.model, tokenizer, loaded.config, path, name, status)
+    return ModelBundle(loaded.model, tokenizer, loaded.config, path, name, kernels)
 
 
 def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
                       report: Callable[[LoadProgress], None]) -> ModelBundle:
     """Nothing to read: only the kernel self-test, as for a model from disk."""
     report(LoadProgress(0.9, "Checking kernels"))
-    status = _kernel_selftest(config)
+    kernels = _give_kernels(m.model, config)
     report(LoadProgress(1.0, "Ready"))
-    return ModelBundle(m.model, m.tokenizer, m.config, Path(m.name), m.name, status)
+    return ModelBundle(m.model, m.tokenizer, m.config, Path(m.name), m.name, kernels)
 
 
-def _kernel_selftest(config: EngineConfig) -> dict:
-    """Run the kernels' self-test; failing kernels are disabled (reference path used)."""
-    if not config.use_kernels:
-        try:
-            from kernels.registry import NAMES, disable
-        except ImportError:
-            return {}
-        for name in NAMES:
-            disable(name, "turned off in settings")
-        return {name: "reference (turned off in settings)" for name in NAMES}
-    try:
-        from kernels import enable, enabled, run_selftest
-        from kernels.registry import NAMES
-    except ImportError:
-        return {}
-    for name in NAMES:     # a previous engine in this process may have turned them off
-        enable(name)
-    run_selftest(verbose=False)
-    return enabled()      # name -> "cuda" | "metal" | "reference (why)"
+def _give_kernels(model, config: EngineConfig) -> KernelSet:
+    """Self-test the kernels here (unless turned off) and give the model the ones that
+    passed: its own set, so another engine in this process cannot change it."""
+    kernels = select_kernels(config.use_kernels)
+    use_kernels(model, kernels)
+    return kernels

@@ -7,12 +7,17 @@ A model module (llama.py, qwen3_5.py) exposes:
     logits are [B, T, V] when ``view.all_logits`` else [B, 1, V] (each row's last token),
     ``cache_spec() -> CacheSpec`` and ``sanitize(weights: dict) -> dict``.
 The model never owns scheduling: it reads the view and reads/writes the cache.
+Layers that can launch a custom kernel hold a ``kernel_set`` (kernels/kernel_set.py,
+plain-mx only until ``use_kernels`` gives them the loaded model's).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import mlx.core as mx
+import mlx.nn as nn
+
+from kernels.kernel_set import KernelSet
 
 
 @dataclass(frozen=True)
@@ -62,3 +67,10 @@ class ModelCache:
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays())
+
+
+def use_kernels(model: nn.Module, kernels: KernelSet) -> None:
+    """Give every layer of `model` that can launch a custom kernel this kernel set."""
+    for _, module in model.named_modules():
+        if hasattr(module, "kernel_set"):
+            module.kernel_set = kernels

@@ -11,6 +11,7 @@ from engine.models.attention import paged_attention
 from engine.models.base import CacheSpec, ModelCache
 from engine.models.elementwise import swiglu
 from engine.models.rope import RoPE
+from kernels.kernel_set import NO_KERNELS
 
 MODEL_TYPES = ("llama", "smollm", "smollm2", "mistral", "qwen2", "qwen3")
 
@@ -74,6 +75,7 @@ class Attention(nn.Module):
             self.k_norm = nn.RMSNorm(a.head_dim, eps=a.rms_norm_eps)
         self.qk_norm = a.qk_norm
         self.rope = RoPE(a.head_dim, a.rope_theta, a.rope_traditional, a.rope_scaling)
+        self.kernel_set = NO_KERNELS        # the loaded model's own (engine/models/base.py)
 
     def __call__(self, x: mx.array, view: BatchView, kv: list[mx.array]) -> mx.array:
         B, T, _ = x.shape
@@ -84,7 +86,8 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q = self.rope(q.transpose(0, 2, 1, 3), view.offsets)  # [B, Hq, T, D]
         k = self.rope(k.transpose(0, 2, 1, 3), view.offsets)
-        out = paged_attention(q, k, v.transpose(0, 2, 1, 3), kv, view, self.scale)
+        out = paged_attention(q, k, v.transpose(0, 2, 1, 3), kv, view, self.scale,
+                              self.kernel_set)
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(B, T, -1))
 
 

@@ -12,9 +12,8 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
-import kernels
 from engine.models.elementwise import sigmoid_gate, swiglu
-from kernels.registry import active as kernel_active
+from kernels.kernel_set import NO_KERNELS
 
 # Sorting costs two argsorts and a gather; it pays once the pairs outnumber this.
 SORT_MIN_PAIRS = 64
@@ -120,11 +119,13 @@ class SparseMoeBlock(nn.Module):
         self.switch_mlp = SwitchGLU(dims, hidden, num_experts)
         self.shared_expert = MLP(dims, shared_hidden)
         self.shared_expert_gate = nn.Linear(dims, 1, bias=False)
+        self.kernel_set = NO_KERNELS        # the loaded model's own (engine/models/base.py)
 
     def route(self, logits: mx.array) -> tuple[mx.array, mx.array]:
         """Softmax over all experts, top-k, renormalised: (idx [N, k], scores [N, k])."""
-        if kernel_active("moe_route"):     # one kernel instead of four ops
-            idx, scores = kernels.moe_route(logits, self.top_k, self.norm_topk_prob)
+        routed = self.kernel_set.moe_route(logits, self.top_k, self.norm_topk_prob)
+        if routed is not None:             # one kernel instead of four ops
+            idx, scores = routed
             return idx, scores.astype(logits.dtype)
         probs = mx.softmax(logits, axis=-1, precise=True)                    # [N, E]
         idx = mx.argpartition(probs, kth=-self.top_k, axis=-1)[:, -self.top_k:]  # [N, k]

@@ -19,6 +19,7 @@ from engine.models.gated_deltanet import GatedDeltaNet, NextGatedDeltaNet
 from engine.models.moe import MLP, SparseMoeBlock
 from engine.models.qwen3_5_config import NEXT_TYPES, QWEN3_5_TYPES, ModelArgs
 from engine.models.qwen3_5_weights import quantize_predicate, sanitize_weights
+from kernels.kernel_set import NO_KERNELS
 
 MODEL_TYPES = QWEN3_5_TYPES + NEXT_TYPES
 __all__ = ["MODEL_TYPES", "Model", "ModelArgs", "quantize_predicate"]
@@ -39,6 +40,7 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.hq * self.d, args.hidden_size, bias=bias)
         self.q_norm = nn.RMSNorm(self.d, eps=args.rms_norm_eps)
         self.k_norm = nn.RMSNorm(self.d, eps=args.rms_norm_eps)
+        self.kernel_set = NO_KERNELS        # the loaded model's own (engine/models/base.py)
 
     def __call__(self, x: mx.array, view: BatchView, kv: list[mx.array]) -> mx.array:
         B, T, _ = x.shape
@@ -50,7 +52,7 @@ class Attention(nn.Module):
         # Row b's tokens sit at positions offsets[b] + 0..T-1: one rope call for all rows.
         q = self._rope(q, view.offsets)                                      # [B, Hq, T, D]
         k = self._rope(k, view.offsets)                                      # [B, Hkv, T, D]
-        o = paged_attention(q, k, v, kv, view, self.scale)                   # [B, Hq, T, D]
+        o = paged_attention(q, k, v, kv, view, self.scale, self.kernel_set)  # [B, Hq, T, D]
         o = o.transpose(0, 2, 1, 3).reshape(B, T, -1)                        # [B, T, Hq*D]
         return self.o_proj(sigmoid_gate(o, gate.reshape(B, T, -1)))
 

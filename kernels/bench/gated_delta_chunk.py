@@ -6,14 +6,11 @@ Run: PYTHONPATH=. python -m kernels.bench.gated_delta_chunk
 """
 from __future__ import annotations
 
-import importlib
-
 import mlx.core as mx
 
-from kernels import registry
+import kernels.gated_delta_chunk as gdc
+from kernels.backend import gpu_backend
 from kernels.bench.common import compare, report
-
-gdc = importlib.import_module("kernels.gated_delta_chunk")
 
 
 def inputs(B: int, T: int, S: int = 8):
@@ -30,7 +27,7 @@ def inputs(B: int, T: int, S: int = 8):
 
 
 def main() -> None:
-    backend = registry.gpu_backend()
+    backend = gpu_backend()
     print(f"gated_delta_chunk  backend={backend}  device={mx.default_device()}")
     if backend is None:
         print("no GPU backend: nothing to compare")

@@ -7,14 +7,11 @@ Run: PYTHONPATH=. python -m kernels.bench.gated_delta_step
 """
 from __future__ import annotations
 
-import importlib
-
 import mlx.core as mx
 
-from kernels import registry
+import kernels.gated_delta_step as gds
+from kernels.backend import gpu_backend
 from kernels.bench.common import compare, report
-
-gds = importlib.import_module("kernels.gated_delta_step")
 
 
 def inputs(B: int, S: int = 64):
@@ -31,7 +28,7 @@ def inputs(B: int, S: int = 64):
 
 
 def main() -> None:
-    backend = registry.gpu_backend()
+    backend = gpu_backend()
     print(f"gated_delta_step  backend={backend}  device={mx.default_device()}")
     if backend is None:
         print("no GPU backend: nothing to compare")

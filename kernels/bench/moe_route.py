@@ -5,14 +5,11 @@ Run: PYTHONPATH=. python -m kernels.bench.moe_route
 """
 from __future__ import annotations
 
-import importlib
-
 import mlx.core as mx
 
-from kernels import registry
+import kernels.moe_route as mr
+from kernels.backend import gpu_backend
 from kernels.bench.common import compare, report
-
-mr = importlib.import_module("kernels.moe_route")
 
 
 def plain_route(logits, k):
@@ -24,7 +21,7 @@ def plain_route(logits, k):
 
 
 def main() -> None:
-    backend = registry.gpu_backend()
+    backend = gpu_backend()
     print(f"moe_route  backend={backend}  device={mx.default_device()}")
     if backend is None:
         print("no GPU backend: nothing to compare")

@@ -6,14 +6,12 @@ Run: PYTHONPATH=. python -m kernels.bench.paged_attention
 """
 from __future__ import annotations
 
-import importlib
-
 import mlx.core as mx
 
-from kernels import registry
+import kernels.paged_attention as pa
+from kernels.backend import gpu_backend
 from kernels.bench.common import compare, report
 
-pa = importlib.import_module("kernels.paged_attention")
 PS = 16
 
 
@@ -42,7 +40,7 @@ def gather_sdpa(q, kp, vp, tables, lens, scale):
 
 
 def main() -> None:
-    backend = registry.gpu_backend()
+    backend = gpu_backend()
     print(f"paged_attention  backend={backend}  device={mx.default_device()}")
     if backend is None:
         print("no GPU backend: nothing to compare")
