@@ -9,7 +9,8 @@ import time
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten
+
+from engine.models.fused import unfused_parameters
 
 # Our module trees follow mlx-lm's names; only the model_type may differ.
 _PEER_TYPES = {"smollm": "llama", "smollm2": "llama"}
@@ -31,7 +32,7 @@ def peer_model(ours: nn.Module, config: dict) -> nn.Module:
     peer = module.Model(module.ModelArgs.from_dict(config))
     quantized = _quantized_modules(ours)
     nn.quantize(peer, class_predicate=lambda p, m: quantized.get(p, False))
-    peer.load_weights(tree_flatten(ours.parameters()), strict=True)
+    peer.load_weights(unfused_parameters(ours), strict=True)
     return peer
 
 

@@ -19,6 +19,7 @@ from engine.bench.synthetic import QWEN3_5_TOY
 from engine.config import EngineConfig
 from engine.core.runner import Runner
 from engine.core.sequence import Sequence
+from engine.models.base import fuse_projections
 
 # Primitives that only relabel memory (views): they launch nothing on the GPU.
 VIEWS = {"Broadcast", "Reshape", "ExpandDims", "Squeeze", "Transpose", "Slice", "Flatten",
@@ -42,6 +43,7 @@ def layout(num_layers: int) -> dict:
 def ours(config: dict, batch: int, context: int) -> int:
     from engine.bench.synthetic import synthetic_model_from_config
     model = synthetic_model_from_config(config)
+    fuse_projections(model)               # as the engine runs it (engine/loading/model_bundle.py)
     runner = Runner(model, EngineConfig(max_num_seqs=batch, page_size=16, num_pages=256))
     seqs = []
     for b in range(batch):

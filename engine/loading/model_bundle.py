@@ -9,7 +9,7 @@ from engine.config import EngineConfig
 from engine.events import LoadProgress
 from engine.loading.default_model import default_model_path
 from engine.loading.loader import load_model
-from engine.models.base import use_kernels
+from engine.models.base import fuse_projections, use_kernels
 from engine.tokenization.tokenizer import Tokenizer
 from kernels import NO_KERNELS, KernelSet, select_kernels
 
@@ -64,6 +64,8 @@ def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
         tokenizer = Tokenizer.from_gguf(loaded.gguf_metadata)
     else:
         tokenizer = Tokenizer.from_folder(path)
+    report(LoadProgress(0.85, "Joining projections"))
+    fuse_projections(loaded.model)
     report(LoadProgress(0.9, "Checking kernels"))
     kernels = _give_kernels(loaded.model, config)
     report(LoadProgress(1.0, "Ready"))
@@ -74,6 +76,7 @@ def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
 def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
                       report: Callable[[LoadProgress], None]) -> ModelBundle:
     """Nothing to read: only the kernel self-test, as for a model from disk."""
+    fuse_projections(m.model)
     report(LoadProgress(0.9, "Checking kernels"))
     kernels = _give_kernels(m.model, config)
     report(LoadProgress(1.0, "Ready"))

@@ -7,6 +7,7 @@ A model module (llama.py, qwen3_5.py) exposes:
     logits are [B, T, V] when ``view.all_logits`` else [B, 1, V] (each row's last token),
     ``cache_spec() -> CacheSpec`` and ``sanitize(weights: dict) -> dict``.
 The model never owns scheduling: it reads the view and reads/writes the cache.
+Optionally ``fuse_projections()``: join projections after loading (the engine calls it).
 Layers that can launch a custom kernel hold a ``kernel_set`` (kernels/kernel_set.py,
 plain-mx only until ``use_kernels`` gives them the loaded model's).
 """
@@ -74,3 +75,11 @@ def use_kernels(model: nn.Module, kernels: KernelSet) -> None:
     for _, module in model.named_modules():
         if hasattr(module, "kernel_set"):
             module.kernel_set = kernels
+
+
+def fuse_projections(model: nn.Module) -> None:
+    """Join the projections that read the same input, where the family can (after
+    loading; engine/models/fused.py). Fewer operations per step, the same numbers."""
+    fuse = getattr(model, "fuse_projections", None)
+    if fuse is not None:
+        fuse()

@@ -13,6 +13,7 @@ import mlx.nn as nn
 from engine.core.batch_view import BatchView
 from engine.models.base import StateSpec
 from engine.models.elementwise import decay_and_beta, silu_gated_norm
+from engine.models.fused import fuse_linears
 from engine.models.gated_delta import gated_delta, normalize_qk
 from engine.models.qwen3_5_config import ModelArgs
 from kernels.kernel_set import NO_KERNELS
@@ -55,11 +56,22 @@ class GatedDeltaNet(nn.Module):
         self.in_proj_b = nn.Linear(h, self.hv, bias=False)
         self.in_proj_a = nn.Linear(h, self.hv, bias=False)
 
+    _PROJECTIONS = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")
+
+    def fuse_projections(self) -> None:
+        """After loading: the input projections become one matmul (engine/models/fused.py)."""
+        fuse_linears(self, self._PROJECTIONS, "in_proj")
+
+    def _in_projections(self, x: mx.array) -> list[mx.array]:
+        if "in_proj" in self:
+            return self.in_proj(x)
+        return [self[name](x) for name in self._PROJECTIONS]
+
     def project(self, x: mx.array):
         """x [B, T, H] -> qkv [B, T, conv_dim], z [B, T, Hv, Dv], b, a [B, T, Hv]."""
         B, T, _ = x.shape
-        z = self.in_proj_z(x).reshape(B, T, self.hv, self.dv)
-        return self.in_proj_qkv(x), z, self.in_proj_b(x), self.in_proj_a(x)
+        qkv, z, b, a = self._in_projections(x)
+        return qkv, z.reshape(B, T, self.hv, self.dv), b, a
 
     def state_specs(self) -> tuple[StateSpec, ...]:
         # The conv state is kept in float32: exact for bf16 inputs, and tiny.
@@ -138,13 +150,16 @@ class NextGatedDeltaNet(GatedDeltaNet):
         self.in_proj_qkvz = nn.Linear(h, 2 * self.key_dim + 2 * args.value_dim, bias=False)
         self.in_proj_ba = nn.Linear(h, 2 * self.hv, bias=False)
 
+    _PROJECTIONS = ("in_proj_qkvz", "in_proj_ba")
+
     def project(self, x: mx.array):
         B, T, _ = x.shape
         r = self.hv // self.hk  # value heads per key head
+        qkvz, ba = self._in_projections(x)
         # Per key head the fused output holds [q (Dk), k (Dk), v (r*Dv), z (r*Dv)].
-        qkvz = self.in_proj_qkvz(x).reshape(B, T, self.hk, -1)               # [B, T, Hk, *]
+        qkvz = qkvz.reshape(B, T, self.hk, -1)                              # [B, T, Hk, *]
         q, k, v, z = mx.split(qkvz, [self.dk, 2 * self.dk, 2 * self.dk + r * self.dv], -1)
-        ba = self.in_proj_ba(x).reshape(B, T, self.hk, 2 * r)                # [B, T, Hk, 2r]
+        ba = ba.reshape(B, T, self.hk, 2 * r)                                # [B, T, Hk, 2r]
         b, a = ba[..., :r], ba[..., r:]
         qkv = mx.concatenate([q.reshape(B, T, -1), k.reshape(B, T, -1),
                               v.reshape(B, T, -1)], axis=-1)                 # [B, T, conv_dim]

@@ -161,7 +161,7 @@ def test_bundle_holds_engine_ui_and_resources(bundle):
 def test_bundle_leaves_out_unused_modules_and_plugins(bundle):
     folder, exe = bundle
     modules = _bundled_modules(exe)
-    assert "engine.models.llama" in modules and "kernels.registry" in modules
+    assert "engine.models.llama" in modules and "kernels.kernel_set" in modules
     present = sorted(m for m in modules for bad in FORBIDDEN_MODULES
                      if m == bad or m.startswith(bad + "."))
     assert not present, f"should not be bundled: {present[:20]}"
