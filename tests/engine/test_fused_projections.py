@@ -6,6 +6,7 @@ import mlx.nn as nn
 import pytest
 from mlx.utils import tree_flatten
 from qwen_fixtures import Rows, build_model, random_weights, tiny_config
+from tiny_models import tiny_llama
 
 from engine.bench.profile_ops import count_ops
 from engine.models.fused import FusedLinear, unfused_parameters
@@ -79,3 +80,21 @@ def test_layers_quantized_differently_stay_apart():
     b.start(0)
     assert float(mx.abs(a.forward({0: PROMPT}) - b.forward({0: PROMPT})).max()) < 1e-5
 
+
+@pytest.mark.parametrize("quantize", [False, True])
+def test_fused_llama_gives_the_same_logits_and_saves_three_ops_a_layer(quantize):
+    plain, fused = tiny_llama(seed=6), tiny_llama(seed=6)
+    if quantize:
+        for m in (plain, fused):
+            nn.quantize(m, group_size=32, bits=4)
+    before = _decode_ops(plain)
+    fused.fuse_projections()
+    assert before - _decode_ops(fused) == 3 * 2       # q/k/v -> 1, gate/up -> 1; 2 layers
+    a, b = Rows(plain), Rows(fused)
+    a.start(0)
+    b.start(0)
+    for tokens in (PROMPT, [3]):
+        assert float(mx.abs(a.forward({0: tokens}) - b.forward({0: tokens})).max()) < 1e-5
+    original = dict(tree_flatten(plain.parameters()))
+    back = dict(unfused_parameters(fused))
+    assert set(back) == set(original)
