@@ -98,3 +98,17 @@ def test_fused_llama_gives_the_same_logits_and_saves_three_ops_a_layer(quantize)
     original = dict(tree_flatten(plain.parameters()))
     back = dict(unfused_parameters(fused))
     assert set(back) == set(original)
+
+
+def test_the_bench_peer_gets_the_loaded_tree_of_a_joined_model():
+    """mlx-lm, built from a joined model (as the bench does), quantized and named as
+    loaded: its logits equal ours."""
+    pytest.importorskip("mlx_lm", reason="mlx-lm is the bench's peer")
+    from engine.bench.peer import peer_model
+    plain, fused = _pair("qwen3_5_moe", quantize=True)
+    peer = peer_model(fused, tiny_config("qwen3_5_moe"))
+    rows = Rows(plain)
+    rows.start(0)
+    ours = rows.forward({0: PROMPT})
+    err = float(mx.abs(ours - peer(mx.array([PROMPT]))[:, -1:]).max())
+    assert err < 1e-4
