@@ -36,6 +36,8 @@ class InMemoryModel:
     model: a model-family ``Model`` with its weights loaded; tokenizer: anything with
     ``encode_prompt``, ``detokenizer`` and ``eos_token_ids`` like ``Tokenizer``;
     config: the model's config.json contents; name: what the app and logs call it.
+    The engine prepares the model as one read from disk (joins its projections, gives
+    it a kernel set): hand it over, do not keep using it elsewhere.
     """
     model: object
     tokenizer: object
@@ -52,7 +54,7 @@ class InMemoryModel:
 def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
                 on_progress: Callable[[LoadProgress], None] | None = None,
                 quantize_bits: int | None = None) -> ModelBundle:
-    """Runs on the engine thread: weights, tokenizer, kernel self-test."""
+    """Runs on the engine thread: weights, tokenizer, projections joined, kernel self-test."""
     report = on_progress or (lambda p: None)
     if isinstance(model, InMemoryModel):
         return _in_memory_bundle(model, config, report)
@@ -75,7 +77,7 @@ def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
 
 def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
                       report: Callable[[LoadProgress], None]) -> ModelBundle:
-    """Nothing to read: only the kernel self-test, as for a model from disk."""
+    """Nothing to read: projections joined and the kernel self-test, as from disk."""
     fuse_projections(m.model)
     report(LoadProgress(0.9, "Checking kernels"))
     kernels = _give_kernels(m.model, config)

@@ -78,7 +78,10 @@ def can_fuse(layers: list[nn.Module]) -> bool:
 
 
 def fuse_linears(owner: nn.Module, names: tuple[str, ...], fused_name: str) -> bool:
-    """Replace owner.<names> by owner.<fused_name> (a FusedLinear); False if they differ."""
+    """Replace owner.<names> by owner.<fused_name> (a FusedLinear); False if they differ
+    or were joined already (a model handed to a second engine)."""
+    if fused_name in owner or not all(n in owner for n in names):
+        return False
     layers = [owner[n] for n in names]
     if not can_fuse(layers):
         return False

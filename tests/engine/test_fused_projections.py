@@ -112,3 +112,12 @@ def test_the_bench_peer_gets_the_loaded_tree_of_a_joined_model():
     ours = rows.forward({0: PROMPT})
     err = float(mx.abs(ours - peer(mx.array([PROMPT]))[:, -1:]).max())
     assert err < 1e-4
+
+
+def test_joining_twice_changes_nothing():
+    plain, fused = _pair("qwen3_5", quantize=False)
+    fused.fuse_projections()                  # a model handed to a second engine
+    a, b = Rows(plain), Rows(fused)
+    a.start(0)
+    b.start(0)
+    assert float(mx.abs(a.forward({0: PROMPT}) - b.forward({0: PROMPT})).max()) < 1e-5
