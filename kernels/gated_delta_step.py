@@ -34,7 +34,7 @@ import mlx.core as mx
 
 NAME = "gated_delta_step"
 # Lanes per state row, first valid one wins. H200, B=1..32 at the real shapes: 32 lanes
-# is 4-7% faster than 8 and 15% faster than 4 (kernels/bench_gated_delta_step.py).
+# is 4-7% faster than 8 and 15% faster than 4 (kernels/bench/gated_delta_step.py).
 LANE_PREFERENCE = (32, 8, 4)
 
 _CUDA_HEADER = """
