@@ -1,11 +1,14 @@
-"""Terminal use: python -m engine chat | generate | bench (default: the built-in model)."""
+"""Terminal use: python -m engine chat | generate | bench (default: the built-in model).
+
+bench is handed to python -m engine.bench (engine/cli.py: run_bench).
+"""
 from __future__ import annotations
 
 import argparse
 import sys
 
 from engine.chat_repl import add_chat_args
-from engine.cli import add_model_args, run_chat, run_generate
+from engine.cli import add_model_args, run_bench, run_chat, run_generate
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -33,21 +36,22 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(gen)
     gen.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
     gen.add_argument("--trace", default=None, help="write a Perfetto trace here")
-    bench = sub.add_parser("bench", help="decode and prefill speed, ours and mlx-lm's",
-                           formatter_class=HelpFormatter)
-    from engine.bench import add_bench_args
-    add_bench_args(bench)
+    # The bench's options belong to engine.bench, which is imported only when chosen.
+    sub.add_parser("bench", add_help=False,
+                   help="decode and prefill speed, ours and mlx-lm's (bench -h for options)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "bench":
+        return run_bench(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "chat":
         return run_chat(args)
-    if args.command == "generate":
-        return run_generate(args)
-    from engine.bench import run_bench
-    return run_bench(args)
+    return run_generate(args)
 
 
 if __name__ == "__main__":

@@ -68,3 +68,20 @@ def run_chat(args) -> int:
     from engine.chat_repl import run_chat as repl
     params = _params(args)
     return repl(args, _load(args) if params else None, params)
+
+
+def run_bench(argv: list[str]) -> int:
+    """``python -m engine bench ...``: the short form of ``python -m engine.bench ...``.
+
+    The bench is a tool, not the product: this is the only place the product names it,
+    and it is imported only when the bench subcommand was chosen.
+    """
+    try:
+        from engine.bench.__main__ import main
+    except ModuleNotFoundError as e:
+        if not (e.name or "").startswith("engine.bench"):
+            raise
+        print("error: the benchmarks are not part of this install; run them from a source "
+              "checkout (pip install -e '.[bench]').", file=sys.stderr)
+        return 2
+    return main(argv, prog="python -m engine bench")

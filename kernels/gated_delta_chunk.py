@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from kernels import registry
 from kernels.gated_delta_step import _CUDA_HEADER, gather_states, pick_lanes, step_math
 
 NAME = "gated_delta_chunk"
@@ -246,22 +245,3 @@ def kernel(q, k, v, g, beta, pool, slots, lengths=None, fresh=None, *, backend: 
         grid=(B * Hv * Dv * lanes, 1, 1), threadgroup=(128, 1, 1),
         output_shapes=[(B, T, Hv, Dv)], output_dtypes=[q.dtype])
     return y
-
-
-def gated_delta_chunk(q, k, v, g, beta, pool, slots, lengths=None, fresh=None):
-    """Prefill recurrence for B right-padded rows of T tokens over a slot pool.
-
-    q, k [B, T, Hk, Dk]; v [B, T, Hv, Dv]; g (decay, exp'd), beta [B, T, Hv];
-    pool [S, Hv, Dv, Dk] float32; slots [B] int32 (unique); lengths [B] int32
-    or None (all T); fresh [B] bool or None. Returns (y [B, T, Hv, Dv] in
-    q.dtype, zero at padded tokens; pool, its rows at `slots` updated in place:
-    keep the returned array, it is ordered after the write).
-    """
-    backend = registry.active(NAME)
-    lanes = default_lanes(q.shape[0], v.shape[2], q.shape[3], v.shape[3])
-    if backend is not None and applies(q, k, v, pool, lanes):
-        y = kernel(q, k, v, g, beta, pool, slots, lengths, fresh, backend=backend, lanes=lanes)
-        return y, mx.depends(pool, y)
-    y, rows = reference(q, k, v, g, beta, pool, slots, lengths, fresh)
-    pool[slots] = rows
-    return y, pool

@@ -32,11 +32,9 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from kernels import registry
-
 NAME = "gated_delta_step"
 # Lanes per state row, first valid one wins. H200, B=1..32 at the real shapes: 32 lanes
-# is 4-7% faster than 8 and 15% faster than 4 (kernels/bench_gated_delta_step.py).
+# is 4-7% faster than 8 and 15% faster than 4 (kernels/bench/gated_delta_step.py).
 LANE_PREFERENCE = (32, 8, 4)
 
 _CUDA_HEADER = """
@@ -254,22 +252,3 @@ def kernel(q, k, v, g, beta, pool, slots, fresh=None, *, backend: str, lanes: in
         grid=(B * Hv * Dv * lanes, 1, 1), threadgroup=(128, 1, 1),
         output_shapes=[(B, Hv, Dv)], output_dtypes=[q.dtype])
     return y
-
-
-def gated_delta_step(q, k, v, g, beta, pool, slots, fresh=None):
-    """One decode step for B rows over a slot pool.
-
-    q, k [B, Hk, Dk]; v [B, Hv, Dv]; g (decay, exp'd), beta [B, Hv];
-    pool [S, Hv, Dv, Dk] float32; slots [B] int32 (unique); fresh [B] bool or
-    None (True: the row starts from a zero state). Returns (y [B, Hv, Dv] in
-    q.dtype, pool): the pool's rows at `slots` are updated in place; keep the
-    returned array (it is ordered after the write).
-    """
-    backend = registry.active(NAME)
-    lanes = pick_lanes(q.shape[-1], v.shape[-1])
-    if backend is not None and applies(q, k, v, pool, lanes):
-        y = kernel(q, k, v, g, beta, pool, slots, fresh, backend=backend, lanes=lanes)
-        return y, mx.depends(pool, y)
-    y, rows = reference(q, k, v, g, beta, pool, slots, fresh)
-    pool[slots] = rows
-    return y, pool

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from kernels import registry
-
 NAME = "moe_route"
 
 # One warp per token row. Lane holds experts e = i*32 + lane (coalesced loads);
@@ -142,12 +140,3 @@ def kernel(logits, k: int, normalize: bool = True, *, backend: str):
         inputs=[logits], template=[("E", E), ("K", k), ("NORM", bool(normalize))],
         grid=(N * 32, 1, 1), threadgroup=(128, 1, 1),
         output_shapes=[(N, k), (N, k)], output_dtypes=[mx.int32, mx.float32])
-
-
-def moe_route(logits, k: int, normalize: bool = True):
-    """Route N tokens: (indices [N, k] int32, weights [N, k] float32)."""
-    backend = registry.active(NAME)
-    if backend is not None and applies(logits, k):
-        idx, w = kernel(logits, k, normalize, backend=backend)
-        return idx, w
-    return reference(logits, k, normalize)

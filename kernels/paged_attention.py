@@ -17,7 +17,6 @@ import math
 
 import mlx.core as mx
 
-from kernels import registry
 from kernels.paged_attention_src import (
     _CUDA_HEADER,
     _CUDA_PASS1,
@@ -109,13 +108,3 @@ def kernel(q, k_pool, v_pool, block_tables, context_lens, page_size: int, scale:
         grid=(B * Hq * D, 1, 1), threadgroup=(D, 1, 1),
         output_shapes=[(B, Hq, D)], output_dtypes=[q.dtype])
     return out
-
-
-def paged_decode_attention(q, k_pool, v_pool, block_tables, context_lens, page_size: int,
-                           scale: float):
-    """Decode attention through block tables; see the module docstring for shapes."""
-    backend = registry.active(NAME)
-    if backend is not None and applies(q, k_pool, v_pool):
-        return kernel(q, k_pool, v_pool, block_tables, context_lens, page_size, scale,
-                      backend=backend)
-    return reference(q, k_pool, v_pool, block_tables, context_lens, page_size, scale)

@@ -1,24 +1,22 @@
-"""Run every kernel against its reference on this device; turn off the ones that fail.
+"""Run every kernel against its reference on this device; the ones that pass may launch.
 
-`python -m kernels.selftest` prints a table; the engine calls `run_selftest()`
-at load. Shapes are small so the whole check is well under a second once the
-kernels are compiled. A kernel that raises (a Metal source that does not
-compile, say) counts as a failure too.
+`python -m kernels.selftest` prints a table; the engine calls `select_kernels()`
+at load and gives the model the resulting `KernelSet`. Shapes are small so the
+whole check is well under a second once the kernels are compiled. A kernel that
+raises (a Metal source that does not compile, say) counts as a failure too.
 """
 from __future__ import annotations
 
-import importlib
 import time
 
 import mlx.core as mx
 
-from kernels import registry
-
-# kernels/__init__ binds the dispatch functions over the submodule names
-gdc = importlib.import_module("kernels.gated_delta_chunk")
-gds = importlib.import_module("kernels.gated_delta_step")
-mr = importlib.import_module("kernels.moe_route")
-pa = importlib.import_module("kernels.paged_attention")
+import kernels.gated_delta_chunk as gdc
+import kernels.gated_delta_step as gds
+import kernels.moe_route as mr
+import kernels.paged_attention as pa
+from kernels.backend import absent_reason, gpu_backend
+from kernels.kernel_set import BACKENDS, KernelSet
 
 TOL = 2e-3  # float32 math on bf16 inputs; a wrong index or race is off by O(1)
 
@@ -87,13 +85,14 @@ CHECKS = {"gated_delta_step": check_step, "gated_delta_chunk": check_chunk,
 
 
 def run_selftest(verbose: bool = True) -> dict:
-    """name -> {'backend', 'max_abs_err', 'passed', 'status'}; failures are disabled."""
-    backend = registry.gpu_backend()
+    """name -> {'backend', 'max_abs_err', 'passed', 'status', 'reason'} (reason: why a
+    failing kernel must not launch, else None). Changes nothing: see select_kernels."""
+    backend = gpu_backend()
     results = {}
     for name, check in CHECKS.items():
         if backend is None:
             results[name] = {"backend": "reference", "max_abs_err": None, "passed": None,
-                             "status": f"skipped ({registry.absent_reason()})"}
+                             "status": f"skipped ({absent_reason()})", "reason": absent_reason()}
             continue
         try:
             err = check(backend)
@@ -101,15 +100,30 @@ def run_selftest(verbose: bool = True) -> dict:
             reason = f"self-test error {err:.2e} > {TOL:.0e}"
         except Exception as exc:  # a kernel that fails to build must not stop the engine
             err, passed, reason = None, False, f"self-test raised {type(exc).__name__}: {exc}"
-        if passed:
-            registry.enable(name)
-        else:
-            registry.disable(name, reason.splitlines()[0][:200])
         results[name] = {"backend": backend, "max_abs_err": err, "passed": passed,
-                         "status": "pass" if passed else "FAIL (disabled)"}
+                         "status": "pass" if passed else "FAIL (disabled)",
+                         "reason": None if passed else reason.splitlines()[0][:200]}
     if verbose:
         _print(results)
     return results
+
+
+def kernel_set_from(results: dict) -> KernelSet:
+    """The kernels that passed launch on the backend they were checked on."""
+    backend = next((r["backend"] for r in results.values() if r["backend"] in BACKENDS), None)
+    if backend is None:
+        return KernelSet.plain(absent_reason())
+    return KernelSet(backend, tuple((name, r["reason"]) for name, r in results.items()
+                                    if not r["passed"]))
+
+
+def select_kernels(use_kernels: bool = True) -> KernelSet:
+    """The kernel set for a model loaded now (the engine's setting, then the self-test)."""
+    if not use_kernels:
+        return KernelSet.plain("turned off in settings")
+    if gpu_backend() is None:
+        return KernelSet.plain(absent_reason())
+    return kernel_set_from(run_selftest(verbose=False))
 
 
 def _print(results: dict) -> None:
@@ -124,4 +138,4 @@ if __name__ == "__main__":
     t0 = time.perf_counter()
     run_selftest(verbose=False)
     print(f"warm self-test: {1000 * (time.perf_counter() - t0):.1f} ms")
-    print(registry.enabled())
+    print(select_kernels().status())

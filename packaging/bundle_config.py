@@ -20,8 +20,8 @@ ENTRY = ROOT / "packaging" / "tandem_main.py"
 
 # Our own packages; engine/kernels pick modules with importlib, so collect them whole.
 PACKAGES = ("app", "engine", "kernels")
-# Benchmarks need mlx-lm and are not part of the app.
-SKIP_SUBMODULES = ("bench",)
+# Measuring tools (they need mlx-lm), left out by package: nothing in the app imports them.
+BENCH_PACKAGES = ("engine.bench", "kernels.bench")
 
 # Heavy or unused modules that PyInstaller would otherwise follow from site-packages.
 EXCLUDES = [
@@ -118,16 +118,22 @@ def _keep_plugin(rest: tuple[str, ...], allow: dict) -> bool:
     return names is None or rest[-1] in names
 
 
+def in_bench_package(module: str) -> bool:
+    """Is `module` one of BENCH_PACKAGES or inside one?"""
+    return any(module == pkg or module.startswith(pkg + ".") for pkg in BENCH_PACKAGES)
+
+
 def our_modules(benchmarks: bool = False) -> list[str]:
-    """Our packages' modules, found on disk (nothing imported): the app's, or the benchmarks."""
+    """Our packages' modules, found on disk (nothing imported): the app's, or the benchmarks'."""
     out = []
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
             if parts[-1] == "__init__":
                 parts = parts[:-1]
-            if any(p.startswith(SKIP_SUBMODULES) for p in parts) == benchmarks:
-                out.append(".".join(parts))
+            name = ".".join(parts)
+            if in_bench_package(name) == benchmarks:
+                out.append(name)
     return out
 
 

@@ -26,14 +26,14 @@ from engine.core.step_loop import Request, StepLoop
 from engine.errors import EngineClosedError, PromptTooLongError
 from engine.events import ErrorEvent, FinishedEvent, LoadProgress, SubmittedEvent, TokenEvent
 from engine.handle import Completion, RequestHandle
-from engine.loading.model_bundle import ModelBundle, load_bundle
+from engine.loading.model_bundle import InMemoryModel, ModelBundle, load_bundle
 from engine.sampling_params import SamplingParams
 
 Prompt = str | list[dict] | list[int]
 
 
 class Engine:
-    def __init__(self, model: str | Path | None, config: EngineConfig,
+    def __init__(self, model: str | Path | InMemoryModel | None, config: EngineConfig,
                  on_progress: Callable[[LoadProgress], None] | None = None,
                  quantize_bits: int | None = None):
         self.config = config
@@ -57,6 +57,16 @@ class Engine:
              quantize_bits: int | None = None) -> Engine:
         """Load a model folder, a .gguf file or (None) the built-in default model."""
         return cls(model, config or EngineConfig(), on_progress, quantize_bits)
+
+    @classmethod
+    def from_model(cls, model: InMemoryModel, config: EngineConfig | None = None,
+                   on_progress: Callable[[LoadProgress], None] | None = None) -> Engine:
+        """Serve a model already built in memory (benchmarks, tools): no file is read;
+        the kernel self-test runs as for a model loaded from disk."""
+        if not isinstance(model, InMemoryModel):
+            raise TypeError("Engine.from_model takes an InMemoryModel "
+                            "(engine.loading.model_bundle); use Engine.load for a path")
+        return cls(model, config or EngineConfig(), on_progress)
 
     # -- properties the app shows ------------------------------------------------
     @property

@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.config import EngineConfig
 from engine.events import LoadProgress
 from engine.loading.default_model import default_model_path
 from engine.loading.loader import load_model
+from engine.models.base import fuse_projections, use_kernels
 from engine.tokenization.tokenizer import Tokenizer
+from kernels import NO_KERNELS, KernelSet, select_kernels
 
 
 @dataclass
@@ -19,16 +21,43 @@ class ModelBundle:
     config: dict
     path: Path
     name: str
-    kernel_status: dict = field(default_factory=dict)
+    kernels: KernelSet = NO_KERNELS      # the model's own, chosen at load (use_kernels)
+
+    @property
+    def kernel_status(self) -> dict[str, str]:
+        """name -> "cuda" | "metal" | "reference (why)", for the status panel."""
+        return self.kernels.status()
 
 
-def load_bundle(model: str | Path | None, config: EngineConfig,
+@dataclass(frozen=True)
+class InMemoryModel:
+    """A model its caller built (a benchmark's random weights, a tool): served as it is.
+
+    model: a model-family ``Model`` with its weights loaded; tokenizer: anything with
+    ``encode_prompt``, ``detokenizer`` and ``eos_token_ids`` like ``Tokenizer``;
+    config: the model's config.json contents; name: what the app and logs call it.
+    The engine prepares the model as one read from disk (joins its projections, gives
+    it a kernel set): hand it over, do not keep using it elsewhere.
+    """
+    model: object
+    tokenizer: object
+    config: dict
+    name: str
+
+    def __post_init__(self):
+        if not isinstance(self.config, dict):
+            raise TypeError("InMemoryModel.config must be the model's config dict")
+        if not self.name:
+            raise ValueError("InMemoryModel.name must not be empty")
+
+
+def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
                 on_progress: Callable[[LoadProgress], None] | None = None,
                 quantize_bits: int | None = None) -> ModelBundle:
-    """Runs on the engine thread: weights, tokenizer, kernel self-test."""
+    """Runs on the engine thread: weights, tokenizer, projections joined, kernel self-test."""
     report = on_progress or (lambda p: None)
-    if isinstance(model, str) and model.startswith(SYNTHETIC_PREFIX):
-        return _synthetic_bundle(model.removeprefix(SYNTHETIC_PREFIX), config)
+    if isinstance(model, InMemoryModel):
+        return _in_memory_bundle(model, config, report)
     path = Path(model).expanduser() if model is not None else default_model_path()
     report(LoadProgress(0.05, f"Reading {path.name}"))
     loaded = load_model(path, quantize_bits=quantize_bits)
@@ -37,40 +66,28 @@ def load_bundle(model: str | Path | None, config: EngineConfig,
         tokenizer = Tokenizer.from_gguf(loaded.gguf_metadata)
     else:
         tokenizer = Tokenizer.from_folder(path)
+    report(LoadProgress(0.85, "Joining projections"))
+    fuse_projections(loaded.model)
     report(LoadProgress(0.9, "Checking kernels"))
-    status = _kernel_selftest(config)
+    kernels = _give_kernels(loaded.model, config)
     report(LoadProgress(1.0, "Ready"))
     name = path.stem if path.is_file() else path.name
-    return ModelBundle(loaded.model, tokenizer, loaded.config, path, name, status)
+    return ModelBundle(loaded.model, tokenizer, loaded.config, path, name, kernels)
 
 
-SYNTHETIC_PREFIX = "synthetic:"
+def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
+                      report: Callable[[LoadProgress], None]) -> ModelBundle:
+    """Nothing to read: projections joined and the kernel self-test, as from disk."""
+    fuse_projections(m.model)
+    report(LoadProgress(0.9, "Checking kernels"))
+    kernels = _give_kernels(m.model, config)
+    report(LoadProgress(1.0, "Ready"))
+    return ModelBundle(m.model, m.tokenizer, m.config, Path(m.name), m.name, kernels)
 
 
-def _synthetic_bundle(name: str, config: EngineConfig) -> ModelBundle:
-    """A full-size architecture with random 4-bit weights (benchmarks only)."""
-    from engine.bench_synthetic import IdTokenizer, synthetic_model
-    model, cfg = synthetic_model(name)
-    return ModelBundle(model, IdTokenizer(), cfg, Path(name), f"{name} (random weights)",
-                       _kernel_selftest(config))
-
-
-def _kernel_selftest(config: EngineConfig) -> dict:
-    """Run the kernels' self-test; failing kernels are disabled (reference path used)."""
-    if not config.use_kernels:
-        try:
-            from kernels.registry import NAMES, disable
-        except ImportError:
-            return {}
-        for name in NAMES:
-            disable(name, "turned off in settings")
-        return {name: "reference (turned off in settings)" for name in NAMES}
-    try:
-        from kernels import enable, enabled, run_selftest
-        from kernels.registry import NAMES
-    except ImportError:
-        return {}
-    for name in NAMES:     # a previous engine in this process may have turned them off
-        enable(name)
-    run_selftest(verbose=False)
-    return enabled()      # name -> "cuda" | "metal" | "reference (why)"
+def _give_kernels(model, config: EngineConfig) -> KernelSet:
+    """Self-test the kernels here (unless turned off) and give the model the ones that
+    passed: its own set, so another engine in this process cannot change it."""
+    kernels = select_kernels(config.use_kernels)
+    use_kernels(model, kernels)
+    return kernels

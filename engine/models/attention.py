@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-import kernels
 from engine.core.batch_view import BatchView
-from kernels.registry import active as kernel_active
+from kernels.kernel_set import KernelSet
 
 
 def write_kv(pool: mx.array, new: mx.array, view: BatchView) -> mx.array:
@@ -34,7 +33,7 @@ def causal_mask(view: BatchView) -> mx.array:
 
 
 def paged_attention(q: mx.array, k: mx.array, v: mx.array, kv: list[mx.array],
-                    view: BatchView, scale: float) -> mx.array:
+                    view: BatchView, scale: float, kernels: KernelSet) -> mx.array:
     """q [B, Hq, T, D], new k/v [B, Hkv, T, D]; kv = [k_pool, v_pool] updated in place.
 
     Returns [B, Hq, T, D]. The K/V of the new tokens are written first, so a
@@ -42,11 +41,12 @@ def paged_attention(q: mx.array, k: mx.array, v: mx.array, kv: list[mx.array],
     """
     kv[0] = write_kv(kv[0], k, view)
     kv[1] = write_kv(kv[1], v, view)
-    if view.num_tokens == 1 and kernel_active("paged_attention"):
-        # Decode: read K/V through the block tables, without gathering them first.
+    if view.num_tokens == 1:
+        # Decode: the kernel reads K/V through the block tables, without gathering them.
         out = kernels.paged_decode_attention(q[:, :, 0], kv[0], kv[1], view.block_tables,
                                              view.offsets + 1, view.page_size, scale)
-        return out[:, :, None]                                              # [B, Hq, 1, D]
+        if out is not None:
+            return out[:, :, None]                                          # [B, Hq, 1, D]
     keys = gather_kv(kv[0], view).astype(q.dtype)
     values = gather_kv(kv[1], view).astype(q.dtype)
     if view.context_len is not None:

@@ -7,6 +7,9 @@ A model module (llama.py, qwen3_5.py) exposes:
     logits are [B, T, V] when ``view.all_logits`` else [B, 1, V] (each row's last token),
     ``cache_spec() -> CacheSpec`` and ``sanitize(weights: dict) -> dict``.
 The model never owns scheduling: it reads the view and reads/writes the cache.
+Optionally ``fuse_projections()``: join projections after loading (the engine calls it).
+Layers that can launch a custom kernel hold a ``kernel_set`` (kernels/kernel_set.py,
+plain-mx only until ``use_kernels`` gives them the loaded model's).
 """
 from __future__ import annotations
 
@@ -14,6 +17,9 @@ import math
 from dataclasses import dataclass, field
 
 import mlx.core as mx
+import mlx.nn as nn
+
+from kernels.kernel_set import KernelSet
 
 
 @dataclass(frozen=True)
@@ -66,3 +72,18 @@ class ModelCache:
         """Everything a step writes, to evaluate together with its outputs."""
         out = [a for pair in self.kv for a in pair]
         return out + [a for layer in self.states for a in layer]
+
+
+def use_kernels(model: nn.Module, kernels: KernelSet) -> None:
+    """Give every layer of `model` that can launch a custom kernel this kernel set."""
+    for _, module in model.named_modules():
+        if hasattr(module, "kernel_set"):
+            module.kernel_set = kernels
+
+
+def fuse_projections(model: nn.Module) -> None:
+    """Join the projections that read the same input, where the family can (after
+    loading; engine/models/fused.py). Fewer operations per step, the same numbers."""
+    fuse = getattr(model, "fuse_projections", None)
+    if fuse is not None:
+        fuse()

@@ -10,13 +10,13 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-import kernels
 from engine.core.batch_view import BatchView
 from engine.models.base import StateSpec
 from engine.models.elementwise import decay_and_beta, silu_gated_norm
+from engine.models.fused import fuse_linears
 from engine.models.gated_delta import gated_delta, normalize_qk
 from engine.models.qwen3_5_config import ModelArgs
-from kernels.registry import active as kernel_active
+from kernels.kernel_set import NO_KERNELS
 
 
 class GatedRMSNorm(nn.Module):
@@ -47,6 +47,7 @@ class GatedDeltaNet(nn.Module):
         self.A_log = mx.log(mx.random.uniform(1.0, 16.0, (self.hv,)))
         self.norm = GatedRMSNorm(self.dv, args.rms_norm_eps)
         self.out_proj = nn.Linear(args.value_dim, args.hidden_size, bias=False)
+        self.kernel_set = NO_KERNELS        # the loaded model's own (engine/models/base.py)
 
     def _make_projections(self, args: ModelArgs):
         h = args.hidden_size
@@ -55,11 +56,22 @@ class GatedDeltaNet(nn.Module):
         self.in_proj_b = nn.Linear(h, self.hv, bias=False)
         self.in_proj_a = nn.Linear(h, self.hv, bias=False)
 
+    _PROJECTIONS = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")
+
+    def fuse_projections(self) -> None:
+        """After loading: the input projections become one matmul (engine/models/fused.py)."""
+        fuse_linears(self, self._PROJECTIONS, "in_proj")
+
+    def _in_projections(self, x: mx.array) -> list[mx.array]:
+        if "in_proj" in self:
+            return self.in_proj(x)
+        return [self[name](x) for name in self._PROJECTIONS]
+
     def project(self, x: mx.array):
         """x [B, T, H] -> qkv [B, T, conv_dim], z [B, T, Hv, Dv], b, a [B, T, Hv]."""
         B, T, _ = x.shape
-        z = self.in_proj_z(x).reshape(B, T, self.hv, self.dv)
-        return self.in_proj_qkv(x), z, self.in_proj_b(x), self.in_proj_a(x)
+        qkv, z, b, a = self._in_projections(x)
+        return qkv, z.reshape(B, T, self.hv, self.dv), b, a
 
     def state_specs(self) -> tuple[StateSpec, ...]:
         # The conv state is kept in float32: exact for bf16 inputs, and tiny.
@@ -96,15 +108,9 @@ class GatedDeltaNet(nn.Module):
         """Delta rule over T tokens; reads and writes the slot pool states[1]."""
         slots = view.state_slots
         fresh = (view.offsets == 0) if view.any_fresh else None               # [B] or None
-        if kernel_active("gated_delta_step" if view.num_tokens == 1 else "gated_delta_chunk"):
-            # The kernel gathers, updates and writes each row's state in the pool itself.
-            if view.num_tokens == 1:
-                y, states[1] = kernels.gated_delta_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0],
-                                                        beta[:, 0], states[1], slots, fresh)
-                return y[:, None]
-            lengths = view.lengths if view.ragged else None
-            y, states[1] = kernels.gated_delta_chunk(q, k, v, g, beta, states[1], slots,
-                                                     lengths, fresh)
+        out = self._kernel_recurrence(q, k, v, g, beta, view, states[1], fresh)
+        if out is not None:
+            y, states[1] = out
             return y
         state = states[1][slots]                                             # [B, Hv, Dv, Dk]
         if fresh is not None:
@@ -113,6 +119,17 @@ class GatedDeltaNet(nn.Module):
         y, new_state = gated_delta(q, k, v, g, beta, state, mask)            # [B, T, Hv, Dv]
         states[1][slots] = new_state
         return y
+
+    def _kernel_recurrence(self, q, k, v, g, beta, view: BatchView, pool: mx.array, fresh):
+        """(y [B, T, Hv, Dv], pool) from this model's kernel, which gathers, updates and
+        writes each row's state in the pool itself; None: no kernel for this call."""
+        if view.num_tokens == 1:
+            out = self.kernel_set.gated_delta_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0],
+                                                   beta[:, 0], pool, view.state_slots, fresh)
+            return None if out is None else (out[0][:, None], out[1])
+        lengths = view.lengths if view.ragged else None
+        return self.kernel_set.gated_delta_chunk(q, k, v, g, beta, pool, view.state_slots,
+                                                 lengths, fresh)
 
     def _conv_tail(self, conv_in: mx.array, view: BatchView) -> mx.array:
         """The last K-1 conv inputs at each row's own length: [B, K-1, C]."""
@@ -133,13 +150,16 @@ class NextGatedDeltaNet(GatedDeltaNet):
         self.in_proj_qkvz = nn.Linear(h, 2 * self.key_dim + 2 * args.value_dim, bias=False)
         self.in_proj_ba = nn.Linear(h, 2 * self.hv, bias=False)
 
+    _PROJECTIONS = ("in_proj_qkvz", "in_proj_ba")
+
     def project(self, x: mx.array):
         B, T, _ = x.shape
         r = self.hv // self.hk  # value heads per key head
+        qkvz, ba = self._in_projections(x)
         # Per key head the fused output holds [q (Dk), k (Dk), v (r*Dv), z (r*Dv)].
-        qkvz = self.in_proj_qkvz(x).reshape(B, T, self.hk, -1)               # [B, T, Hk, *]
+        qkvz = qkvz.reshape(B, T, self.hk, -1)                              # [B, T, Hk, *]
         q, k, v, z = mx.split(qkvz, [self.dk, 2 * self.dk, 2 * self.dk + r * self.dv], -1)
-        ba = self.in_proj_ba(x).reshape(B, T, self.hk, 2 * r)                # [B, T, Hk, 2r]
+        ba = ba.reshape(B, T, self.hk, 2 * r)                                # [B, T, Hk, 2r]
         b, a = ba[..., :r], ba[..., r:]
         qkv = mx.concatenate([q.reshape(B, T, -1), k.reshape(B, T, -1),
                               v.reshape(B, T, -1)], axis=-1)                 # [B, T, conv_dim]

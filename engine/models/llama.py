@@ -10,7 +10,9 @@ from engine.core.batch_view import BatchView, select_last
 from engine.models.attention import paged_attention
 from engine.models.base import CacheSpec, ModelCache
 from engine.models.elementwise import swiglu
+from engine.models.fused import fuse_linears
 from engine.models.rope import RoPE
+from kernels.kernel_set import NO_KERNELS
 
 MODEL_TYPES = ("llama", "smollm", "smollm2", "mistral", "qwen2", "qwen3")
 
@@ -74,17 +76,27 @@ class Attention(nn.Module):
             self.k_norm = nn.RMSNorm(a.head_dim, eps=a.rms_norm_eps)
         self.qk_norm = a.qk_norm
         self.rope = RoPE(a.head_dim, a.rope_theta, a.rope_traditional, a.rope_scaling)
+        self.kernel_set = NO_KERNELS        # the loaded model's own (engine/models/base.py)
+
+    def fuse_projections(self) -> None:
+        """After loading: q, k and v become one matmul (engine/models/fused.py)."""
+        fuse_linears(self, ("q_proj", "k_proj", "v_proj"), "qkv_proj")
 
     def __call__(self, x: mx.array, view: BatchView, kv: list[mx.array]) -> mx.array:
         B, T, _ = x.shape
-        q = self.q_proj(x).reshape(B, T, self.n_heads, -1)   # [B, T, Hq, D]
-        k = self.k_proj(x).reshape(B, T, self.n_kv, -1)      # [B, T, Hkv, D]
-        v = self.v_proj(x).reshape(B, T, self.n_kv, -1)
+        if "qkv_proj" in self:
+            q, k, v = self.qkv_proj(x)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.reshape(B, T, self.n_heads, -1)                 # [B, T, Hq, D]
+        k = k.reshape(B, T, self.n_kv, -1)                    # [B, T, Hkv, D]
+        v = v.reshape(B, T, self.n_kv, -1)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q = self.rope(q.transpose(0, 2, 1, 3), view.offsets)  # [B, Hq, T, D]
         k = self.rope(k.transpose(0, 2, 1, 3), view.offsets)
-        out = paged_attention(q, k, v.transpose(0, 2, 1, 3), kv, view, self.scale)
+        out = paged_attention(q, k, v.transpose(0, 2, 1, 3), kv, view, self.scale,
+                              self.kernel_set)
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(B, T, -1))
 
 
@@ -95,8 +107,15 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(dim, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, dim, bias=False)
 
+    def fuse_projections(self) -> None:
+        fuse_linears(self, ("gate_proj", "up_proj"), "gate_up_proj")
+
     def __call__(self, x: mx.array) -> mx.array:
-        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
+        if "gate_up_proj" in self:
+            gate, up = self.gate_up_proj(x)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(swiglu(gate, up))
 
 
 class Block(nn.Module):
@@ -139,6 +158,13 @@ class Model(nn.Module):
         if self.args.tie_word_embeddings:
             return self.model.embed_tokens.as_linear(h)
         return self.lm_head(h)
+
+    def fuse_projections(self) -> None:
+        """Join projections that read the same input, one layer at a time."""
+        for layer in self.model.layers:
+            layer.self_attn.fuse_projections()
+            layer.mlp.fuse_projections()
+            mx.eval(layer.parameters())
 
     def cache_spec(self, dtype: mx.Dtype | None = None) -> CacheSpec:
         a = self.args

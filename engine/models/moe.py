@@ -12,9 +12,9 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
-import kernels
 from engine.models.elementwise import sigmoid_gate, swiglu
-from kernels.registry import active as kernel_active
+from engine.models.fused import fuse_linears
+from kernels.kernel_set import NO_KERNELS
 
 # Sorting costs two argsorts and a gather; it pays once the pairs outnumber this.
 SORT_MIN_PAIRS = 64
@@ -27,8 +27,16 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(dims, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, dims, bias=False)
 
+    def fuse_projections(self) -> None:
+        """After loading: gate and up become one matmul (engine/models/fused.py)."""
+        fuse_linears(self, ("gate_proj", "up_proj"), "gate_up_proj")
+
     def __call__(self, x: mx.array) -> mx.array:
-        return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
+        if "gate_up_proj" in self:
+            gate, up = self.gate_up_proj(x)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(swiglu(gate, up))
 
 
 class SwitchLinear(nn.Module):
@@ -90,6 +98,10 @@ class SwitchGLU(nn.Module):
         self.up_proj = SwitchLinear(dims, hidden, num_experts)
         self.down_proj = SwitchLinear(hidden, dims, num_experts)
 
+    def fuse_projections(self) -> None:
+        """After loading: the experts' gate and up stack into one [E, 2I, D] matrix."""
+        fuse_linears(self, ("gate_proj", "up_proj"), "gate_up_proj")
+
     def __call__(self, x: mx.array, idx: mx.array) -> mx.array:
         N, k = idx.shape
         do_sort = idx.size >= SORT_MIN_PAIRS
@@ -101,8 +113,11 @@ class SwitchGLU(nn.Module):
         else:
             idx_in = idx                                           # [N, k]
             x_in = x[:, None, None, :]                             # [N, 1, 1, D]
-        up = self.up_proj(x_in, idx_in, do_sort)                   # [.., 1, I]
-        gate = self.gate_proj(x_in, idx_in, do_sort)               # [.., 1, I]
+        if "gate_up_proj" in self:                                 # one gathered matmul
+            gate, up = self.gate_up_proj(x_in, idx_in, do_sort)    # [.., 1, I] each
+        else:
+            up = self.up_proj(x_in, idx_in, do_sort)               # [.., 1, I]
+            gate = self.gate_proj(x_in, idx_in, do_sort)           # [.., 1, I]
         y = self.down_proj(swiglu(gate, up), idx_in, do_sort)    # [.., 1, D]
         if do_sort:
             y = y[mx.argsort(order)]                               # back to token order
@@ -120,11 +135,17 @@ class SparseMoeBlock(nn.Module):
         self.switch_mlp = SwitchGLU(dims, hidden, num_experts)
         self.shared_expert = MLP(dims, shared_hidden)
         self.shared_expert_gate = nn.Linear(dims, 1, bias=False)
+        self.kernel_set = NO_KERNELS        # the loaded model's own (engine/models/base.py)
+
+    def fuse_projections(self) -> None:
+        self.switch_mlp.fuse_projections()
+        self.shared_expert.fuse_projections()
 
     def route(self, logits: mx.array) -> tuple[mx.array, mx.array]:
         """Softmax over all experts, top-k, renormalised: (idx [N, k], scores [N, k])."""
-        if kernel_active("moe_route"):     # one kernel instead of four ops
-            idx, scores = kernels.moe_route(logits, self.top_k, self.norm_topk_prob)
+        routed = self.kernel_set.moe_route(logits, self.top_k, self.norm_topk_prob)
+        if routed is not None:             # one kernel instead of four ops
+            idx, scores = routed
             return idx, scores.astype(logits.dtype)
         probs = mx.softmax(logits, axis=-1, precise=True)                    # [N, E]
         idx = mx.argpartition(probs, kth=-self.top_k, axis=-1)[:, -self.top_k:]  # [N, k]

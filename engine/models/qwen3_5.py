@@ -15,10 +15,12 @@ from engine.core.batch_view import BatchView, select_last
 from engine.models.attention import paged_attention
 from engine.models.base import CacheSpec, ModelCache
 from engine.models.elementwise import sigmoid_gate
+from engine.models.fused import fuse_linears
 from engine.models.gated_deltanet import GatedDeltaNet, NextGatedDeltaNet
 from engine.models.moe import MLP, SparseMoeBlock
 from engine.models.qwen3_5_config import NEXT_TYPES, QWEN3_5_TYPES, ModelArgs
 from engine.models.qwen3_5_weights import quantize_predicate, sanitize_weights
+from kernels.kernel_set import NO_KERNELS
 
 MODEL_TYPES = QWEN3_5_TYPES + NEXT_TYPES
 __all__ = ["MODEL_TYPES", "Model", "ModelArgs", "quantize_predicate"]
@@ -39,18 +41,27 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.hq * self.d, args.hidden_size, bias=bias)
         self.q_norm = nn.RMSNorm(self.d, eps=args.rms_norm_eps)
         self.k_norm = nn.RMSNorm(self.d, eps=args.rms_norm_eps)
+        self.kernel_set = NO_KERNELS        # the loaded model's own (engine/models/base.py)
+
+    def fuse_projections(self) -> None:
+        """After loading: q (with its gate), k and v become one matmul."""
+        fuse_linears(self, ("q_proj", "k_proj", "v_proj"), "qkv_proj")
 
     def __call__(self, x: mx.array, view: BatchView, kv: list[mx.array]) -> mx.array:
         B, T, _ = x.shape
-        qg = self.q_proj(x).reshape(B, T, self.hq, 2 * self.d)              # [B, T, Hq, 2D]
+        if "qkv_proj" in self:
+            qg, k, v = self.qkv_proj(x)
+        else:
+            qg, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        qg = qg.reshape(B, T, self.hq, 2 * self.d)                           # [B, T, Hq, 2D]
         q, gate = qg[..., :self.d], qg[..., self.d:]                         # [B, T, Hq, D] each
         q = self.q_norm(q).transpose(0, 2, 1, 3)                             # [B, Hq, T, D]
-        k = self.k_norm(self.k_proj(x).reshape(B, T, self.hkv, self.d)).transpose(0, 2, 1, 3)
-        v = self.v_proj(x).reshape(B, T, self.hkv, self.d).transpose(0, 2, 1, 3)
+        k = self.k_norm(k.reshape(B, T, self.hkv, self.d)).transpose(0, 2, 1, 3)
+        v = v.reshape(B, T, self.hkv, self.d).transpose(0, 2, 1, 3)
         # Row b's tokens sit at positions offsets[b] + 0..T-1: one rope call for all rows.
         q = self._rope(q, view.offsets)                                      # [B, Hq, T, D]
         k = self._rope(k, view.offsets)                                      # [B, Hkv, T, D]
-        o = paged_attention(q, k, v, kv, view, self.scale)                   # [B, Hq, T, D]
+        o = paged_attention(q, k, v, kv, view, self.scale, self.kernel_set)  # [B, Hq, T, D]
         o = o.transpose(0, 2, 1, 3).reshape(B, T, -1)                        # [B, T, Hq*D]
         return self.o_proj(sigmoid_gate(o, gate.reshape(B, T, -1)))
 
@@ -127,6 +138,14 @@ class Model(nn.Module):
         if self.args.tie_word_embeddings:
             return backbone.embed_tokens.as_linear(h)                        # [B, *, V]
         return self.body.lm_head(h)                                          # [B, *, V]
+
+    def fuse_projections(self) -> None:
+        """Join projections that read the same input (engine/models/fused.py), one layer
+        at a time so the copies never hold more than one layer's weights twice."""
+        for layer in self.layers:
+            (layer.linear_attn if layer.is_linear else layer.self_attn).fuse_projections()
+            layer.mlp.fuse_projections()
+            mx.eval(layer.parameters())
 
     def cache_spec(self) -> CacheSpec:
         linear = [layer.linear_attn for layer in self.layers if layer.is_linear]

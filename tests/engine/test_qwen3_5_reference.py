@@ -25,12 +25,15 @@ def reference_model(config: dict, weights: dict):
     return ref
 
 
-def greedy_pair(config: dict, weights: dict, quantize: bool = False):
-    """Run ours and mlx-lm side by side, feeding both the same greedy tokens."""
+def greedy_pair(config: dict, weights: dict, quantize: bool = False, fused: bool = False):
+    """Run ours and mlx-lm side by side, feeding both the same greedy tokens. fused: ours
+    with its projections joined after loading, as the engine runs it."""
     ours, ref = build_model(config, weights), reference_model(config, weights)
     if quantize:
         for m in (ours, ref):
             nn.quantize(m, group_size=64, bits=4, class_predicate=quantize_predicate)
+    if fused:
+        ours.fuse_projections()
     rows = Rows(ours)
     rows.start(0)
     ref_cache = ref.make_cache()
@@ -41,10 +44,11 @@ def greedy_pair(config: dict, weights: dict, quantize: bool = False):
     return pairs
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("model_type", ["qwen3_5_moe", "qwen3_5", "qwen3_next"])
-def test_logits_match_mlx_lm(model_type):
+def test_logits_match_mlx_lm(model_type, fused):
     config = tiny_config(model_type)
-    pairs = greedy_pair(config, random_weights(config, seed=1))
+    pairs = greedy_pair(config, random_weights(config, seed=1), fused=fused)
     for step, (ours, ref) in enumerate(pairs):
         assert ours.shape == ref.shape == (1, 1, 320)
         err = float(mx.abs(ours - ref).max())
@@ -53,10 +57,12 @@ def test_logits_match_mlx_lm(model_type):
     assert float(mx.abs(pairs[0][0] - pairs[-1][0]).max()) > 1e-2
 
 
-def test_quantized_moe_matches_mlx_lm():
+@pytest.mark.parametrize("fused", [False, True])
+def test_quantized_moe_matches_mlx_lm(fused):
     """gather_qmm experts (and 8-bit router gates) agree with mlx-lm's quantized path."""
     config = tiny_config("qwen3_5_moe")
-    for step, (ours, ref) in enumerate(greedy_pair(config, random_weights(config, 2), True)):
+    pairs = greedy_pair(config, random_weights(config, 2), True, fused)
+    for step, (ours, ref) in enumerate(pairs):
         err = float(mx.abs(ours - ref).max())
         assert err < TOL, f"step {step}: max |ours - mlx-lm| = {err}"
 

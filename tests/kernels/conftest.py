@@ -1,24 +1,16 @@
 import mlx.core as mx
 import pytest
 
-from kernels import registry
+from kernels.backend import absent_reason, gpu_backend
 
 
 @pytest.fixture
 def backend() -> str:
     """The GPU backend the kernels launch on; skips the test where there is none."""
-    b = registry.gpu_backend()
+    b = gpu_backend()
     if b is None:
-        pytest.skip(f"kernel not runnable: {registry.absent_reason()}")
+        pytest.skip(f"kernel not runnable: {absent_reason()}")
     return b
-
-
-@pytest.fixture(autouse=True)
-def _fresh_registry():
-    """A test that disables a kernel must not leak that into the next test."""
-    yield
-    for name in registry.NAMES:
-        registry.enable(name)
 
 
 @pytest.fixture

@@ -1,37 +1,61 @@
 import pytest
 
 import kernels
-from kernels import registry, selftest
+from kernels import selftest
+from kernels.backend import NAMES, gpu_backend
 
 
 def test_selftest_reports_every_kernel():
     results = kernels.run_selftest()
-    assert set(results) == set(registry.NAMES)
+    assert set(results) == set(NAMES)
     for name, r in results.items():
-        if registry.gpu_backend() is None:
+        if gpu_backend() is None:
             assert r["status"].startswith("skipped")
         else:
             assert r["passed"], f"{name}: {r}"
-            assert kernels.enabled()[name] == registry.gpu_backend()
+    status = kernels.select_kernels().status()
+    for name in NAMES:
+        assert status[name] == (gpu_backend() or f"reference ({kernels.absent_reason()})")
 
 
-def test_failing_check_disables_the_kernel(backend, monkeypatch):
+def test_failing_check_turns_the_kernel_off(backend, monkeypatch):
     monkeypatch.setitem(selftest.CHECKS, "moe_route", lambda b: 1.0)   # planted failure
     results = selftest.run_selftest(verbose=False)
     assert results["moe_route"]["passed"] is False
-    assert kernels.enabled()["moe_route"].startswith("reference (self-test error")
+    ks = selftest.kernel_set_from(results)
+    assert ks.status()["moe_route"].startswith("reference (self-test error")
+    assert ks.launches("moe_route") is None and ks.launches("paged_attention") == backend
 
 
-def test_raising_check_disables_the_kernel(backend, monkeypatch):
+def test_raising_check_turns_the_kernel_off(backend, monkeypatch):
     def boom(b):
         raise RuntimeError("does not compile")
     monkeypatch.setitem(selftest.CHECKS, "paged_attention", boom)
-    selftest.run_selftest(verbose=False)
-    assert "does not compile" in kernels.enabled()["paged_attention"]
+    ks = selftest.select_kernels()
+    assert "does not compile" in ks.status()["paged_attention"]
 
 
-def test_disable_and_enabled_status():
-    kernels.disable("moe_route", "broken on this GPU")
-    assert kernels.enabled()["moe_route"] == "reference (broken on this GPU)"
-    with pytest.raises(KeyError):
-        kernels.disable("no_such_kernel", "x")
+def test_selection_from_planted_results_needs_no_gpu():
+    """The set made from self-test results: passes launch, failures are off with why."""
+    ok = {"backend": "cuda", "max_abs_err": 0.0, "passed": True, "status": "pass",
+          "reason": None}
+    results = {name: dict(ok) for name in NAMES}
+    results["gated_delta_chunk"].update(passed=False, reason="self-test error 1.00e+00 > 2e-03")
+    ks = selftest.kernel_set_from(results)
+    assert ks.backend == "cuda"
+    assert ks.launches("gated_delta_step") == "cuda"
+    assert ks.launches("gated_delta_chunk") is None
+    assert ks.status()["gated_delta_chunk"] == "reference (self-test error 1.00e+00 > 2e-03)"
+
+
+def test_turned_off_in_settings():
+    ks = kernels.select_kernels(use_kernels=False)
+    assert all(v == "reference (turned off in settings)" for v in ks.status().values())
+    assert all(ks.launches(name) is None for name in NAMES)
+
+
+def test_unknown_kernel_or_backend_is_refused():
+    with pytest.raises(ValueError):
+        kernels.KernelSet("cuda", (("no_such_kernel", "x"),))
+    with pytest.raises(ValueError):
+        kernels.KernelSet("vulkan")

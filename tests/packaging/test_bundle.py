@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(
 
 # Python modules that must not be in the bundle (heavy, bench-only or unused).
 FORBIDDEN_MODULES = ("mlx_lm", "transformers", "torch", "tkinter", "PySide6.QtWebEngineCore",
-                     "PySide6.QtQml", "PySide6.QtMultimedia", "pytest", "engine.bench")
+                     "PySide6.QtQml", "PySide6.QtMultimedia", "pytest", "engine.bench", "kernels.bench")
 # Files that must not be in the bundle (path fragments).
 FORBIDDEN_FILES = ("WebEngine", "Qt6Qml", "Qt6Quick", "Qt6Pdf", "Qt6Multimedia", "wayland",
                    "libqgtk3", "imageformats", "translations", "_tkinter")
@@ -161,7 +161,7 @@ def test_bundle_holds_engine_ui_and_resources(bundle):
 def test_bundle_leaves_out_unused_modules_and_plugins(bundle):
     folder, exe = bundle
     modules = _bundled_modules(exe)
-    assert "engine.models.llama" in modules and "kernels.registry" in modules
+    assert "engine.models.llama" in modules and "kernels.kernel_set" in modules
     present = sorted(m for m in modules for bad in FORBIDDEN_MODULES
                      if m == bad or m.startswith(bad + "."))
     assert not present, f"should not be bundled: {present[:20]}"

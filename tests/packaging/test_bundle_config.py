@@ -45,8 +45,18 @@ def test_every_engine_module_is_bundled_but_not_the_benchmarks():
     for name in ("app", "engine.models.llama", "engine.models.qwen3_5", "kernels.moe_route",
                  "kernels.paged_attention", "engine.telemetry.ioreport"):
         assert name in modules
-    assert not [m for m in modules if "bench" in m]
-    assert "engine.bench" in cfg.our_modules(benchmarks=True)
+    assert not [m for m in modules if cfg.in_bench_package(m)]
+    bench = cfg.our_modules(benchmarks=True)
+    assert {"engine.bench", "engine.bench.suite", "engine.bench.profile_ops", "kernels.bench",
+            "kernels.bench.moe_route"} <= set(bench)
+    assert all(m.startswith(("engine.bench", "kernels.bench")) for m in bench)
+
+
+def test_benchmarks_are_left_out_by_package_not_by_name():
+    assert cfg.in_bench_package("engine.bench") and cfg.in_bench_package("kernels.bench.common")
+    # A product module whose name merely starts with "bench" stays in.
+    assert not cfg.in_bench_package("engine.benchmark_free")
+    assert not cfg.in_bench_package("engine.telemetry.bench_like")
 
 
 def test_style_sheets_and_icons_travel_with_the_app():

@@ -2,18 +2,15 @@
 
 Real head shapes (Hk=16, Hv=32, D=128), bf16 q/k/v, B=1 at T=512 and 4096.
 The plain path dispatches ~15 ops per token, which is what the kernel removes.
-Run: PYTHONPATH=. python -m kernels.bench_gated_delta_chunk
+Run: PYTHONPATH=. python -m kernels.bench.gated_delta_chunk
 """
 from __future__ import annotations
 
-import importlib
-
 import mlx.core as mx
 
-from kernels import registry
-from kernels.bench_common import compare, report
-
-gdc = importlib.import_module("kernels.gated_delta_chunk")
+import kernels.gated_delta_chunk as gdc
+from kernels.backend import gpu_backend
+from kernels.bench.common import compare, report
 
 
 def inputs(B: int, T: int, S: int = 8):
@@ -30,7 +27,7 @@ def inputs(B: int, T: int, S: int = 8):
 
 
 def main() -> None:
-    backend = registry.gpu_backend()
+    backend = gpu_backend()
     print(f"gated_delta_chunk  backend={backend}  device={mx.default_device()}")
     if backend is None:
         print("no GPU backend: nothing to compare")

@@ -2,18 +2,16 @@
 
 Real shapes: Hq=16, Hkv=2, D=256, bf16 pools, page size 16, pages shuffled,
 context 1024 and 4096 for every row, B = 1, 8, 16, 32.
-Run: PYTHONPATH=. python -m kernels.bench_paged_attention
+Run: PYTHONPATH=. python -m kernels.bench.paged_attention
 """
 from __future__ import annotations
 
-import importlib
-
 import mlx.core as mx
 
-from kernels import registry
-from kernels.bench_common import compare, report
+import kernels.paged_attention as pa
+from kernels.backend import gpu_backend
+from kernels.bench.common import compare, report
 
-pa = importlib.import_module("kernels.paged_attention")
 PS = 16
 
 
@@ -42,7 +40,7 @@ def gather_sdpa(q, kp, vp, tables, lens, scale):
 
 
 def main() -> None:
-    backend = registry.gpu_backend()
+    backend = gpu_backend()
     print(f"paged_attention  backend={backend}  device={mx.default_device()}")
     if backend is None:
         print("no GPU backend: nothing to compare")

@@ -3,18 +3,15 @@
 Hk=16, Hv=32, Dk=Dv=128, bf16 q/k/v, a 64-slot float32 pool, B rows on
 shuffled slots. Both paths include the write-back into the pool (plain: gather,
 ops, `pool[slots] = rows`, which copies the whole pool; kernel: in place).
-Run: PYTHONPATH=. python -m kernels.bench_gated_delta_step
+Run: PYTHONPATH=. python -m kernels.bench.gated_delta_step
 """
 from __future__ import annotations
 
-import importlib
-
 import mlx.core as mx
 
-from kernels import registry
-from kernels.bench_common import compare, report
-
-gds = importlib.import_module("kernels.gated_delta_step")
+import kernels.gated_delta_step as gds
+from kernels.backend import gpu_backend
+from kernels.bench.common import compare, report
 
 
 def inputs(B: int, S: int = 64):
@@ -31,7 +28,7 @@ def inputs(B: int, S: int = 64):
 
 
 def main() -> None:
-    backend = registry.gpu_backend()
+    backend = gpu_backend()
     print(f"gated_delta_step  backend={backend}  device={mx.default_device()}")
     if backend is None:
         print("no GPU backend: nothing to compare")

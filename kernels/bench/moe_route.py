@@ -1,18 +1,15 @@
 """MoE routing: one kernel vs the plain-mx softmax / argpartition / gather / renormalise.
 
 E=256, k=8, bf16 router logits; N = 1, 8, 16, 32 (decode) and 4096 (a prefill chunk).
-Run: PYTHONPATH=. python -m kernels.bench_moe_route
+Run: PYTHONPATH=. python -m kernels.bench.moe_route
 """
 from __future__ import annotations
 
-import importlib
-
 import mlx.core as mx
 
-from kernels import registry
-from kernels.bench_common import compare, report
-
-mr = importlib.import_module("kernels.moe_route")
+import kernels.moe_route as mr
+from kernels.backend import gpu_backend
+from kernels.bench.common import compare, report
 
 
 def plain_route(logits, k):
@@ -24,7 +21,7 @@ def plain_route(logits, k):
 
 
 def main() -> None:
-    backend = registry.gpu_backend()
+    backend = gpu_backend()
     print(f"moe_route  backend={backend}  device={mx.default_device()}")
     if backend is None:
         print("no GPU backend: nothing to compare")

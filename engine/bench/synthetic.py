@@ -1,13 +1,18 @@
 """Full-size models with random quantized weights, for speed measurements only.
 
 Random weights route tokens almost uniformly over experts (like real prefill);
-decode speed does not depend on the values.
+decode speed does not depend on the values. ``--model synthetic:NAME`` picks one;
+the bench builds it here and hands it to ``Engine.from_model``.
 """
 from __future__ import annotations
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
+
+from engine.loading.model_bundle import InMemoryModel
+
+SYNTHETIC_PREFIX = "synthetic:"
 
 QWEN3_5_35B_A3B = {
     "model_type": "qwen3_5_moe",
@@ -60,8 +65,17 @@ def _random_like(name: str, p: mx.array) -> mx.array:
 
 def synthetic_model(name: str, seed: int = 0):
     """(model, config) of a named full-size architecture with random 4-bit weights."""
+    if name not in SYNTHETIC:
+        raise SystemExit(f"error: no synthetic model {name!r}; choose one of "
+                         + ", ".join(SYNTHETIC_PREFIX + n for n in SYNTHETIC))
     config = SYNTHETIC[name]
     return synthetic_model_from_config(config, seed), config
+
+
+def synthetic_in_memory(name: str, seed: int = 0) -> InMemoryModel:
+    """The named synthetic model, ready for ``Engine.from_model`` (token-id prompts)."""
+    model, config = synthetic_model(name, seed)
+    return InMemoryModel(model, IdTokenizer(), config, f"{name} (random weights)")
 
 
 def synthetic_model_from_config(config: dict, seed: int = 0):

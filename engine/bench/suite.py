@@ -1,4 +1,4 @@
-"""``python -m engine bench``: our engine against mlx-lm on the same weights, in one run.
+"""``python -m engine.bench`` (short: ``python -m engine bench``): our engine against mlx-lm on the same weights, in one run.
 
 Decode tok/s and per-token step time at each batch size, prefill tok/s at each
 prompt length, alternating ours / mlx-lm, medians over rounds; each run with
@@ -14,7 +14,8 @@ import sys
 
 import mlx.core as mx
 
-from engine.bench_runs import RunLog, ours_decode, ours_prefill, ours_ttft_under_load
+from engine.bench.runs import RunLog, ours_decode, ours_prefill, ours_ttft_under_load
+from engine.bench.synthetic import SYNTHETIC_PREFIX, synthetic_in_memory
 from engine.config import EngineConfig
 from engine.core.engine import Engine
 from engine.sampling_params import SamplingParams
@@ -61,8 +62,8 @@ def run_bench(args) -> int:
     cfg = EngineConfig(max_num_seqs=max_b, page_size=16,
                        num_pages=max_b * per_row + -(-longest // 16) + 64,
                        prefill_chunk=args.prefill_chunk, max_context=longest + 16)
-    engine = Engine.load(args.model, cfg)
-    monitor, recorder = _telemetry(engine, args.trace)
+    engine = _open_engine(args.model, cfg)
+    monitor, recording = _telemetry(engine, args.trace)
     log = RunLog(monitor)
     vocab = _vocab(engine.bundle.config)
     peer = None if args.no_peer else _make_peer(engine)
@@ -95,25 +96,30 @@ def run_bench(args) -> int:
         log.timed(lambda: ours_prefill(engine, _prompt(n, vocab, n)), engine="tandem",
                   what="sustained_prefill", size=n)
     _report(log, batches, lengths, peak_gb=mx.get_peak_memory() / 1e9)
-    _finish(engine, monitor, recorder, args, log)
+    _finish(engine, monitor, recording, args, log)
     return 0
+
+
+def _open_engine(model: str | None, cfg: EngineConfig) -> Engine:
+    """A model from disk, or a synthetic one built here and served from memory."""
+    if model and model.startswith(SYNTHETIC_PREFIX):
+        return Engine.from_model(synthetic_in_memory(model.removeprefix(SYNTHETIC_PREFIX)), cfg)
+    return Engine.load(model, cfg)
 
 
 def _trace_overhead(engine, log, args, vocab) -> None:
     """Decode with and without a recording, alternating; prints the median ratio."""
-    from engine.telemetry import TraceRecorder
+    from engine.telemetry.recording import TraceRecording
     B = args.trace_overhead
     prompts = [_prompt(32, vocab, s) for s in range(B)]
     for _ in range(args.rounds):
         log.timed(lambda: ours_decode(engine, prompts, args.steps), engine="tandem",
                   what="decode_untraced", size=B)
-        recorder = TraceRecorder()
-        engine.add_listener(recorder.on_event)
-        recorder.start()
+        rec = TraceRecording(engine.add_listener, remove_event_listener=engine.remove_listener)
+        rec.start()
         log.timed(lambda: ours_decode(engine, prompts, args.steps), engine="tandem",
                   what="decode_traced", size=B)
-        engine.remove_listener(recorder.on_event)
-        recorder.stop()
+        rec.finish()
     off = _median_run(log, "tandem", "decode_untraced", B)
     on = _median_run(log, "tandem", "decode_traced", B)
     print(f"trace recording: decode step {1000 * on:.2f} ms traced vs {1000 * off:.2f} ms "
@@ -129,7 +135,7 @@ def _warm_up(engine, peer, vocab):
 
 def _make_peer(engine):
     try:
-        from engine.bench_peer import Peer, peer_model
+        from engine.bench.peer import Peer, peer_model
     except ImportError:
         print("# mlx-lm not installed: pip install -e '.[bench]'", file=sys.stderr)
         return None
@@ -137,16 +143,13 @@ def _make_peer(engine):
 
 
 def _telemetry(engine, trace_path):
-    from engine.telemetry import TelemetryMonitor, TraceRecorder
+    """A monitor for every run's clock and power; a trace recording when asked for."""
+    from engine.telemetry import TelemetryMonitor
+    from engine.telemetry.recording import record_engine
     monitor = TelemetryMonitor(interval_s=0.25)
     monitor.start()
-    recorder = None
-    if trace_path:
-        recorder = TraceRecorder()
-        engine.add_listener(recorder.on_event)
-        monitor.add_listener(recorder.on_reading)
-        recorder.start()
-    return monitor, recorder
+    recording = record_engine(engine, trace_path, monitor=monitor) if trace_path else None
+    return monitor, recording
 
 
 def _median_run(log, engine, what, size):
@@ -184,10 +187,9 @@ def _report(log: RunLog, batches, lengths, peak_gb: float) -> None:
     print(f"\npeak memory: {peak_gb:.2f} GB")
 
 
-def _finish(engine, monitor, recorder, args, log) -> None:
-    if recorder is not None:
-        recorder.stop()
-        recorder.save(args.trace)
+def _finish(engine, monitor, recording, args, log) -> None:
+    if recording is not None:
+        recording.finish()
     monitor.stop()
     if args.json:
         with open(args.json, "w") as f:

@@ -9,16 +9,24 @@ import time
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten
+
+from engine.models.fused import FusedLinear, unfused_parameters
 
 # Our module trees follow mlx-lm's names; only the model_type may differ.
 _PEER_TYPES = {"smollm": "llama", "smollm2": "llama"}
 
 
 def _quantized_modules(model: nn.Module) -> dict[str, dict]:
+    """Path -> quantization of each quantized layer, under the names it was loaded with
+    (a joined layer stands for each of its parts: engine/models/fused.py)."""
     out = {}
     for path, m in model.named_modules():
-        if hasattr(m, "bits") and hasattr(m, "group_size"):
+        if isinstance(m, FusedLinear) and hasattr(m.joined, "bits"):
+            owner = path.rsplit(".", 1)[0] if "." in path else ""
+            for name in m.parts.names:
+                out[f"{owner}.{name}".lstrip(".")] = {"group_size": m.joined.group_size,
+                                                      "bits": m.joined.bits}
+        elif hasattr(m, "bits") and hasattr(m, "group_size"):
             out[path] = {"group_size": m.group_size, "bits": m.bits}
     return out
 
@@ -31,7 +39,7 @@ def peer_model(ours: nn.Module, config: dict) -> nn.Module:
     peer = module.Model(module.ModelArgs.from_dict(config))
     quantized = _quantized_modules(ours)
     nn.quantize(peer, class_predicate=lambda p, m: quantized.get(p, False))
-    peer.load_weights(tree_flatten(ours.parameters()), strict=True)
+    peer.load_weights(unfused_parameters(ours), strict=True)
     return peer
 
 

@@ -1,6 +1,6 @@
 """Micro-benchmark: what trace recording costs the engine thread.
 
-    python -m engine.telemetry.bench_trace [--batch 8] [--step-ms 20] [--rounds 5]
+    python -m engine.bench.trace_cost [--batch 8] [--step-ms 20] [--rounds 5]
 
 Reports (1) the per-call cost of on_event / on_reading, off and on; (2) the
 cost of formatting and atomically writing the trace, which happens on the

@@ -1,0 +1,28 @@
+"""Where custom kernels can launch in this process: the GPU backend, or why none.
+
+Pure questions about MLX and the default device; no state. Which kernels a loaded
+model actually launches is its own `KernelSet` (kernels/kernel_set.py).
+"""
+from __future__ import annotations
+
+import mlx.core as mx
+
+NAMES = ("gated_delta_step", "gated_delta_chunk", "paged_attention", "moe_route")
+
+
+def gpu_backend() -> str | None:
+    """'cuda' or 'metal' when MLX has that backend and the default device is the GPU."""
+    if mx.default_device().type != mx.DeviceType.gpu:
+        return None
+    if mx.cuda.is_available():
+        return "cuda"
+    if mx.metal.is_available():
+        return "metal"
+    return None
+
+
+def absent_reason() -> str:
+    """Why no kernel can run here (for skip messages and the status dict)."""
+    if not (mx.cuda.is_available() or mx.metal.is_available()):
+        return "no GPU backend in this MLX build"
+    return "default device is the CPU"

@@ -1,0 +1,98 @@
+"""The one place that decides, call by call, whether a custom kernel runs.
+
+A loaded model holds its own `KernelSet`, made at load from the self-test
+(`kernels.selftest.select_kernels`): the backend kernels launch on and the
+kernels that must not launch, with why. Two engines in one process each keep
+theirs; nothing here is process-wide or changes after load.
+
+Each dispatch method answers for one call: the kernel's result when that kernel
+is on AND the call's shapes are inside its contract (the module's `applies`),
+else None. On None the caller runs its own plain-mx path: the model's
+constant-graph code, never the kernels' float32 references (a per-token loop
+for the chunked recurrence), which exist for the tests and the self-test.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+import kernels.gated_delta_chunk as gdc
+import kernels.gated_delta_step as gds
+import kernels.moe_route as mr
+import kernels.paged_attention as pa
+from kernels.backend import NAMES
+
+BACKENDS = ("cuda", "metal")
+
+
+@dataclass(frozen=True)
+class KernelSet:
+    """backend: where kernels launch ('cuda' | 'metal'), None for nowhere;
+    off: (kernel name, why) for each kernel that must not launch."""
+    backend: str | None = None
+    off: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self):
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS} or None, not {self.backend!r}")
+        unknown = [name for name, _ in self.off if name not in NAMES]
+        if unknown:
+            raise ValueError(f"unknown kernel {unknown[0]!r}; known: {', '.join(NAMES)}")
+
+    @classmethod
+    def plain(cls, reason: str) -> KernelSet:
+        """No kernel launches; every call takes the model's plain-mx path."""
+        return cls(None, tuple((name, reason) for name in NAMES))
+
+    def launches(self, name: str) -> str | None:
+        """The backend `name` launches on, or None when it is off."""
+        if self.backend is None or any(n == name for n, _ in self.off):
+            return None
+        return self.backend
+
+    def status(self) -> dict[str, str]:
+        """name -> 'cuda' | 'metal' | 'reference (<why>)', for the status panel."""
+        why = dict(self.off)
+        return {name: self.launches(name) or f"reference ({why.get(name, 'no GPU backend')})"
+                for name in NAMES}
+
+    # -- dispatch: the kernel's result, or None (the caller runs its plain-mx path) ----
+    def gated_delta_step(self, q, k, v, g, beta, pool, slots, fresh=None):
+        """(y [B, Hv, Dv], pool) of kernels.gated_delta_step; pool rows updated in place."""
+        backend = self.launches(gds.NAME)
+        lanes = gds.pick_lanes(q.shape[-1], v.shape[-1])
+        if backend is None or not gds.applies(q, k, v, pool, lanes):
+            return None
+        y = gds.kernel(q, k, v, g, beta, pool, slots, fresh, backend=backend, lanes=lanes)
+        return y, mx.depends(pool, y)       # keep the returned pool: ordered after the write
+
+    def gated_delta_chunk(self, q, k, v, g, beta, pool, slots, lengths=None, fresh=None):
+        """(y [B, T, Hv, Dv], pool) of kernels.gated_delta_chunk; pool rows updated in place."""
+        backend = self.launches(gdc.NAME)
+        lanes = gdc.default_lanes(q.shape[0], v.shape[2], q.shape[3], v.shape[3])
+        if backend is None or not gdc.applies(q, k, v, pool, lanes):
+            return None
+        y = gdc.kernel(q, k, v, g, beta, pool, slots, lengths, fresh, backend=backend,
+                       lanes=lanes)
+        return y, mx.depends(pool, y)
+
+    def paged_decode_attention(self, q, k_pool, v_pool, block_tables, context_lens,
+                               page_size: int, scale: float):
+        """out [B, Hq, D] of kernels.paged_attention (one new token per row)."""
+        backend = self.launches(pa.NAME)
+        if backend is None or not pa.applies(q, k_pool, v_pool):
+            return None
+        return pa.kernel(q, k_pool, v_pool, block_tables, context_lens, page_size, scale,
+                         backend=backend)
+
+    def moe_route(self, logits, k: int, normalize: bool = True):
+        """(indices [N, k] int32, weights [N, k] float32) of kernels.moe_route."""
+        backend = self.launches(mr.NAME)
+        if backend is None or not mr.applies(logits, k):
+            return None
+        return mr.kernel(logits, k, normalize, backend=backend)
+
+
+# What a layer holds until its model is given a kernel set (models built outside an engine).
+NO_KERNELS = KernelSet.plain("no kernel set given to this model")

@@ -1,0 +1,76 @@
+"""Engine.from_model: a model built in memory is served like one read from disk, and
+each loaded model keeps its own kernel set (two engines in one process)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from qwen_fixtures import build_model, random_weights, tiny_config, write_tokenizer
+from tiny_models import tiny_llama, tiny_llama_config, write_tiny_llama
+
+import engine.loading.model_bundle as model_bundle
+import kernels.moe_route as mr
+from engine import Engine, EngineConfig
+from engine.loading.model_bundle import InMemoryModel
+from engine.tokenization.tokenizer import Tokenizer
+from kernels.kernel_set import KernelSet
+
+CFG = EngineConfig(num_pages=64, page_size=4, prefill_chunk=8, max_context=200)
+IDS = [5, 17, 42, 99, 7, 3, 250, 11, 64]
+
+
+def test_in_memory_model_serves_like_the_same_weights_from_disk(tmp_path):
+    folder = write_tiny_llama(tmp_path / "llama", seed=3)
+    memory = InMemoryModel(tiny_llama(tiny_llama_config(), seed=3), Tokenizer.from_folder(folder),
+                           tiny_llama_config(), "tiny in memory")
+    with Engine.load(folder, CFG) as disk, Engine.from_model(memory, CFG) as mem:
+        assert mem.model_name == "tiny in memory"
+        assert set(mem.kernel_status) == set(disk.kernel_status)
+        np.testing.assert_allclose(np.array(mem.logits(IDS)), np.array(disk.logits(IDS)),
+                                   atol=1e-5)
+        assert mem.generate(["hello world"])[0].text == disk.generate(["hello world"])[0].text
+
+
+def test_from_model_takes_only_an_in_memory_model(tmp_path):
+    with pytest.raises(TypeError):
+        Engine.from_model(str(tmp_path))
+    with pytest.raises(ValueError):
+        InMemoryModel(object(), object(), {}, "")
+
+
+def _moe_model(tmp_path):
+    config = tiny_config("qwen3_5_moe")
+    config["text_config"]["num_experts"] = 32          # inside the router kernel's contract
+    tmp_path.mkdir()
+    write_tokenizer(tmp_path)
+    return InMemoryModel(build_model(config, random_weights(config, seed=1)),
+                         Tokenizer.from_folder(tmp_path), config, "tiny moe")
+
+
+def test_each_engine_keeps_its_own_kernel_set(tmp_path, monkeypatch):
+    """Engine A's model routes through the (stand-in) router kernel, B's through its plain
+    path; loading B does not change A, and running one does not touch the other's set."""
+    launches = []
+
+    def router_kernel(logits, k, normalize=True, *, backend):
+        launches.append(logits.shape[0])
+        return mr.reference(logits, k, normalize)       # the kernel's float32 contract
+    monkeypatch.setattr(mr, "kernel", router_kernel)
+    only_router = KernelSet("cuda", tuple((n, "test") for n in
+                                          ("gated_delta_step", "gated_delta_chunk",
+                                           "paged_attention")))
+    monkeypatch.setattr(model_bundle, "select_kernels", lambda use: only_router)
+    a = Engine.from_model(_moe_model(tmp_path / "a"), CFG)
+    monkeypatch.undo()
+    monkeypatch.setattr(mr, "kernel", router_kernel)
+    b = Engine.from_model(_moe_model(tmp_path / "b"), EngineConfig(
+        num_pages=64, page_size=4, prefill_chunk=8, max_context=200, use_kernels=False))
+    with a, b:
+        assert a.kernel_status["moe_route"] == "cuda"
+        assert b.kernel_status["moe_route"] == "reference (turned off in settings)"
+        plain = np.array(b.logits(IDS))
+        assert launches == []
+        routed = np.array(a.logits(IDS))
+        assert launches == [len(IDS)] * 4                   # 4 MoE layers, every token
+        np.testing.assert_allclose(routed, plain, atol=1e-4)
+        b.logits(IDS)
+        assert len(launches) == 4
