@@ -158,11 +158,12 @@ class Scheduler:
         if (len(order) < 2 or order[0] is not self._lead
                 or self._lead_steps < self.config.prefill_turn_chunks):
             return order
-        ready = [s for s in order[1:] if s.status is Status.RUNNING or self._can_admit(s)]
-        if not ready:
-            return order
-        nxt = min(ready, key=lambda s: self._last_read.get(s.request_id, -1))  # first of equals
-        return [nxt] + [s for s in order if s is not nxt]
+        # Least recently read first (sorted() is stable: arrival order among equals);
+        # admission is checked lazily, it may evict kept turns.
+        for nxt in sorted(order[1:], key=lambda s: self._last_read.get(s.request_id, -1)):
+            if nxt.status is Status.RUNNING or self._can_admit(nxt):
+                return [nxt] + [s for s in order if s is not nxt]
+        return order
 
     def _note_reading(self, chunks: list[PrefillChunk]) -> None:
         self._num_plans += 1
