@@ -122,6 +122,10 @@ def ours_ttft_under_load(engine: Engine, streams: list[list[int]], prompt: list[
     B = len(streams)
     calm = [e.duration for e in rec.events[:before] if e.kind == "decode" and e.batch_size == B]
     during = [e.duration for e in rec.events[before:during_idx] if e.batch_size == B]
+    mixed = [e for e in rec.events[before:during_idx] if e.kind == "mixed"]
     return ttft, {"itl_before_ms": 1000 * statistics.median(calm[2:] or calm),
                   "itl_during_ms": 1000 * statistics.median(during) if during else None,
-                  "itl_during_max_ms": 1000 * max(during) if during else None}
+                  "itl_during_max_ms": 1000 * max(during) if during else None,
+                  "chunk_tokens": statistics.median(e.prefill_tokens for e in mixed)
+                  if mixed else None,
+                  "degraded_steps": f"{sum(e.degraded for e in mixed)}/{len(mixed)}"}
