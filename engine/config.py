@@ -17,8 +17,16 @@ class EngineConfig:
     # Low-level override of the budget: pages in the pool, page 0 (scratch) included.
     num_pages: int | None = None
     prefill_chunk: int = 512        # prompt tokens read per step (several prompts may share it)
-    # While others stream, a step's prompt reading may slow their decode by this fraction.
+    # While others stream, each keeps at least this pace (tokens per second, i.e. a step
+    # of at most 1/15 s); prompt reading gets the time above the calm decode step up to
+    # it (engine/core/prefill_budget.py). 0: no floor, a whole chunk every step.
+    min_stream_tok_s: float = 15.0
+    # Degraded mode, where the floor cannot hold (a CPU): reading a prompt may slow the
+    # streams' calm step by this fraction (at least one smallest chunk is read).
     max_decode_slowdown: float = 0.25
+    # Fairness: after this many consecutive chunks of one prompt, the next prompt waiting
+    # to be read gets its turn (engine/core/scheduler.py, _prefill_order).
+    prefill_turn_chunks: int = 4
     max_context: int = 8192         # prompt + generation, per sequence
     use_kernels: bool = True        # custom kernels where the self-test passed
     # Finished turns kept (pages and recurrent state) for each conversation's next turn.
@@ -26,7 +34,8 @@ class EngineConfig:
     num_cached_turns: int = 8       # extra state slots they may hold
 
     def __post_init__(self):
-        for name in ("max_num_seqs", "page_size", "prefill_chunk", "max_context"):
+        for name in ("max_num_seqs", "page_size", "prefill_chunk", "max_context",
+                     "prefill_turn_chunks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name} must be >= 1")
         if self.kv_budget_mb is not None and (isinstance(self.kv_budget_mb, bool) or not
@@ -34,6 +43,9 @@ class EngineConfig:
                                               or self.kv_budget_mb < 1):
             raise ValueError("EngineConfig.kv_budget_mb must be a whole number of MB >= 1, "
                              "or None to size the KV cache from free memory")
+        if not self.min_stream_tok_s >= 0:
+            raise ValueError("EngineConfig.min_stream_tok_s must be >= 0 tokens per second "
+                             "(0 turns the reading-pace floor off)")
         if self.max_decode_slowdown <= 0:
             raise ValueError("EngineConfig.max_decode_slowdown must be > 0")
         if self.num_pages is not None and self.num_pages < 2:

@@ -19,7 +19,7 @@ class TokenEvent:
 class RequestStats:
     prompt_tokens: int
     generated_tokens: int
-    ttft_s: float              # submit -> first token
+    ttft_s: float              # Engine.submit() called -> first token on the host
     decode_tok_s: float        # generated tokens after the first / time since the first
     prefill_tok_s: float = 0.0
     num_preemptions: int = 0
@@ -57,6 +57,11 @@ class StepEvent:
     kv_pages_cached: int = 0   # of kv_pages_used, held by finished turns (evicted on demand)
     num_waiting: int = 0
     num_running: int = 0
+    # Requests queued after this step: not admitted yet, or preempted and waiting.
+    waiting_request_ids: tuple[int, ...] = ()
+    # A prompt was read beside the streams in the degraded mode: the reading-pace floor
+    # (EngineConfig.min_stream_tok_s) could not hold, the slowdown was bounded instead.
+    degraded: bool = False
 
     @property
     def duration(self) -> float:

@@ -50,13 +50,14 @@ class ChatSession(QObject):
 
     # verbs
     def send(self, text: str) -> bool:
+        t_sent = time.perf_counter()     # the reply's time to first token counts from here
         text = text.strip()
         if not text:
             return False
         self._abandon()
         self._add(Message("user", text))
         self._maybe_title(text)
-        return self._generate()
+        return self._generate(t_sent)
 
     def stop(self) -> None:
         if self.request_id is not None:
@@ -100,7 +101,8 @@ class ChatSession(QObject):
                 prompt.append({"role": msg.role, "content": content})
         return prompt
 
-    def _generate(self) -> bool:
+    def _generate(self, t_sent: float | None = None) -> bool:
+        t_sent = time.perf_counter() if t_sent is None else t_sent
         prompt = self._prompt()
         try:
             rid = self._bridge.submit(prompt, self.conversation.sampling_params())
@@ -111,7 +113,7 @@ class ChatSession(QObject):
                         model=self._bridge.model_name, num_tokens=0)
         self._row = self._add(reply)
         self.request_id = rid
-        self._t_submit = time.perf_counter()
+        self._t_sent = t_sent
         self._save.start()
         self.busy_changed.emit(True)
         return True
@@ -143,7 +145,10 @@ class ChatSession(QObject):
         msg = self.model.message(self._row)
         msg.state, msg.error = state, error
         if stats is not None:
-            msg.ttft_s, msg.decode_tok_s = stats.ttft_s, stats.decode_tok_s
+            # The figure shown while streaming stays: both count from the send (the
+            # engine's from its submit call), and the one the user saw is the one kept.
+            msg.ttft_s = stats.ttft_s if msg.ttft_s is None else msg.ttft_s
+            msg.decode_tok_s = stats.decode_tok_s
             msg.num_tokens, msg.prompt_tokens = stats.generated_tokens, stats.prompt_tokens
         self._store.update_message(msg)
         self.model.replace(self._row, msg)
@@ -158,7 +163,7 @@ class ChatSession(QObject):
             return
         msg = self.model.message(self._row)
         if msg.ttft_s is None:
-            msg.ttft_s = time.perf_counter() - self._t_submit
+            msg.ttft_s = time.perf_counter() - self._t_sent
         self.model.append_text(self._row, text, num_tokens)
 
     def _on_bridge_request_finished(self, request_id, reason, stats, text, error) -> None:

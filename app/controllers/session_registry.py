@@ -63,6 +63,10 @@ class SessionRegistry(QObject):
         """Conversations with a reply in flight."""
         return sum(1 for s in self._sessions.values() if s.busy)
 
+    def active_requests(self) -> list[int]:
+        """Request ids of the replies in flight (queued, reading or streaming)."""
+        return [s.request_id for s in self._sessions.values() if s.request_id is not None]
+
     def title_of_request(self, request_id: int) -> str:
         return self._request_titles.get(request_id, f"request {request_id}")
 

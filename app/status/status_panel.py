@@ -17,7 +17,13 @@ from PySide6.QtWidgets import (
 
 from app.status.process_memory import format_bytes, resident_bytes
 from app.status.sparkline import Sparkline
-from app.status.status_text import batch_text, kernel_text, reading_text
+from app.status.status_text import (
+    DEGRADED_NOTE,
+    batch_text,
+    conversation_line,
+    kernel_text,
+    reading_text,
+)
 from app.status.step_stats import StepStats
 
 TICK_MS = 250
@@ -59,7 +65,8 @@ class StatusPanel(QDockWidget):
     save_trace_requested = Signal()
 
     def __init__(self, bridge, title_of=lambda rid: f"#{rid}", telemetry=None,
-                 num_streaming=lambda: 0, parent=None):
+                 num_streaming=lambda: 0, active_requests=lambda: (), parent=None):
+        """active_requests() -> ids of the requests in flight (sent, not finished)."""
         super().__init__("Status", parent)
         self.setObjectName("statusPanel")
         self.stats = StepStats()
@@ -67,6 +74,7 @@ class StatusPanel(QDockWidget):
         self._bridge = bridge
         self._title_of = title_of
         self._num_streaming = num_streaming
+        self._active_requests = active_requests
         self.values: dict[str, QLabel] = {}
         self.captions: dict[str, QLabel] = {}
         self.sparklines: dict[str, Sparkline] = {}
@@ -188,6 +196,18 @@ class StatusPanel(QDockWidget):
         for key in ("mhz", "watts"):
             for widget in (self.values[key], self.captions[key], self.sparklines[key]):
                 widget.setToolTip(text.tooltip)
-        lines = [f"{_short(self._title_of(rid))}  {rate:.1f} tok/s"
-                 for rid, rate in sorted(snap.per_request_tok_s.items())]
+        self._show_conversations(snap)
+
+    def _show_conversations(self, snap) -> None:
+        """One line per conversation in flight: waiting, reading its prompt, or its rate;
+        and the ones that finished within the window, with their last rate."""
+        active = set(self._active_requests())
+        self.stats.forget(active)
+        rates = snap.per_request_tok_s
+        lines = [conversation_line(_short(self._title_of(rid)),
+                                   self.stats.phase(rid) if rid in active else "streaming",
+                                   rates.get(rid))
+                 for rid in sorted(active | set(rates))]
+        if snap.degraded:
+            lines.append(DEGRADED_NOTE)
         self.per_conversation.setText("\n".join(lines) or "idle")

@@ -89,3 +89,15 @@ def batch_text(batch_size: int, num_streaming: int) -> tuple[str, str]:
     """Value and caption for the batch row."""
     streaming = f"{num_streaming} streaming conversation" + ("" if num_streaming == 1 else "s")
     return str(batch_size), f"last decode batch · {streaming}"
+
+
+PHASE_WORDS = {"waiting": "waiting", "reading": "reading prompt"}
+DEGRADED_NOTE = ("streams slowed while a prompt is read: this machine cannot keep the "
+                 "reading pace beside it")
+
+
+def conversation_line(title: str, phase: str, tok_s: float | None) -> str:
+    """'Chat  waiting' while queued, 'Chat  reading prompt', then 'Chat  12.3 tok/s'."""
+    if phase in PHASE_WORDS:
+        return f"{title}  {PHASE_WORDS[phase]}"
+    return f"{title}  {tok_s or 0.0:.1f} tok/s"

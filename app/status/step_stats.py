@@ -19,6 +19,7 @@ class StatsSnapshot:
     num_waiting: int = 0
     max_batch_size: int = 0
     num_steps: int = 0
+    degraded: bool = False           # a step in the window read a prompt in degraded mode
 
 
 IDLE_S = 0.5     # no decode step for this long: the batch reads 0
@@ -33,6 +34,25 @@ class StepStats:
         self._last_decode = None     # prefill-only steps (batch_size 0) do not replace it
         self.max_batch_size = 0
         self.num_steps = 0
+        # Requests not streaming yet: "waiting" (queued) or "reading" (their prompt).
+        self._phases: dict[int, str] = {}
+
+    def phase(self, request_id: int) -> str:
+        """'waiting' until the engine has read some of its prompt (a request no step has
+        mentioned yet is still queued), 'reading' while it does, then 'streaming'."""
+        return self._phases.get(request_id, "waiting")
+
+    def forget(self, keep) -> None:
+        """Drop the phases of requests no longer in flight (keep: the ones that are)."""
+        self._phases = {rid: p for rid, p in self._phases.items() if rid in keep}
+
+    def _note_phases(self, event) -> None:
+        for rid in getattr(event, "waiting_request_ids", ()):
+            self._phases[rid] = "waiting"
+        for rid in event.prefill_request_ids:
+            self._phases[rid] = "reading"
+        for rid in event.decode_request_ids:
+            self._phases[rid] = "streaming"
 
     def add_step(self, event) -> None:
         self._steps.append(event)
@@ -40,6 +60,7 @@ class StepStats:
         if event.batch_size > 0:
             self._last_decode = event
         self.num_steps += 1
+        self._note_phases(event)
         self.max_batch_size = max(self.max_batch_size, event.batch_size)
         self._trim(event.t_end)
 
@@ -75,4 +96,5 @@ class StepStats:
             batch_size=0 if idle else last_batch, last_decode_batch=last_batch,
             kv_pages_used=last.kv_pages_used, kv_pages_total=last.kv_pages_total,
             num_waiting=last.num_waiting, max_batch_size=self.max_batch_size,
-            num_steps=self.num_steps)
+            num_steps=self.num_steps,
+            degraded=any(getattr(s, "degraded", False) for s in self._steps))

@@ -107,7 +107,10 @@ def ours_ttft_under_load(engine: Engine, streams: list[list[int]], prompt: list[
         handles = [engine.submit(p, SamplingParams(max_tokens=steps * 4)) for p in streams]
         for h in handles:
             next(iter(h))
-        time.sleep(0.2 + steps * 0.0)
+        # A few calm steps of the whole batch first (a fixed sleep saw none on a busy CPU).
+        while sum(e.kind == "decode" and e.batch_size == len(streams)
+                  for e in list(rec.events)) < 4:
+            time.sleep(0.05)
         before = len(rec.events)
         new = engine.submit(prompt, SamplingParams(max_tokens=1))
         ttft = new.result().stats.ttft_s
@@ -119,6 +122,10 @@ def ours_ttft_under_load(engine: Engine, streams: list[list[int]], prompt: list[
     B = len(streams)
     calm = [e.duration for e in rec.events[:before] if e.kind == "decode" and e.batch_size == B]
     during = [e.duration for e in rec.events[before:during_idx] if e.batch_size == B]
+    mixed = [e for e in rec.events[before:during_idx] if e.kind == "mixed"]
     return ttft, {"itl_before_ms": 1000 * statistics.median(calm[2:] or calm),
                   "itl_during_ms": 1000 * statistics.median(during) if during else None,
-                  "itl_during_max_ms": 1000 * max(during) if during else None}
+                  "itl_during_max_ms": 1000 * max(during) if during else None,
+                  "chunk_tokens": statistics.median(e.prefill_tokens for e in mixed)
+                  if mixed else None,
+                  "degraded_steps": f"{sum(e.degraded for e in mixed)}/{len(mixed)}"}

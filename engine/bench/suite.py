@@ -85,9 +85,15 @@ def run_bench(args) -> int:
             if peer and n <= args.peer_max_prefill:
                 log.timed(lambda: (peer.prefill_seconds(prompt), {}), engine="mlx-lm",
                           what="prefill", size=n)
-    if args.ttft_load:
-        streams = [_prompt(64, vocab, 100 + i) for i in range(7)]
-        log.timed(lambda: ours_ttft_under_load(engine, streams, _prompt(args.ttft_load, vocab, 7)),
+    streams = [_prompt(64, vocab, 100 + i) for i in range(7)]
+    for r in range(args.rounds if args.ttft_load else 0):
+        # A fresh prompt each time (a repeated one would come from the prefix cache),
+        # read alone and then while the 7 stream, alternating.
+        prompt = _prompt(args.ttft_load, vocab, 7 + r)
+        log.timed(lambda: ours_prefill(engine, prompt), engine="tandem",
+                  what="ttft_alone", size=args.ttft_load)
+        prompt = _prompt(args.ttft_load, vocab, 1007 + r)
+        log.timed(lambda: ours_ttft_under_load(engine, streams, prompt),
                   engine="tandem", what="ttft_under_load", size=args.ttft_load)
     if args.trace_overhead:
         _trace_overhead(engine, log, args, vocab)

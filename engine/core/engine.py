@@ -91,6 +91,9 @@ class Engine:
         """Queue a request. stream=False: the handle keeps only the final event (for
         callers that follow the request through add_listener instead)."""
         self._check_open()
+        # Time to first token counts from here (the user's send), not from when the
+        # engine thread picks the request up between two steps.
+        t_submit = time.perf_counter()
         sampling = sampling or SamplingParams()
         ids = self.bundle.tokenizer.encode_prompt(prompt)
         if not ids:
@@ -105,7 +108,7 @@ class Engine:
                 "KV budget in Settings or shorten the prompt.")
         handle = RequestHandle(next(self._ids), self.cancel, stream)
         self._handles[handle.request_id] = handle
-        seq = Sequence(handle.request_id, ids)
+        seq = Sequence(handle.request_id, ids, t_submit=t_submit)
         tok = self.bundle.tokenizer
         out = OutputStream(tok.detokenizer(skip_special_tokens=True), tok.eos_token_ids,
                            sampling, self.config.max_context)
@@ -215,7 +218,6 @@ class Engine:
     def _apply(self, loop: StepLoop, message: Message) -> None:
         if isinstance(message, Submit):
             seq = message.request.seq
-            seq.t_submit = time.perf_counter()
             self._emit(SubmittedEvent(seq.request_id, seq.t_submit, len(seq.prompt_ids)))
             loop.add(message.request)
         elif isinstance(message, Cancel):

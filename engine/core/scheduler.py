@@ -9,6 +9,13 @@ page it cannot append, the manager evicts kept turns first, then the latest
 admitted sequence is preempted: its pages and slot are freed and it waits to
 be recomputed. A prompt that continues a kept turn reads only its new tokens.
 
+Prompts are read in order of arrival, but one prompt leads prompt reading for at
+most config.prefill_turn_chunks consecutive steps while another waits: then the
+prompt read least recently (one never read first; arrival order among equals) leads
+for one step, so a new conversation's first chunk never waits behind a long prompt
+for more than that many steps. How many tokens a step reads is the caller's (the
+step loop's PrefillBudget measures step costs; planning here is deterministic).
+
 The plan is everything the runner needs for one step, the device-side copies
 included (copy-on-write pages, snapshot state slots), so nothing reaches the
 runner or the step loop by another way.
@@ -49,6 +56,9 @@ class StepPlan:
     preempted: list[Sequence] = field(default_factory=list)
     copies: DeviceCopies = field(default_factory=DeviceCopies)
     resolve_first: bool = False
+    # Set by the step loop: the prompt was read in the budget's degraded mode (the
+    # reading-pace floor could not hold beside it; engine/core/prefill_budget.py).
+    degraded: bool = False
 
     @property
     def prefill_tokens(self) -> int:
@@ -69,6 +79,12 @@ class Scheduler:
         self.cache = cache
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []   # in admission order
+        # Fairness between prompts: who led the last step's prompt reading, for how many
+        # consecutive steps, and the plan number at which each prompt was last read.
+        self._lead: Sequence | None = None
+        self._lead_steps = 0
+        self._last_read: dict[int, int] = {}
+        self._num_plans = 0
 
     @property
     def has_work(self) -> bool:
@@ -85,6 +101,7 @@ class Scheduler:
         except _ResolveFirst:
             return StepPlan(resolve_first=True)
         plan.prefills = self._schedule_prefill(prefill_budget or self.config.prefill_chunk)
+        self._note_reading(plan.prefills)
         plan.copies = self.cache.take_copies()
         for c in plan.prefills:
             if c.is_last:       # a turn boundary: keep the state for the next turn
@@ -118,7 +135,7 @@ class Scheduler:
         prompts (a broadcast to every pane) are read in one forward, the weights once.
         """
         chunks: list[PrefillChunk] = []
-        for seq in self._prefill_candidates():
+        for seq in self._prefill_order():
             width = max((c.num_tokens for c in chunks), default=0)
             todo = (seq.num_tokens - self.cache.match(seq)[1] if seq.status is Status.WAITING
                     else seq.num_to_prefill)
@@ -134,9 +151,29 @@ class Scheduler:
             chunks.append(PrefillChunk(seq, seq.num_computed, n))
         return chunks
 
-    def _prefill_candidates(self):
-        yield from [s for s in self.running if s.is_prefilling]
-        yield from list(self.waiting)
+    def _prefill_order(self) -> list[Sequence]:
+        """Prompts being read (admission order), then waiting ones (arrival order); when
+        the leader has had its turn and another prompt can be read, that one goes first."""
+        order = [s for s in self.running if s.is_prefilling] + list(self.waiting)
+        if (len(order) < 2 or order[0] is not self._lead
+                or self._lead_steps < self.config.prefill_turn_chunks):
+            return order
+        # Least recently read first (sorted() is stable: arrival order among equals);
+        # admission is checked lazily, it may evict kept turns.
+        for nxt in sorted(order[1:], key=lambda s: self._last_read.get(s.request_id, -1)):
+            if nxt.status is Status.RUNNING or self._can_admit(nxt):
+                return [nxt] + [s for s in order if s is not nxt]
+        return order
+
+    def _note_reading(self, chunks: list[PrefillChunk]) -> None:
+        self._num_plans += 1
+        for c in chunks:
+            self._last_read[c.seq.request_id] = self._num_plans
+        if not chunks:
+            return
+        lead = chunks[0].seq
+        self._lead_steps = self._lead_steps + 1 if lead is self._lead else 1
+        self._lead = lead
 
     def _can_admit(self, seq: Sequence) -> bool:
         return len(self.running) < self.config.max_num_seqs and self.cache.can_allocate(seq)
@@ -170,6 +207,9 @@ class Scheduler:
             self.running.remove(seq)
         seq.status = Status.FINISHED
         seq.finish_reason = reason
+        self._last_read.pop(seq.request_id, None)
+        if self._lead is seq:
+            self._lead, self._lead_steps = None, 0
 
     @staticmethod
     def _keep(seq: Sequence, reason: str) -> bool:

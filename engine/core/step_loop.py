@@ -45,7 +45,8 @@ class StepLoop:
         self.num_steps = 0
         # The step whose tokens are still on the device: (plan, sampled, t_start).
         self._inflight = None
-        self.budget = PrefillBudget(config.prefill_chunk, config.max_decode_slowdown)
+        self.budget = PrefillBudget(config.prefill_chunk, config.min_stream_tok_s,
+                                    config.max_decode_slowdown)
 
     @property
     def has_work(self) -> bool:
@@ -84,11 +85,14 @@ class StepLoop:
         on the device, it plans nothing and asks for them first (StepPlan.resolve_first):
         planning never calls back into this loop."""
         decoding = any(not s.is_prefilling for s in self.scheduler.running)
-        plan = self.scheduler.schedule(self.budget.tokens(decoding))
+        allowance = self.budget.allowance(decoding)
+        plan = self.scheduler.schedule(allowance.tokens)
         if plan.resolve_first:
             self.flush()
-            plan = self.scheduler.schedule(self.budget.tokens(decoding))
+            plan = self.scheduler.schedule(allowance.tokens)
             assert not plan.resolve_first, "nothing is in flight after a flush"
+        # Degraded only matters where a prompt was read beside a decode.
+        plan.degraded = allowance.degraded and bool(plan.decode and plan.prefills)
         return plan
 
     def flush(self) -> None:
@@ -207,4 +211,6 @@ class StepLoop:
             kv_pages_used=self.cache.pages.num_used, kv_pages_total=self.cache.pages.num_total,
             kv_pages_cached=self.cache.num_cached_pages,
             num_waiting=len(self.scheduler.waiting),
-            num_running=len(self.scheduler.running)))
+            num_running=len(self.scheduler.running),
+            waiting_request_ids=tuple(s.request_id for s in self.scheduler.waiting),
+            degraded=plan.degraded))

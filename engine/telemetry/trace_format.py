@@ -108,7 +108,8 @@ class TraceFormatter:
             out.append(self._slice("prefill_chunk", ts, dur, {
                 **common, "request_id": ev.prefill_request_ids[0],
                 "request_ids": list(ev.prefill_request_ids),
-                "tokens": ev.prefill_tokens}))
+                "tokens": ev.prefill_tokens,
+                **({"degraded": True} if getattr(ev, "degraded", False) else {})}))
         seconds = ev.t_end - ev.t_start
         if seconds > 0:
             out += self._counter(DECODE_TOK_S, ts, ev.batch_size / seconds)

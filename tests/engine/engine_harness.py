@@ -27,7 +27,7 @@ class Harness:
         # The prompt budget follows measured step times; tests need the same plan on any
         # machine, so it is off here (always a whole chunk) and tested on its own.
         self.config = EngineConfig(**{"num_pages": 256, "page_size": 4,
-                                      "max_decode_slowdown": 1e9, **config})
+                                      "min_stream_tok_s": 0.0, **config})
         self.steps = []           # StepEvents
         self.events = []          # request events
         self.loop = StepLoop(model, self.config, emit=self._collect,

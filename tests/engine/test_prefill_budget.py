@@ -1,38 +1,73 @@
-"""The prompt-reading budget while other conversations stream."""
-from engine.core.prefill_budget import GRAIN, WARMUP_TOKENS, PrefillBudget
+"""The prompt-reading allowance while other conversations stream (no timing: the
+step costs are given to the budget as if measured)."""
+import pytest
+
+from engine.config import EngineConfig
+from engine.core.chunk_shapes import MIN_CHUNK, chunk_lengths, round_down
+from engine.core.prefill_budget import WARMUP_TOKENS, PrefillBudget
 
 
-def test_whole_chunk_when_nobody_streams():
-    assert PrefillBudget(512, 0.25).tokens(decoding=False) == 512
+def measured(max_chunk, decode_s, prefill_tok_s, floor=15.0, slowdown=0.25):
+    b = PrefillBudget(max_chunk, floor, slowdown)
+    b.observe(decode_s, decode_rows=7, prefill_tokens=0)
+    b.observe(1.0, decode_rows=0, prefill_tokens=int(prefill_tok_s))
+    return b
 
 
-def test_small_warmup_budget_before_anything_is_measured():
-    assert PrefillBudget(512, 0.25).tokens(decoding=True) == WARMUP_TOKENS
+def test_chunk_lengths_are_powers_of_two_up_to_the_chunk():
+    assert chunk_lengths(512) == (16, 32, 64, 128, 256, 512)
+    assert chunk_lengths(96) == (16, 32, 64, 96)
+    assert chunk_lengths(8) == (8,)
+    assert round_down(511, 512) == 256 and round_down(15, 512) == 0
 
 
-def test_budget_keeps_the_decode_slowdown_under_the_fraction():
-    b = PrefillBudget(4096, 0.25)
-    b.observe(0.040, decode_rows=7, prefill_tokens=0)        # 40 ms decode steps
-    b.observe(1.0, decode_rows=0, prefill_tokens=8000)       # 8000 prompt tok/s alone
-    tokens = b.tokens(decoding=True)
-    assert tokens % GRAIN == 0
-    assert tokens / 8000 <= 0.25 * 0.040                     # extra time <= 25% of a step
-    assert tokens == 80
+def test_whole_chunk_when_nobody_streams_or_without_a_floor():
+    assert PrefillBudget(512, 15.0, 0.25).allowance(decoding=False).tokens == 512
+    assert PrefillBudget(512, 0.0, 0.25).allowance(decoding=True).tokens == 512
+
+
+def test_small_warmup_allowance_before_anything_is_measured():
+    assert PrefillBudget(512, 15.0, 0.25).allowance(decoding=True).tokens == WARMUP_TOKENS
+
+
+def test_prompt_gets_the_time_between_the_calm_step_and_the_floor():
+    b = measured(4096, decode_s=0.031, prefill_tok_s=2000)   # a GPU: 31 ms calm step
+    a = b.allowance(decoding=True)
+    # (66.7 - 31) ms x 2000 tok/s = 71 tokens -> rounded down to 64
+    assert a.tokens == 64 and not a.degraded
+    assert b.decode_s + a.tokens / b.prefill_tok_s <= 1 / 15
+
+
+def test_a_fast_prompt_rate_reads_a_large_chunk_within_the_floor():
+    b = measured(2048, decode_s=0.031, prefill_tok_s=40000)
+    assert b.allowance(True).tokens == 1024            # 1427 -> 1024 (set member, not 1427)
+    assert measured(512, 0.031, 40000).allowance(True).tokens == 512   # capped by the chunk
+
+
+def test_degraded_when_the_smallest_chunk_overruns_the_floor():
+    b = measured(512, decode_s=0.040, prefill_tok_s=250)    # a CPU: a token costs 4 ms
+    a = b.allowance(decoding=True)
+    assert a.degraded and a.tokens == MIN_CHUNK              # the new prompt still moves
+
+
+def test_degraded_when_the_calm_step_is_slower_than_the_floor():
+    b = measured(512, decode_s=0.200, prefill_tok_s=1000)   # 5 tok/s calm: no floor holds
+    a = b.allowance(decoding=True)
+    # bounded relative slowdown: 0.25 x 200 ms = 50 ms x 1000 tok/s = 50 -> 32
+    assert a.degraded and a.tokens == 32
+    assert a.tokens / b.prefill_tok_s <= 0.25 * b.decode_s
 
 
 def test_mixed_steps_teach_the_prompt_rate():
-    b = PrefillBudget(4096, 0.25)
+    b = PrefillBudget(4096, 15.0, 0.25)
     b.observe(0.040, decode_rows=4, prefill_tokens=0)
     b.observe(0.050, decode_rows=4, prefill_tokens=64)       # 10 ms for 64 tokens
     assert abs(b.prefill_tok_s - 6400) < 1e-6
-    assert b.tokens(decoding=True) == 64
+    assert b.allowance(True).tokens == 128                   # 26.7 ms x 6400 = 170 -> 128
 
 
-def test_budget_never_exceeds_the_chunk_or_drops_below_a_grain():
-    b = PrefillBudget(128, 0.25)
-    b.observe(1.0, 1, 0)
-    b.observe(0.001, 0, 100000)
-    assert b.tokens(True) == 128
-    b.observe(0.040, 7, 0)                  # a CPU: prompt tokens cost like decode rows
-    b.decode_s, b.prefill_tok_s = 0.040, 200.0
-    assert b.tokens(True) == GRAIN          # a new prompt still moves
+@pytest.mark.parametrize("bad", [{"min_stream_tok_s": -1.0}, {"min_stream_tok_s": float("nan")},
+                                 {"prefill_turn_chunks": 0}, {"max_decode_slowdown": 0}])
+def test_policy_settings_are_validated(bad):
+    with pytest.raises(ValueError, match="EngineConfig"):
+        EngineConfig(**bad)

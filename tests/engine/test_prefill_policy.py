@@ -1,0 +1,149 @@
+"""The reading-pace policy end to end without timing: a scripted clock gives every
+step its cost (calm decode seconds + prompt tokens / prompt rate) and the budget
+learns from those, as the step loop's would; the scheduler plans from the budget."""
+from engine.cache.cache_manager import CacheManager
+from engine.config import EngineConfig
+from engine.core.chunk_shapes import MIN_CHUNK, chunk_lengths
+from engine.core.prefill_budget import PrefillBudget
+from engine.core.scheduler import Scheduler
+from engine.core.sequence import Sequence
+
+FLOOR_S = 1 / 15
+
+
+class ScriptedEngine:
+    """The step loop's planning with a fake runner whose step costs are scripted."""
+
+    def __init__(self, decode_s, prefill_tok_s, chunk=2048, turn=4):
+        self.decode_s, self.prefill_tok_s = decode_s, prefill_tok_s
+        cfg = EngineConfig(max_num_seqs=16, page_size=16, num_pages=4096, prefill_chunk=chunk,
+                           max_context=8192, prefill_turn_chunks=turn)
+        self.sched = Scheduler(cfg, CacheManager(4096, 16, 16, keep_turns=None,
+                                                 exact_prefix_only=False))
+        self.budget = PrefillBudget(chunk, cfg.min_stream_tok_s, cfg.max_decode_slowdown)
+        self.now = 0.0
+        self.steps = []                      # (plan, seconds, allowance)
+        self.first_token: dict[int, float] = {}
+        self.arrival: dict[int, int] = {}    # request id -> step count when it arrived
+
+    def add(self, rid, n_prompt):
+        self.arrival[rid] = len(self.steps)
+        self.sched.add(Sequence(rid, list(range(n_prompt))))
+
+    def step(self):
+        decoding = any(not s.is_prefilling for s in self.sched.running)
+        allowance = self.budget.allowance(decoding)
+        plan = self.sched.schedule(allowance.tokens)
+        seconds = (self.decode_s if plan.decode else 0.0) + plan.prefill_tokens / self.prefill_tok_s
+        for s in plan.decode:
+            s.num_computed = s.num_tokens
+            s.output_ids.append(7)
+        self.now += seconds
+        for c in plan.prefills:
+            c.seq.num_computed = c.start + c.num_tokens
+            if c.is_last:
+                c.seq.output_ids.append(7)
+                self.first_token[c.seq.request_id] = self.now
+        self.budget.observe(seconds, len(plan.decode), plan.prefill_tokens)
+        self.steps.append((plan, seconds, allowance))
+        return plan
+
+    def streams(self, n=7):
+        """n conversations streaming, the budget warmed up on them."""
+        for rid in range(n):
+            self.add(rid, 64)
+        for _ in range(6):
+            self.step()
+        assert all(not s.is_prefilling for s in self.sched.running)
+
+    def read(self, rid, n_prompt):
+        """Add a prompt and step until its first token; the steps taken meanwhile."""
+        start = len(self.steps)
+        self.add(rid, n_prompt)
+        while rid not in self.first_token:
+            self.step()
+        return self.steps[start:]
+
+
+def mixed(steps):
+    return [(p, sec, a) for p, sec, a in steps if p.decode and p.prefills]
+
+
+def test_gpu_prompt_chunks_fill_the_time_up_to_the_floor():
+    eng = ScriptedEngine(decode_s=0.031, prefill_tok_s=2000)
+    eng.streams()
+    during = mixed(eng.read(100, 2048))
+    # (66.7 ms - 31 ms) x 2000 tok/s = 71 -> the set's 64; the last chunk is what is left
+    assert {p.prefill_tokens for p, _, _ in during[:-1]} == {64}
+    assert all(sec <= FLOOR_S for _, sec, _ in during)
+    assert not any(a.degraded for _, _, a in during)
+
+
+def test_a_fast_prompt_rate_is_read_in_few_large_chunks():
+    eng = ScriptedEngine(decode_s=0.031, prefill_tok_s=40000)
+    eng.streams()
+    during = mixed(eng.read(100, 2048))
+    assert [p.prefill_tokens for p, _, _ in during] == [1024, 1024]
+    assert all(sec <= FLOOR_S for _, sec, _ in during)
+
+
+def test_every_planned_chunk_comes_from_the_fixed_set():
+    eng = ScriptedEngine(decode_s=0.020, prefill_tok_s=3300)
+    eng.streams()
+    during = mixed(eng.read(100, 3000))
+    assert all(p.prefill_tokens in chunk_lengths(2048) for p, _, _ in during[:-1])
+    assert during[-1][0].prefills[0].is_last
+
+
+def test_cpu_degrades_to_the_smallest_chunk_and_says_so():
+    eng = ScriptedEngine(decode_s=0.040, prefill_tok_s=250)   # a token costs 4 ms
+    eng.streams()
+    during = mixed(eng.read(100, 256))
+    assert [p.prefill_tokens for p, _, _ in during] == [MIN_CHUNK] * 16
+    assert all(a.degraded for _, _, a in during)
+    # bounded: the streams' step is the calm step plus one smallest chunk, no more
+    assert max(sec for _, sec, _ in during) <= 0.040 + MIN_CHUNK / 250 + 1e-9
+
+
+def test_slow_calm_step_degrades_to_a_bounded_relative_slowdown():
+    eng = ScriptedEngine(decode_s=0.200, prefill_tok_s=1000)  # calm pace 5 tok/s < floor
+    eng.streams()
+    during = mixed(eng.read(100, 512))
+    assert all(a.degraded for _, _, a in during)
+    assert all(sec <= 0.200 * 1.25 + 1e-9 for _, sec, _ in during)
+
+
+def test_no_degraded_flag_without_streams():
+    eng = ScriptedEngine(decode_s=0.200, prefill_tok_s=1000)
+    steps = eng.read(1, 4096)
+    assert [p.prefill_tokens for p, _, _ in steps] == [2048, 2048]
+    assert not any(a.degraded for _, _, a in steps)
+
+
+def test_new_prompt_first_chunk_within_the_turn_limit():
+    eng = ScriptedEngine(decode_s=0.031, prefill_tok_s=2000, turn=4)
+    eng.streams()
+    eng.add(100, 4096)                    # a long prompt: 64 chunks of 64
+    for _ in range(10):
+        eng.step()
+    arrived = len(eng.steps)
+    eng.add(101, 40)                      # a short new conversation
+    while 101 not in eng.first_token:
+        eng.step()
+    eng.step()
+    first = next(i for i, (p, _, _) in enumerate(eng.steps)
+                 if any(c.seq.request_id == 101 for c in p.prefills))
+    assert first - arrived < 4            # within prefill_turn_chunks steps of arriving
+    # and the long prompt resumes right after it
+    assert eng.steps[first + 1][0].prefills[0].seq.request_id == 100
+
+
+def test_three_prompts_all_get_turns():
+    eng = ScriptedEngine(decode_s=0.031, prefill_tok_s=2000, turn=2)
+    eng.streams()
+    for rid in (100, 101, 102):
+        eng.add(rid, 1024)
+    for _ in range(9):
+        eng.step()
+    leads = [p.prefills[0].seq.request_id for p, _, _ in eng.steps[-9:]]
+    assert leads == [100, 100, 101, 100, 100, 102, 100, 100, 101]
