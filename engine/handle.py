@@ -15,6 +15,7 @@ class Completion:
     token_ids: tuple[int, ...]
     finish_reason: str
     stats: object = None
+    message: str = ""          # FinishedEvent.message: the error, or a note
 
 
 class RequestHandle:
@@ -65,11 +66,18 @@ class RequestHandle:
             try:
                 return self._next(timeout=0)
             except queue.Empty:
+                pass
+            try:
                 await asyncio.sleep(0.005)
+            except asyncio.CancelledError:
+                # The consumer was cancelled (task.cancel(), wait_for timing out): nobody
+                # reads this request any more, so stop it and free its pages.
+                self.cancel()
+                raise
 
     def result(self) -> Completion:
         """Block until the request finishes."""
         for _ in self:
             pass
         f = self.finished
-        return Completion(f.text, f.token_ids, f.reason, f.stats)
+        return Completion(f.text, f.token_ids, f.reason, f.stats, f.message)
