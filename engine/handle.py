@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -75,9 +76,16 @@ class RequestHandle:
                 self.cancel()
                 raise
 
-    def result(self) -> Completion:
-        """Block until the request finishes."""
-        for _ in self:
-            pass
+    def result(self, timeout: float | None = None) -> Completion:
+        """Block until the request finishes; TimeoutError after `timeout` seconds (the
+        request goes on: cancel() it if it is no longer wanted)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.finished is None:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0)
+            try:
+                self._next(timeout=wait)
+            except queue.Empty:
+                raise TimeoutError(f"request {self.request_id} did not finish in "
+                                   f"{timeout} s") from None
         f = self.finished
         return Completion(f.text, f.token_ids, f.reason, f.stats, f.message)
