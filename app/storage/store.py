@@ -59,22 +59,24 @@ class Store:
             self._db = _memory_copy(self.path)
         else:
             Path(folder).mkdir(parents=True, exist_ok=True)
+            if self.path.is_file():
+                # Checked read-only first: a read-write connection to a damaged file
+                # may drop its -wal when it closes, and nothing is deleted here.
+                self._db = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True)
+                try:
+                    self._check_integrity()
+                finally:
+                    self._db.close()
             self._db = sqlite3.connect(self.path)
-            try:
-                self._open_file()
-            except BaseException:
-                self._db.close()
-                raise
+            self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         migrate_settings_column(self._db)      # databases written before the JSON column
         self._db.executescript(_SCHEMA)
         self.num_interrupted = self._mark_interrupted()
 
-    def _open_file(self) -> None:
-        """WAL mode and a quick integrity check: a damaged file is refused now, not at
-        the first query that reads a bad page."""
+    def _check_integrity(self) -> None:
+        """A damaged file is refused now, not at the first query that reads a bad page."""
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
             verdict = self._db.execute("PRAGMA quick_check").fetchone()[0]
         except sqlite3.DatabaseError as e:
             if is_corruption(e):
