@@ -208,9 +208,10 @@ class Engine:
             return
         self._loaded.set_result(bundle)
         while True:
-            if not self._drain(loop, block=not loop.has_work):
-                break
             try:
+                # A cancel reads the step in flight back: it can raise like a step.
+                if not self._drain(loop, block=not loop.has_work):
+                    break
                 loop.step()
             except Exception as e:   # keep serving: fail only what the step involved, say why
                 traceback.print_exc()

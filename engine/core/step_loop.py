@@ -50,6 +50,7 @@ class StepLoop:
         # The step whose tokens are still on the device: (plan, sampled, t_start).
         self._inflight = None
         self._current: StepPlan | None = None    # the plan being queued (step_failed)
+        self._completing: StepPlan | None = None # the plan being read back (step_failed)
         self.budget = PrefillBudget(config.prefill_chunk, config.max_decode_slowdown)
 
     @property
@@ -113,7 +114,9 @@ class StepLoop:
 
     def _complete(self, inflight, t_end: float | None) -> None:
         plan, sampled, t0 = inflight
+        self._completing = plan          # involved if reading it back raises
         self._postprocess(plan, sampled)
+        self._completing = None
         # A step lasts until the next one starts: the cadence a stream sees.
         self._emit_step(plan, t0, t_end or time.perf_counter())
 
@@ -157,7 +160,12 @@ class StepLoop:
             values = host.setdefault(id(ids), ids.tolist())
             if req.seq.pending:
                 req.seq.pending.pop(0)
-            self._accept(req, int(values[row]))
+            try:
+                self._accept(req, int(values[row]))
+            except Exception as e:   # this request's own output (detokenizer, stop): only it
+                if req.seq.request_id in self.requests:
+                    self._fail(req, f"Tandem failed while reading this reply: "
+                                    f"{type(e).__name__}: {e}")
 
     def _accept(self, req: Request, token: int) -> None:
         seq = req.seq
@@ -193,7 +201,7 @@ class StepLoop:
         self._finish(req, "error", req.stream.finish(), message)
 
     def fail_all(self, message: str) -> None:
-        self._inflight = self._current = None
+        self._inflight = self._current = self._completing = None
         for req in list(self.requests.values()):
             self._fail(req, message)
 
@@ -203,8 +211,9 @@ class StepLoop:
         the step read is failed; one that was decoding is recomputed from its known ids
         (preempted), once: a second failed step that involves it fails it too. Requests
         the step did not touch go on. Nothing known involved: everything fails."""
-        plans = [p for p in (self._current, self._inflight and self._inflight[0]) if p]
-        self._inflight = self._current = None
+        plans = [p for p in (self._current, self._completing,
+                             self._inflight and self._inflight[0]) if p]
+        self._inflight = self._current = self._completing = None
         reading = {c.seq.request_id for p in plans for c in p.prefills}
         involved = {s.request_id for p in plans for s in p.decode} | reading
         if not involved:

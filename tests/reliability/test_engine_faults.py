@@ -189,6 +189,27 @@ def test_a_decode_step_that_keeps_failing_fails_its_requests_once_retried():
     h.loop.cache.check_invariants()
 
 
+def test_a_request_whose_output_cannot_be_read_fails_alone():
+    """An error in one request's own postprocessing (its detokenizer) fails it, with
+    the reason; the batch it decoded in goes on."""
+    h = Harness(tiny_llama())
+    for rid in (1, 2, 3):
+        h.add(rid, [rid, 5, 6], 8)
+
+    class Broken:
+        def add(self, token_id):
+            raise UnicodeError("bad bytes")
+
+        def flush(self):
+            return ""
+    h.loop.requests[2].stream._detok = Broken()
+    h.run()
+    ends = {e.request_id: e for e in h.events if isinstance(e, FinishedEvent)}
+    assert ends[2].reason == "error" and "UnicodeError: bad bytes" in ends[2].message
+    assert [len(ends[r].token_ids) for r in (1, 3)] == [8, 8]
+    assert {ends[1].reason, ends[3].reason} == {"length"}
+
+
 def test_fail_all_sends_its_message_to_every_request():
     h = Harness(tiny_llama())
     h.add(1, [1, 2, 3], 10)
