@@ -61,6 +61,9 @@ class StoreGuard(QObject):
         self._write(("conversation", conv.id), lambda: self._store.update_conversation(conv),
                     coalesce=True, latest=True)
 
+    def delete_conversation(self, conv_id: int) -> None:
+        self._write(None, lambda: self._store.delete_conversation(conv_id))
+
     def touch_conversation(self, conv_id: int) -> None:
         self._write(None, lambda: self._store.touch_conversation(conv_id))
 

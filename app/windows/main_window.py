@@ -110,6 +110,8 @@ class MainWindow(QMainWindow):
             active.composer.setFocus()        # the active chat is already a new one
             return active
         session = self.sessions.create(self.settings)
+        if session is None:                   # the database refused (it said why)
+            return active
         pane = self._show(session, new_pane)
         pane.composer.setFocus()
         return pane

@@ -14,7 +14,8 @@ from app.storage.message import MessageState
 from app.storage.store import Store
 
 WRITES = ("add_message", "update_message", "truncate_messages", "set_setting",
-          "update_conversation", "touch_conversation")
+          "update_conversation", "touch_conversation", "create_conversation",
+          "delete_conversation")
 
 
 class Disk:
@@ -116,3 +117,23 @@ def test_regenerate_while_full_keeps_the_order_of_writes(make_window, wait_until
     assert [(m.role, m.content) for m in saved] == [
         (m.role, m.content) for m in session.model.messages()]
     assert len(saved) == 4
+
+
+def test_new_chat_and_delete_while_full_say_why_and_lose_nothing(make_window, disk,
+                                                                 data_dir):
+    window = make_window(load=False)
+    pane = window.panes.panes()[0]
+    other = window.new_conversation(True)
+    gone = other.session.conversation.id
+    window.close_pane(other)
+    disk.full = True
+    assert window.new_conversation(True) is pane          # refused, said why
+    assert "Cannot start a new chat" in window.last_error
+    window.sessions.delete(gone)                          # queued
+    disk.full = False
+    assert window.store.flush()
+    store = Store(data_dir)
+    try:
+        assert store.conversation(gone) is None
+    finally:
+        store.close()
