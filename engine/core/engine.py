@@ -111,9 +111,7 @@ class Engine:
     @property
     def vocab_size(self) -> int:
         """Rows of the model's embedding: the token ids it can read."""
-        args = getattr(self.bundle.model, "args", None)
-        size = getattr(args, "vocab_size", None)
-        return size if size is not None else self.bundle.model.embed_tokens.weight.shape[0]
+        return self.bundle.model.args.vocab_size      # every family's ModelArgs has it
 
     def _check_ids(self, ids: list[int]) -> None:
         """An id outside the embedding reads past it on the device (a SIGSEGV or garbage),
