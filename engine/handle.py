@@ -27,6 +27,8 @@ class RequestHandle:
     A handle made with stream=False keeps only the FinishedEvent: ``result()`` works,
     and iterating yields that one event; callers that follow the request through
     listeners use it, so no queue fills up that nobody reads.
+    Cancelling the asyncio task that iterates it (or wait_for timing out) cancels the
+    request; breaking out of the loop does not (call cancel()).
     """
 
     def __init__(self, request_id: int, cancel: Callable[[int], None], stream: bool = True):
