@@ -206,11 +206,13 @@ class StepLoop:
             self._fail(req, message)
 
     def step_failed(self, message: str) -> None:
-        """A step raised: fail only the requests it involved (the plan being queued and
-        the one in flight). Their tokens on the device are lost. A sequence whose prompt
-        the step read is failed; one that was decoding is recomputed from its known ids
-        (preempted), once: a second failed step that involves it fails it too. Requests
-        the step did not touch go on. Nothing known involved: everything fails."""
+        """A step raised: fail only the requests it involved (the plans being queued, read
+        back and in flight). Their tokens on the device are lost. A new prompt the step
+        read (no token out yet) is failed: new input is the likely cause. A request that
+        already had tokens (decoding, or recomputed after a preemption) is recomputed
+        from its known ids (preempted), once: a second failed step that involves it
+        fails it too. Requests the step did not touch go on. Nothing known involved:
+        everything fails."""
         plans = [p for p in (self._current, self._completing,
                              self._inflight and self._inflight[0]) if p]
         self._inflight = self._current = self._completing = None
@@ -224,7 +226,7 @@ class StepLoop:
                 continue
             req.seq.pending.clear()
             req.seq.num_failed_steps += 1
-            if rid in reading or req.seq.num_failed_steps > 1:
+            if (rid in reading and not req.seq.output_ids) or req.seq.num_failed_steps > 1:
                 self._fail(req, message)
             elif req.seq.status is Status.RUNNING:
                 self.scheduler.preempt(req.seq)
