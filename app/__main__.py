@@ -46,13 +46,19 @@ def main(argv=None) -> int:
 
 
 async def _run_window(app, args) -> int:
+    from PySide6.QtWidgets import QMessageBox
+
     from app.controllers.bridge import EngineBridge
     from app.status.telemetry_adapter import make_telemetry
     from app.storage.data_dir import data_dir
-    from app.storage.store import Store
+    from app.storage.store_opening import AlreadyRunningError, open_store
     from app.windows.main_window import MainWindow
-    folder = data_dir(args.data_dir)
-    store = Store(folder)
+    try:
+        opened = open_store(data_dir(args.data_dir))
+    except AlreadyRunningError as e:       # one Tandem per data folder (issue 17 item 10)
+        QMessageBox.warning(None, "Tandem is already running", str(e))
+        return 1
+    store = opened.store
     bridge = EngineBridge()
     telemetry = make_telemetry()
     window = MainWindow(store, bridge, telemetry=telemetry, trace_path=args.trace)
@@ -61,6 +67,7 @@ async def _run_window(app, args) -> int:
     quit_event = asyncio.Event()
     app.aboutToQuit.connect(quit_event.set)
     window.show()
+    window.show_storage_state(opened.notice, opened.banner)
     if store.num_interrupted:
         window.statusBar().showMessage(
             f"{store.num_interrupted} reply was interrupted when Tandem last quit.", 8000)
@@ -72,7 +79,8 @@ async def _run_window(app, args) -> int:
     if telemetry is not None:
         telemetry.stop()
     bridge.close()
-    store.close()
+    window.store.flush()                       # writes that waited for disk space
+    opened.close()
     return 0
 
 

@@ -157,6 +157,8 @@ class ChatRepl:
             return "[stopped]"
         if ev.reason != "length":
             return ""
+        if ev.message:                     # the KV cache, not a limit, cut it
+            return f"[stopped: {ev.message}]"
         if ev.stats.generated_tokens >= self.sampling.max_tokens:
             return (f"[stopped: max tokens reached ({self.sampling.max_tokens}); "
                     "raise --max-tokens for longer replies]")

@@ -33,6 +33,9 @@ class FinishedEvent:
     stats: RequestStats
     text: str = ""             # the whole completion
     token_ids: tuple[int, ...] = ()
+    # Why, when the reason alone does not say: the error's text for "error"; for a
+    # "length" forced by the KV pool (not max_tokens or the context), that note.
+    message: str = ""
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ class Completion:
     token_ids: tuple[int, ...]
     finish_reason: str
     stats: object = None
+    message: str = ""          # FinishedEvent.message: the error, or a note
 
 
 class RequestHandle:
@@ -25,6 +27,8 @@ class RequestHandle:
     A handle made with stream=False keeps only the FinishedEvent: ``result()`` works,
     and iterating yields that one event; callers that follow the request through
     listeners use it, so no queue fills up that nobody reads.
+    Cancelling the asyncio task that iterates it (or wait_for timing out) cancels the
+    request; breaking out of the loop does not (call cancel()).
     """
 
     def __init__(self, request_id: int, cancel: Callable[[int], None], stream: bool = True):
@@ -65,11 +69,25 @@ class RequestHandle:
             try:
                 return self._next(timeout=0)
             except queue.Empty:
+                pass
+            try:
                 await asyncio.sleep(0.005)
+            except asyncio.CancelledError:
+                # The consumer was cancelled (task.cancel(), wait_for timing out): nobody
+                # reads this request any more, so stop it and free its pages.
+                self.cancel()
+                raise
 
-    def result(self) -> Completion:
-        """Block until the request finishes."""
-        for _ in self:
-            pass
+    def result(self, timeout: float | None = None) -> Completion:
+        """Block until the request finishes; TimeoutError after `timeout` seconds (the
+        request goes on: cancel() it if it is no longer wanted)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.finished is None:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0)
+            try:
+                self._next(timeout=wait)
+            except queue.Empty:
+                raise TimeoutError(f"request {self.request_id} did not finish in "
+                                   f"{timeout} s") from None
         f = self.finished
-        return Completion(f.text, f.token_ids, f.reason, f.stats)
+        return Completion(f.text, f.token_ids, f.reason, f.stats, f.message)

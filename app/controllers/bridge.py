@@ -178,12 +178,12 @@ class EngineBridge(QObject):
             if event.request_id in self._handles:
                 self.token_received.emit(event.request_id, event.text, len(event.token_ids))
         elif isinstance(event, FinishedEvent):
+            # message: the error's reason, or why a reply was cut (a full KV cache).
             if self._handles.pop(event.request_id, None) is not None:
                 self.request_finished.emit(event.request_id, event.reason, event.stats,
-                                           event.text, "")
+                                           event.text, event.message)
         elif isinstance(event, ErrorEvent):
-            if self._handles.pop(event.request_id, None) is not None:
-                self.request_finished.emit(event.request_id, "error", None, "", event.message)
+            pass    # its FinishedEvent follows with the text so far and the same message
         elif isinstance(event, StepEvent):
             self.step.emit(event)
         elif isinstance(event, SubmittedEvent):

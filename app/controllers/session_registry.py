@@ -2,6 +2,8 @@
 request ids back to conversation titles for the status panel."""
 from __future__ import annotations
 
+import sqlite3
+
 from PySide6.QtCore import QObject, Signal
 
 from app.controllers.chat_session import ChatSession
@@ -22,8 +24,14 @@ class SessionRegistry(QObject):
         self._sessions: dict[int, ChatSession] = {}
         self._request_titles: dict[int, str] = {}    # outlives the request, for the panel
 
-    def create(self, settings) -> ChatSession:
-        conv = self._store.create_conversation(Conversation(settings=dict(settings.chat)))
+    def create(self, settings) -> ChatSession | None:
+        """None (and error emitted) when the database cannot take a new chat now."""
+        try:
+            conv = self._store.create_conversation(Conversation(settings=dict(settings.chat)))
+        except sqlite3.Error as e:      # disk full: a new chat needs its id at once
+            self.error.emit(f"Cannot start a new chat: the history cannot be saved ({e}). "
+                            "Free some disk space and try again; open chats keep working.")
+            return None
         self.changed.emit()
         return self.get(conv.id)
 

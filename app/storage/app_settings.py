@@ -12,6 +12,9 @@ from engine.config import EngineConfig
 from engine.settings_spec import BY_NAME, chat_defaults, check_settings, settings_or_defaults
 
 ENGINE_LIMITS = ("max_num_seqs", "kv_budget_mb", "prefill_chunk")
+# A smaller KV cache holds a few pages: replies get cut after a few dozen tokens and
+# prompts refused (issue 17 item 3), so the Settings never offer it.
+MIN_KV_BUDGET_MB = 64
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,9 @@ class AppSettings:
 
     def __post_init__(self):
         self.engine_config()        # the limits must make a valid EngineConfig
+        if self.kv_budget_mb is not None and self.kv_budget_mb < MIN_KV_BUDGET_MB:
+            raise ValueError(f"The KV cache memory must be at least {MIN_KV_BUDGET_MB} MB "
+                             "(or Automatic).")
         object.__setattr__(self, "chat", {**chat_defaults(), **check_settings(self.chat)})
 
     def engine_config(self) -> EngineConfig:

@@ -23,5 +23,8 @@ def data_dir(override: str | os.PathLike | None = None) -> Path:
     chosen = (override or os.environ.get(ENV_VAR)
               or platformdirs.user_data_dir(app_folder_name(), appauthor=False))
     path = Path(chosen).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:       # read-only: store_opening runs in memory and says so
+        pass
     return path

@@ -36,16 +36,54 @@ _MSG_COLS = ("role, content, state, ttft_s, decode_tok_s, num_tokens, prompt_tok
 UNTOUCHED_TITLE = Conversation().title
 
 
+DB_NAME = "tandem.sqlite3"
+# SQLite's result codes for "not a database" and "database disk image is malformed".
+_CORRUPT_CODES = {sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT}
+
+
+class StoreCorruptError(Exception):
+    """The database file is damaged (app/storage/store_opening.py moves it aside)."""
+
+
+def is_corruption(exc: sqlite3.Error) -> bool:
+    return getattr(exc, "sqlite_errorcode", None) in _CORRUPT_CODES or "malformed" in str(exc)
+
+
 class Store:
-    def __init__(self, folder: Path):
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        self.path = Path(folder) / "tandem.sqlite3"
-        self._db = sqlite3.connect(self.path)
-        self._db.execute("PRAGMA journal_mode=WAL")
+    def __init__(self, folder: Path, in_memory: bool = False):
+        """in_memory: the folder cannot be written; the database (if it can be read) is
+        copied into memory and nothing reaches the disk."""
+        self.path = Path(folder) / DB_NAME
+        self.in_memory = in_memory
+        if in_memory:
+            self._db = _memory_copy(self.path)
+        else:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            if self.path.is_file():
+                # Checked read-only first: a read-write connection to a damaged file
+                # may drop its -wal when it closes, and nothing is deleted here.
+                self._db = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True)
+                try:
+                    self._check_integrity()
+                finally:
+                    self._db.close()
+            self._db = sqlite3.connect(self.path)
+            self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         migrate_settings_column(self._db)      # databases written before the JSON column
         self._db.executescript(_SCHEMA)
         self.num_interrupted = self._mark_interrupted()
+
+    def _check_integrity(self) -> None:
+        """A damaged file is refused now, not at the first query that reads a bad page."""
+        try:
+            verdict = self._db.execute("PRAGMA quick_check").fetchone()[0]
+        except sqlite3.DatabaseError as e:
+            if is_corruption(e):
+                raise StoreCorruptError(f"{self.path}: {e}") from e
+            raise
+        if verdict != "ok":
+            raise StoreCorruptError(f"{self.path}: {verdict}")
 
     def close(self) -> None:
         self._db.close()
@@ -177,3 +215,20 @@ def _message_from_row(row) -> Message:
     return Message(id=row[0], role=row[1], content=row[2], state=row[3], ttft_s=row[4],
                    decode_tok_s=row[5], num_tokens=row[6], prompt_tokens=row[7],
                    model=row[8], error=row[9], created_at=row[10])
+
+
+def _memory_copy(path: Path) -> sqlite3.Connection:
+    """A database in memory holding what `path` holds, if it can be read at all."""
+    db = sqlite3.connect(":memory:")
+    if path.is_file():
+        try:
+            # immutable: no lock, no -shm file (the folder cannot be written).
+            source = sqlite3.connect(f"{path.as_uri()}?immutable=1", uri=True)
+            try:
+                source.backup(db)
+            finally:
+                source.close()
+        except sqlite3.Error:
+            db.close()
+            db = sqlite3.connect(":memory:")
+    return db

@@ -18,6 +18,7 @@ from qasync import asyncSlot
 
 from app.controllers.conversation_list_model import ConversationListModel
 from app.controllers.session_registry import SessionRegistry
+from app.controllers.store_guard import StoreGuard
 from app.status.status_panel import StatusPanel
 from app.status.trace_controller import TraceController
 from app.storage.app_settings import ENGINE_LIMITS, AppSettings
@@ -34,7 +35,9 @@ class MainWindow(QMainWindow):
         super().__init__(parent)
         self.setWindowTitle("Tandem")
         self.resize(1280, 800)
-        self.store, self.bridge = store, bridge
+        # Writes go through the guard: a full disk queues them instead of raising.
+        self.store, self.bridge = StoreGuard(store, self), bridge
+        store = self.store
         self.settings = AppSettings.from_dict(store.get_setting("settings", {}))
         self.sessions = SessionRegistry(store, bridge, self)
         self.trace = TraceController(bridge, store.path.parent, telemetry, path=trace_path,
@@ -58,6 +61,11 @@ class MainWindow(QMainWindow):
         column = QVBoxLayout(center)
         column.setContentsMargins(0, 0, 0, 0)
         column.setSpacing(0)
+        # Storage trouble (read-only folder, disk full), shown until it is over.
+        self.storage_banner = QLabel(objectName="storageBanner", wordWrap=True)
+        self.storage_banner.setStyleSheet("background: #7a4b00; color: white; padding: 6px;")
+        self.storage_banner.hide()
+        column.addWidget(self.storage_banner)
         column.addWidget(self.panes, 1)
         column.addWidget(self.broadcast)
         self.main_splitter = QSplitter(Qt.Orientation.Horizontal, objectName="mainSplitter")
@@ -89,6 +97,8 @@ class MainWindow(QMainWindow):
         self.status_panel.save_trace_requested.connect(self.save_trace_as)
         self.trace.state_changed.connect(self.status_panel.set_trace_state)
         self.trace.message.connect(lambda text: self.statusBar().showMessage(text, 10000))
+        self.store.failed.connect(self._on_store_failed)
+        self.store.recovered.connect(self._on_store_recovered)
         self.bridge.load_started.connect(self._on_bridge_load_started)
         self.bridge.load_progress.connect(self._on_bridge_load_progress)
         self.bridge.model_loaded.connect(self._on_bridge_model_loaded)
@@ -101,6 +111,8 @@ class MainWindow(QMainWindow):
             active.composer.setFocus()        # the active chat is already a new one
             return active
         session = self.sessions.create(self.settings)
+        if session is None:                   # the database refused (it said why)
+            return active
         pane = self._show(session, new_pane)
         pane.composer.setFocus()
         return pane
@@ -194,7 +206,31 @@ class MainWindow(QMainWindow):
                                      QMessageBox.StandardButton.Ok, self)
         self.error_box.open()
 
+    def show_storage_state(self, notice: str, banner: str) -> None:
+        """At start (app/storage/store_opening.py): a damaged database moved aside is
+        told once in a dialog; a read-only folder gets a banner for the session."""
+        self._read_only_banner = banner
+        if banner:
+            self.storage_banner.setText(banner)
+            self.storage_banner.show()
+        if notice:
+            self.show_error(notice, "Tandem: history database damaged")
+
     # slots
+    def _on_store_failed(self, reason: str) -> None:
+        self.storage_banner.setText(
+            f"Tandem cannot save to {self.store.path} ({reason}). Your messages and replies "
+            "are kept in memory and saved as soon as there is room again; free some disk "
+            "space, and do not quit until this goes away.")
+        self.storage_banner.show()
+
+    def _on_store_recovered(self) -> None:
+        banner = getattr(self, "_read_only_banner", "")
+        self.storage_banner.setText(banner)
+        self.storage_banner.setVisible(bool(banner))
+        self.statusBar().showMessage("Saved: everything kept in memory is on disk again.",
+                                     10000)
+
     def _on_panes_pane_settings_requested(self, pane) -> None:
         from app.windows.conversation_settings_dialog import ConversationSettingsDialog
         dialog = ConversationSettingsDialog(pane.session.conversation, self)

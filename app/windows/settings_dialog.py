@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QDialog, QFormLayout, QGroupBox, QLabel, QVBoxLayout
 
-from app.storage.app_settings import AppSettings
+from app.storage.app_settings import MIN_KV_BUDGET_MB, AppSettings
 from app.windows.sampling_fields import SamplingFields, ok_cancel, spin
 
 AUTOMATIC = "Automatic (sized from free memory)"
@@ -19,6 +19,9 @@ class SettingsDialog(QDialog):
         self.kv_budget_mb = spin(0, 1_048_576, s.kv_budget_mb or 0, 256)
         self.kv_budget_mb.setSpecialValueText(AUTOMATIC)
         self.kv_budget_mb.setSuffix(" MB")
+        # 1..63 MB would hold a few pages: a value typed there becomes the minimum.
+        self.kv_budget_mb.setKeyboardTracking(False)
+        self.kv_budget_mb.valueChanged.connect(self._snap_kv_budget)
         self.prefill_chunk = spin(16, 65536, s.prefill_chunk, 64)
         self.fields = SamplingFields(s.chat)
         engine = QFormLayout()
@@ -40,8 +43,13 @@ class SettingsDialog(QDialog):
             layout.addWidget(group)
         layout.addWidget(buttons)
 
+    def _snap_kv_budget(self, value: int) -> None:
+        if 0 < value < MIN_KV_BUDGET_MB:
+            self.kv_budget_mb.setValue(MIN_KV_BUDGET_MB)
+
     def settings(self) -> AppSettings:
+        kv = self.kv_budget_mb.value()
         return AppSettings(max_num_seqs=self.max_num_seqs.value(),
-                           kv_budget_mb=self.kv_budget_mb.value() or None,
+                           kv_budget_mb=max(kv, MIN_KV_BUDGET_MB) if kv else None,
                            prefill_chunk=self.prefill_chunk.value(),
                            chat=self.fields.values())

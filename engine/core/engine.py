@@ -10,6 +10,7 @@ import queue
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -23,7 +24,7 @@ from engine.core.output_stream import OutputStream
 from engine.core.sampler import RowSampler
 from engine.core.sequence import Sequence
 from engine.core.step_loop import Request, StepLoop
-from engine.errors import EngineClosedError, PromptTooLongError
+from engine.errors import EngineClosedError, InvalidRequestError, PromptTooLongError
 from engine.events import ErrorEvent, FinishedEvent, LoadProgress, SubmittedEvent, TokenEvent
 from engine.handle import Completion, RequestHandle
 from engine.loading.model_bundle import InMemoryModel, ModelBundle, load_bundle
@@ -49,6 +50,10 @@ class Engine:
             target=self._main, args=(model, on_progress, quantize_bits),
             name="tandem-engine", daemon=True)
         self._thread.start()
+        # A script that ends without close() (or whose close() ran on the engine thread)
+        # still stops the engine thread before the interpreter goes down: a thread killed
+        # inside mx aborts the process (issue 17 item 4). Holds no reference to self.
+        self._finalizer = weakref.finalize(self, _stop_thread, self._inbox, self._thread)
         self.bundle: ModelBundle = self._loaded.result()   # re-raises a load error
 
     @classmethod
@@ -98,6 +103,7 @@ class Engine:
         ids = self.bundle.tokenizer.encode_prompt(prompt)
         if not ids:
             raise ValueError("the prompt is empty")
+        self._check_ids(ids)
         if len(ids) >= self.config.max_context:
             raise PromptTooLongError(
                 f"The prompt is {len(ids)} tokens; the context holds {self.config.max_context}."
@@ -114,6 +120,21 @@ class Engine:
                            sampling, self.config.max_context)
         self._send(Submit(Request(seq, RowSampler(sampling, ids), out)))
         return handle
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the model's embedding: the token ids it can read."""
+        return self.bundle.model.args.vocab_size      # every family's ModelArgs has it
+
+    def _check_ids(self, ids: list[int]) -> None:
+        """An id outside the embedding reads past it on the device (a SIGSEGV or garbage),
+        and one past int32 breaks the whole batch's step: refuse it here (item 1)."""
+        vocab = self.vocab_size
+        for i, t in enumerate(ids):
+            if not 0 <= t < vocab:
+                raise InvalidRequestError(
+                    f"Token id {t} at position {i} is outside the model's vocabulary "
+                    f"(0 to {vocab - 1}); send ids from this model's tokenizer.")
 
     def generate(self, prompts: list[Prompt], sampling: SamplingParams | None = None
                  ) -> list[Completion]:
@@ -156,11 +177,15 @@ class Engine:
 
     # -- lifecycle ---------------------------------------------------------------
     def close(self) -> None:
+        """Stop the engine; running requests end as "cancelled". From the engine thread
+        (a listener) it only asks: the thread ends after the listener returns."""
         if self._closed:
             return
         self._closed = True
-        self._send(Close())
-        self._thread.join(timeout=30)
+        if threading.current_thread() is self._thread:
+            self._send(Close())
+            return
+        self._finalizer()
 
     def __enter__(self) -> Engine:
         return self
@@ -194,14 +219,16 @@ class Engine:
             return
         self._loaded.set_result(bundle)
         while True:
-            if not self._drain(loop, block=not loop.has_work):
-                break
             try:
+                # A cancel reads the step in flight back: it can raise like a step.
+                if not self._drain(loop, block=not loop.has_work):
+                    break
                 loop.step()
-            except Exception as e:   # keep serving: fail what was running, say why
+            except Exception as e:   # keep serving: fail only what the step involved, say why
                 traceback.print_exc()
-                loop.fail_all(f"engine step failed: {e}")
-        loop.fail_all("engine closed")
+                loop.step_failed(f"The engine failed while running this request: "
+                                 f"{type(e).__name__}: {e}")
+        loop.cancel_all()
 
     def _drain(self, loop: StepLoop, block: bool) -> bool:
         """Apply queued messages; False once closing."""
@@ -227,3 +254,11 @@ class Engine:
                 message.future.set_result(loop.runner.full_logits(list(message.token_ids)))
             except Exception as e:
                 message.future.set_exception(e)
+
+
+def _stop_thread(inbox: queue.Queue, thread: threading.Thread) -> None:
+    """Close the engine thread and wait for it (it clears its MLX streams on the way
+    out). Called by close() or, for an engine never closed, at interpreter exit."""
+    inbox.put(Close())
+    if thread is not threading.current_thread():
+        thread.join(timeout=30)

@@ -54,6 +54,9 @@ class StepPlan:
     # Prompt chunks read together in one ragged forward [len(prefills), T].
     prefills: list[PrefillChunk] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    # Sequences that need more pages than the whole pool has: no preemption can make
+    # room, so the step loop ends them ("length", with a note) instead of waiting.
+    exhausted: list[Sequence] = field(default_factory=list)
     copies: DeviceCopies = field(default_factory=DeviceCopies)
     resolve_first: bool = False
     # Set by the step loop: the prompt was read in the budget's degraded mode (the
@@ -97,10 +100,11 @@ class Scheduler:
         """prefill_budget: padded prompt tokens this step may read (default: one chunk)."""
         plan = StepPlan()
         try:
-            plan.decode = self._schedule_decode(plan.preempted)
+            plan.decode = self._schedule_decode(plan.preempted, plan.exhausted)
         except _ResolveFirst:
             return StepPlan(resolve_first=True)
-        plan.prefills = self._schedule_prefill(prefill_budget or self.config.prefill_chunk)
+        plan.prefills = self._schedule_prefill(prefill_budget or self.config.prefill_chunk,
+                                               plan.exhausted)
         self._note_reading(plan.prefills)
         plan.copies = self.cache.take_copies()
         for c in plan.prefills:
@@ -109,10 +113,20 @@ class Scheduler:
         return plan
 
     # -- decode -------------------------------------------------------------
-    def _schedule_decode(self, preempted: list[Sequence]) -> list[Sequence]:
+    def _outgrows_pool(self, seq: Sequence, extra: int) -> bool:
+        """seq with `extra` more tokens needs more pages than the whole pool holds."""
+        return self.cache.pages.pages_for(seq.num_tokens + extra) > self.cache.pages.num_total
+
+    def _schedule_decode(self, preempted: list[Sequence],
+                         exhausted: list[Sequence]) -> list[Sequence]:
         decode = []
         for seq in list(self.running):
             if seq.status is not Status.RUNNING or seq.is_prefilling:
+                continue
+            if self._outgrows_pool(seq, 0):
+                if seq.pending:          # its last tokens first, so the reply keeps them
+                    raise _ResolveFirst
+                exhausted.append(seq)
                 continue
             while not self.cache.can_append(seq):
                 if any(s.pending for s in self.running):
@@ -128,7 +142,8 @@ class Scheduler:
         return [s for s in decode if s.status is Status.RUNNING]
 
     # -- prefill ------------------------------------------------------------
-    def _schedule_prefill(self, budget: int) -> list[PrefillChunk]:
+    def _schedule_prefill(self, budget: int,
+                          exhausted: list[Sequence]) -> list[PrefillChunk]:
         """Chunks of one or more prompts whose padded forward [rows, T] fits the budget.
 
         Prompts already being read go first, then waiting ones in order; several short
@@ -136,6 +151,9 @@ class Scheduler:
         """
         chunks: list[PrefillChunk] = []
         for seq in self._prefill_order():
+            if seq.status is Status.WAITING and self._outgrows_pool(seq, 1):
+                exhausted.append(seq)    # preempted, then grew past what the pool holds
+                continue
             width = max((c.num_tokens for c in chunks), default=0)
             todo = (seq.num_tokens - self.cache.match(seq)[1] if seq.status is Status.WAITING
                     else seq.num_to_prefill)

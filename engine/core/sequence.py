@@ -28,6 +28,7 @@ class Sequence:
     num_cached: int = 0              # prompt tokens taken from a cached earlier turn
     finish_reason: str | None = None
     num_preemptions: int = 0
+    num_failed_steps: int = 0        # engine steps that raised while it was in them
     t_submit: float = field(default_factory=time.perf_counter)
     t_first_token: float | None = None
     t_prefill_start: float | None = None

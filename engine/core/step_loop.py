@@ -16,8 +16,12 @@ from engine.core.prefill_budget import PrefillBudget
 from engine.core.runner import Runner
 from engine.core.sampler import RowSampler, sample_batch
 from engine.core.scheduler import Scheduler, StepPlan
-from engine.core.sequence import Sequence
-from engine.events import FinishedEvent, RequestStats, StepEvent, TokenEvent
+from engine.core.sequence import Sequence, Status
+from engine.events import ErrorEvent, FinishedEvent, RequestStats, StepEvent, TokenEvent
+
+# FinishedEvent.message of a reply the KV pool could not hold any longer.
+POOL_FULL_NOTE = ("The reply filled the whole KV cache and was cut here; raise the KV "
+                  "budget in Settings (or shorten the conversation) for longer replies.")
 
 
 class Request:
@@ -45,6 +49,8 @@ class StepLoop:
         self.num_steps = 0
         # The step whose tokens are still on the device: (plan, sampled, t_start).
         self._inflight = None
+        self._current: StepPlan | None = None    # the plan being queued (step_failed)
+        self._completing: StepPlan | None = None # the plan being read back (step_failed)
         self.budget = PrefillBudget(config.prefill_chunk, config.min_stream_tok_s,
                                     config.max_decode_slowdown)
 
@@ -68,6 +74,10 @@ class StepLoop:
     def step(self) -> None:
         """Queue step n on the device, then read and post-process step n-1 while it runs."""
         plan = self._plan()
+        for seq in plan.exhausted:      # no preemption can make room: it ends here
+            req = self.requests[seq.request_id]
+            self._finish(req, "length", req.stream.finish(), POOL_FULL_NOTE)
+        self._current = plan
         self.runner.copy(plan.copies)   # even for an empty plan: they are due now
         if plan.is_empty:
             self.flush()
@@ -79,6 +89,7 @@ class StepLoop:
             self._complete(previous, t_end=t0)
         if not self._can_pipeline():
             self.flush()
+        self._current = None
 
     def _plan(self) -> StepPlan:
         """The scheduler's plan; when it must preempt while step n-1's tokens are still
@@ -107,7 +118,9 @@ class StepLoop:
 
     def _complete(self, inflight, t_end: float | None) -> None:
         plan, sampled, t0 = inflight
+        self._completing = plan          # involved if reading it back raises
         self._postprocess(plan, sampled)
+        self._completing = None
         # A step lasts until the next one starts: the cadence a stream sees.
         self._emit_step(plan, t0, t_end or time.perf_counter())
 
@@ -151,7 +164,12 @@ class StepLoop:
             values = host.setdefault(id(ids), ids.tolist())
             if req.seq.pending:
                 req.seq.pending.pop(0)
-            self._accept(req, int(values[row]))
+            try:
+                self._accept(req, int(values[row]))
+            except Exception as e:   # this request's own output (detokenizer, stop): only it
+                if req.seq.request_id in self.requests:
+                    self._fail(req, f"Tandem failed while reading this reply: "
+                                    f"{type(e).__name__}: {e}")
 
     def _accept(self, req: Request, token: int) -> None:
         seq = req.seq
@@ -168,7 +186,7 @@ class StepLoop:
         if req.stream.finish_reason is not None:
             self._finish(req, req.stream.finish_reason, "")
 
-    def _finish(self, req: Request, reason: str, delta: str) -> None:
+    def _finish(self, req: Request, reason: str, delta: str, message: str = "") -> None:
         seq = req.seq
         if delta:
             self.emit(TokenEvent(seq.request_id, delta, ()))
@@ -177,12 +195,55 @@ class StepLoop:
         seq.t_finish = time.perf_counter()
         del self.requests[seq.request_id]
         self.emit(FinishedEvent(seq.request_id, reason, self._stats(seq),
-                                  req.stream.text, tuple(seq.output_ids)))
+                                  req.stream.text, tuple(seq.output_ids), message))
+
+    def _fail(self, req: Request, message: str) -> None:
+        """End one request as "error", its reason sent as an ErrorEvent and kept in the
+        FinishedEvent (stream=False handles and the app read it there)."""
+        req.seq.pending.clear()
+        self.emit(ErrorEvent(req.seq.request_id, message))
+        self._finish(req, "error", req.stream.finish(), message)
 
     def fail_all(self, message: str) -> None:
-        self._inflight = None
+        self._inflight = self._current = self._completing = None
         for req in list(self.requests.values()):
-            self._finish(req, "error", req.stream.finish())
+            self._fail(req, message)
+
+    def step_failed(self, message: str) -> None:
+        """A step raised: fail only the requests it involved (the plans being queued, read
+        back and in flight). Their tokens on the device are lost. A new prompt the step
+        read (no token out yet) is failed: new input is the likely cause. A request that
+        already had tokens (decoding, or recomputed after a preemption) is recomputed
+        from its known ids (preempted), once: a second failed step that involves it
+        fails it too. Requests the step did not touch go on. Nothing known involved:
+        everything fails."""
+        plans = [p for p in (self._current, self._completing,
+                             self._inflight and self._inflight[0]) if p]
+        self._inflight = self._current = self._completing = None
+        reading = {c.seq.request_id for p in plans for c in p.prefills}
+        involved = {s.request_id for p in plans for s in p.decode} | reading
+        if not involved:
+            return self.fail_all(message)
+        for rid in involved:
+            req = self.requests.get(rid)
+            if req is None:
+                continue
+            req.seq.pending.clear()
+            req.seq.num_failed_steps += 1
+            if (rid in reading and not req.seq.output_ids) or req.seq.num_failed_steps > 1:
+                self._fail(req, message)
+            elif req.seq.status is Status.RUNNING:
+                self.scheduler.preempt(req.seq)
+
+    def cancel_all(self) -> None:
+        """The engine is closing: every request ends as "cancelled" with its text."""
+        try:
+            self.flush()
+        except Exception:       # the step in flight failed: its tokens are lost
+            self._inflight = None
+        for req in list(self.requests.values()):
+            req.seq.pending.clear()
+            self._finish(req, "cancelled", req.stream.finish())
 
     @staticmethod
     def _stats(seq: Sequence) -> RequestStats:
