@@ -1,4 +1,4 @@
-"""Terminal use: ``python -m engine chat | generate | bench`` (default: the built-in model)."""
+"""Terminal use: ``python -m engine chat | generate | serve | bench`` (default: the built-in model)."""
 from __future__ import annotations
 
 import argparse
@@ -17,6 +17,8 @@ def main(argv: list[str] | None = None) -> int:
     add_model_args(gen)
     gen.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
     gen.add_argument("--trace", default=None, help="write a Perfetto trace here")
+    from engine.server.standalone import add_serve_args, run_serve
+    add_serve_args(sub.add_parser("serve", help="OpenAI-compatible API on localhost"))
     bench = sub.add_parser("bench", help="decode and prefill speed, ours and mlx-lm's")
     from engine.bench import add_bench_args, run_bench
     add_bench_args(bench)
@@ -25,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_chat(args)
     if args.command == "generate":
         return run_generate(args)
+    if args.command == "serve":
+        return run_serve(args)
     return run_bench(args)
 
 

@@ -24,3 +24,7 @@ class PromptTooLongError(TandemError):
 
 class EngineClosedError(TandemError):
     """The engine was closed; load a model again."""
+
+
+class ServerStartError(TandemError):
+    """The API server could not listen on its address (port taken, bad host)."""
