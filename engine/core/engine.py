@@ -119,7 +119,8 @@ class Engine:
         self._listeners = [*self._listeners, fn]
 
     def remove_listener(self, fn: Callable[[object], None]) -> None:
-        self._listeners = [f for f in self._listeners if f is not fn]
+        # == not `is`: a bound method is a new object each time it is read.
+        self._listeners = [f for f in self._listeners if f != fn]
 
     def _emit(self, ev) -> None:
         for fn in self._listeners:

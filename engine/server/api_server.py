@@ -64,10 +64,9 @@ class ApiServer:
                 f"Cannot listen on {self.config.host}:{self.config.port} ({e.strerror or e}). "
                 "Pick another port, or stop the program using it.") from e
         self._runner, self.port = runner, runner.addresses[0][1]
-        if not self.config.is_loopback:
-            print(f"warning: the API server listens on {self.config.host}, reachable from "
-                  "other machines" + ("" if self.config.api_key else " with no API key"),
-                  file=sys.stderr)
+        warning = self.config.exposure_warning()
+        if warning:
+            print(warning, file=sys.stderr)
         return self.url
 
     async def stop(self) -> None:

@@ -34,3 +34,10 @@ class ServerConfig:
             return ipaddress.ip_address(self.host).is_loopback
         except ValueError:             # a host name: assume it reaches the network
             return False
+
+    def exposure_warning(self) -> str | None:
+        """What to tell the user when other machines can reach the server."""
+        if self.is_loopback:
+            return None
+        return (f"warning: the API server listens on {self.host}, reachable from other "
+                "machines" + ("" if self.api_key else " with no API key (see --api-key)"))
