@@ -26,9 +26,13 @@ class RequestHandle:
         self._cancel = cancel
         self._events: queue.Queue = queue.Queue()
         self.finished: FinishedEvent | None = None
+        self._wake: Callable[[], None] | None = None   # set while `async for` waits
 
     def _put(self, event) -> None:        # engine thread
         self._events.put(event)
+        wake = self._wake
+        if wake is not None:
+            wake()
 
     def cancel(self) -> None:
         self._cancel(self.request_id)
@@ -55,9 +59,32 @@ class RequestHandle:
             raise StopAsyncIteration
         while True:
             try:
-                return self._next(timeout=0)
+                return self._events_next()
             except queue.Empty:
-                await asyncio.sleep(0.005)
+                await self._wait_for_event()
+
+    def _events_next(self):
+        ev = self._events.get_nowait()
+        if isinstance(ev, FinishedEvent):
+            self.finished = ev
+        return ev
+
+    async def _wait_for_event(self) -> None:
+        """Sleep until the engine thread puts an event (no polling: many streams can
+        wait at once without waking the loop, or taking the GIL, between tokens)."""
+        loop, arrived = asyncio.get_running_loop(), asyncio.Event()
+
+        def wake():
+            try:
+                loop.call_soon_threadsafe(arrived.set)
+            except RuntimeError:      # the loop closed while we waited: nobody to wake
+                pass
+        self._wake = wake
+        try:
+            if self._events.empty():  # checked after _wake is set: no event is missed
+                await arrived.wait()
+        finally:
+            self._wake = None
 
     def result(self) -> Completion:
         """Block until the request finishes."""
