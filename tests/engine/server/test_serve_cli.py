@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from conftest import make_client
+from server_harness import make_client
 
 ROOT = Path(__file__).parents[3]
 

@@ -6,7 +6,7 @@ import time
 
 import openai
 import pytest
-from conftest import MAX_CONTEXT, make_client, pool_is_whole
+from server_harness import MAX_CONTEXT, make_client, pool_is_whole
 
 from engine import SamplingParams
 from engine.events import FinishedEvent, SubmittedEvent

@@ -5,7 +5,7 @@ import json
 
 import openai
 import pytest
-from conftest import MAX_CONTEXT, make_client, post_raw
+from server_harness import MAX_CONTEXT, make_client, post_raw
 
 from engine.server import EngineHolder, ServerConfig
 
