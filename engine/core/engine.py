@@ -38,6 +38,9 @@ class Engine:
         self._listeners: list[Callable[[object], None]] = []
         self._ids = itertools.count(1)
         self._closed = False
+        # Submit and close from different threads (an API server, the app's model switch):
+        # a submit queued after "close" would never be read, and its caller would wait forever.
+        self._close_lock = threading.Lock()
         self._loaded: Future = Future()
         self._thread = threading.Thread(
             target=self._main, args=(model, on_progress, quantize_bits),
@@ -93,7 +96,9 @@ class Engine:
         def deliver(ev, _put=handle._put):
             _put(ev)
             self._emit(ev)
-        self._inbox.put(("submit", Request(seq, RowSampler(sampling, ids), stream, deliver)))
+        with self._close_lock:
+            self._check_open()
+            self._inbox.put(("submit", Request(seq, RowSampler(sampling, ids), stream, deliver)))
         return handle
 
     def generate(self, prompts: list[Prompt], sampling: SamplingParams | None = None
@@ -131,10 +136,11 @@ class Engine:
 
     # -- lifecycle ---------------------------------------------------------------
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._inbox.put(("close", None))
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._inbox.put(("close", None))
         self._thread.join(timeout=30)
 
     def __enter__(self) -> Engine:

@@ -109,6 +109,5 @@ def _http_error(request: web.Request, e: web.HTTPException) -> ApiError:
     if e.status == 405:
         return ApiError(405, f"{request.method} is not allowed on {request.path}.")
     if e.status == 413:
-        return ApiError(413, f"The request body is larger than "
-                        f"{e.text or 'the server accepts'}.")
+        return ApiError(413, f"The request body is too large ({e.text}).")
     return ApiError(e.status, e.reason)

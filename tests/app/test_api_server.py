@@ -109,7 +109,14 @@ def _status(url: str) -> int:
 
 def test_api_answers_503_while_the_app_loads_a_model(make_window, run, wait_until,
                                                     model_path):
-    window = make_window(load=False)
+    saw_503 = threading.Event()
+
+    def held(loader):                 # the load waits until a client has been told 503
+        def load(**kw):
+            saw_503.wait(timeout=30)
+            return loader(**kw)
+        return load
+    window = make_window(load=False, wrap_loader=held)
     window.settings = dataclasses.replace(window.settings, serve_api=True, api_port=_free_port())
     assert run(window.apply_server_settings())
     url, codes, loaded = window.api.address + "/models", [], threading.Event()
@@ -117,6 +124,8 @@ def test_api_answers_503_while_the_app_loads_a_model(make_window, run, wait_unti
     def poll():                       # a client polling while the GUI thread loads
         while not loaded.is_set():
             codes.append(_status(url))
+            if codes[-1] == 503:
+                saw_503.set()
             time.sleep(0.02)
         codes.append(_status(url))    # once more, after the load
     poller = threading.Thread(target=poll, daemon=True)
@@ -128,3 +137,61 @@ def test_api_answers_503_while_the_app_loads_a_model(make_window, run, wait_unti
     finally:
         run(window.api.stop())
     assert 503 in codes and set(codes) <= {503, 200} and codes[-1] == 200
+
+
+def test_settings_dialog_round_trips_the_api_toggle_and_port(qtbot):
+    from app.storage.app_settings import AppSettings
+    from app.windows.settings_dialog import SettingsDialog
+    start = AppSettings(serve_api=True, api_port=8123)
+    dialog = SettingsDialog(start)
+    qtbot.addWidget(dialog)
+    assert dialog.settings() == start
+    dialog.serve_api.setChecked(False)
+    dialog.api_port.setValue(9000)
+    out = dialog.settings()
+    assert not out.serve_api and out.api_port == 9000
+    assert AppSettings.from_dict(out.to_dict()) == out
+    assert AppSettings.from_dict({"serve_api": True, "api_port": 0}) == AppSettings()
+
+
+def _call_in_thread(fn, wait_until):
+    """fn() on a worker thread while the Qt loop (which serves the API) keeps running."""
+    out: dict = {}
+    thread = threading.Thread(target=lambda: out.setdefault("value", fn()), daemon=True)
+    thread.start()
+    wait_until(lambda: not thread.is_alive())
+    return out.get("value")
+
+
+def test_switching_models_ends_api_streams_with_an_error_then_serves_the_new_one(
+        make_window, run, wait_until, model_path):
+    import openai
+    window = make_window(max_tokens=20)
+    window.settings = dataclasses.replace(window.settings, serve_api=True, api_port=_free_port())
+    assert run(window.apply_server_settings())
+    client = openai.OpenAI(base_url=window.api.address, api_key="none", max_retries=0,
+                           timeout=60)
+    slow = lambda ev: time.sleep(0.005) if type(ev).__name__ == "StepEvent" else None  # noqa: E731
+    window.bridge.engine.add_listener(slow)      # the long reply below is still streaming
+    outcome: dict = {}
+
+    def stream():
+        try:
+            for _ in client.completions.create(model=window.bridge.model_name, prompt=[5, 6],
+                                               max_tokens=2000, stream=True):
+                outcome["tokens"] = outcome.get("tokens", 0) + 1
+        except openai.APIError as e:
+            outcome["error"] = str(e)
+    thread = threading.Thread(target=stream, daemon=True)
+    try:
+        thread.start()
+        wait_until(lambda: outcome.get("tokens", 0) >= 2)
+        assert run(window.load_model(model_path))          # the same model, loaded again
+        wait_until(lambda: not thread.is_alive())
+        assert "engine stopped this request" in outcome.get("error", "")
+        again = _call_in_thread(lambda: client.chat.completions.create(
+            model=window.bridge.model_name, messages=[{"role": "user", "content": "hi"}],
+            max_tokens=3), wait_until)
+    finally:
+        run(window.api.stop())
+    assert again.usage.completion_tokens >= 1

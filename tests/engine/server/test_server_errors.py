@@ -74,6 +74,17 @@ def test_unknown_endpoint_is_404_json(server):
     assert status == 404 and "/v1/chat/completions" in body["error"]["message"]
 
 
+def test_body_too_large_and_wrong_method_are_json(serve, engine):
+    server = serve(EngineHolder(engine=engine, loading=False), max_body_bytes=4096)
+    status, body = post_raw(server.url, "/chat/completions",
+                            json.dumps({"messages": [{"role": "user",
+                                                      "content": "x" * 8000}]}).encode())
+    assert status == 413 and "too large" in body["error"]["message"]
+    with pytest.raises(openai.APIStatusError) as info:
+        make_client(server.url).get("/chat/completions", cast_to=object)
+    assert info.value.status_code == 405 and _error(info.value)["message"]
+
+
 def test_api_key_required_when_set(serve, engine):
     holder = EngineHolder(engine=engine, loading=False)
     server = serve(holder, api_key="s3cret")
