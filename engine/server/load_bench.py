@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                                   args.rounds))
     finally:
         if child is not None:
-            child.send_signal(signal.SIGINT)
+            child.send_signal(signal.SIGTERM)     # SIGINT is ignored in background jobs
             child.wait(timeout=60)
         if isinstance(url, DirectTarget):
             url.engine.close()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import signal
 import sys
 
 from engine.errors import TandemError
@@ -58,10 +60,13 @@ async def serve(model: str | None, config: ServerConfig,
     finally:
         holder.loading = False
     print(f"Serving {holder.engine.model_name} at {url} (Ctrl-C to stop)", file=sys.stderr)
+    stop = stop or asyncio.Event()
+    with contextlib.suppress(NotImplementedError, RuntimeError):   # not on Windows' loop
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     try:
         if ready is not None:
             ready.set()
-        await (stop or asyncio.Event()).wait()
+        await stop.wait()
     finally:
         await server.stop()
         holder.engine.close()

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
 from server_harness import make_client
 
 ROOT = Path(__file__).parents[3]
@@ -35,7 +36,8 @@ def _models_status(url: str, key: str | None) -> int | None:
         return None                     # not listening yet
 
 
-def test_serve_command_serves_and_stops_on_ctrl_c(tiny_folder):
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
+def test_serve_command_serves_and_stops_on_a_signal(tiny_folder, stop_signal):
     port = _free_port()
     url = f"http://127.0.0.1:{port}/v1"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -55,7 +57,7 @@ def test_serve_command_serves_and_stops_on_ctrl_c(tiny_folder):
             model="llama", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
         assert out.usage.completion_tokens >= 1
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop_signal)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert f"Serving llama at {url}" in err and "Traceback" not in err
