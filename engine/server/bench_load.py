@@ -1,9 +1,9 @@
 """Aggregate decode speed of N concurrent API streams vs one, through the HTTP server.
 
-    python -m engine.server.load_bench [--model PATH] [--streams 1 8] [--max-tokens 128]
+    python -m engine.server.bench_load [--model PATH] [--streams 1 8] [--max-tokens 128]
                                        [--rounds 3]
-    python -m engine.server.load_bench --url http://127.0.0.1:8000/v1   # a running server
-    python -m engine.server.load_bench --direct     # same requests through Engine.submit
+    python -m engine.server.bench_load --url http://127.0.0.1:8000/v1   # a running server
+    python -m engine.server.bench_load --direct     # same requests through Engine.submit
 
 Without --url it starts `python -m engine serve` in a child process (so the client's
 Python does not share the engine's GIL), waits for the model, measures, and stops it.
@@ -133,7 +133,7 @@ def _free_port() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m engine.server.load_bench", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m engine.server.bench_load", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", default=None, help="a running server's base URL (…/v1)")
     p.add_argument("--model", default=None, help="for the child server (default: built-in)")
