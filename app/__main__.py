@@ -71,10 +71,12 @@ async def _run_window(app, args) -> int:
     if store.num_interrupted:
         window.statusBar().showMessage(
             f"{store.num_interrupted} reply was interrupted when Tandem last quit.", 8000)
+    await window.apply_server_settings()       # listening first: 503 while the model loads
     model = args.model or store.get_setting("last_model")
     if not await window.load_model(model) and model and not args.model:
         await window.load_model(None)          # the last model moved: use the default
     await quit_event.wait()
+    await window.api.stop()
     window.trace.close()                       # --trace PATH: the final save
     if telemetry is not None:
         telemetry.stop()

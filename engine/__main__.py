@@ -1,6 +1,5 @@
-"""Terminal use: python -m engine chat | generate | bench (default: the built-in model).
-
-bench is handed to python -m engine.bench (engine/cli.py: run_bench).
+"""Terminal use: python -m engine chat | generate | serve | bench (default: the built-in
+model). bench is handed to python -m engine.bench (engine/cli.py: run_bench).
 """
 from __future__ import annotations
 
@@ -36,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(gen)
     gen.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
     gen.add_argument("--trace", default=None, help="write a Perfetto trace here")
+    from engine.server.standalone import add_serve_args
+    add_serve_args(sub.add_parser("serve", help="OpenAI-compatible API on localhost"))
     # The bench's options belong to engine.bench, which is imported only when chosen.
     sub.add_parser("bench", add_help=False,
                    help="decode and prefill speed, ours and mlx-lm's (bench -h for options)")
@@ -51,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "chat":
         return run_chat(args)
+    if args.command == "serve":
+        from engine.server.standalone import run_serve
+        return run_serve(args)
     return run_generate(args)
 
 

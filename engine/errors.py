@@ -28,3 +28,7 @@ class EngineClosedError(TandemError):
 
 class InvalidRequestError(TandemError):
     """A prompt or message the engine cannot take as given (wrong type, invalid text)."""
+
+
+class ServerStartError(TandemError):
+    """The API server could not listen on its address (port taken, bad host)."""

@@ -37,10 +37,14 @@ class RequestHandle:
         self._stream = stream
         self._events: queue.Queue = queue.Queue()
         self.finished: FinishedEvent | None = None
+        self._wake: Callable[[], None] | None = None   # set while `async for` waits
 
     def _put(self, event) -> None:        # engine thread
         if self._stream or isinstance(event, FinishedEvent):
             self._events.put(event)
+            wake = self._wake
+            if wake is not None:
+                wake()
 
     def cancel(self) -> None:
         self._cancel(self.request_id)
@@ -67,16 +71,38 @@ class RequestHandle:
             raise StopAsyncIteration
         while True:
             try:
-                return self._next(timeout=0)
+                return self._events_next()
             except queue.Empty:
-                pass
+                try:
+                    await self._wait_for_event()
+                except asyncio.CancelledError:
+                    # The consumer was cancelled (task.cancel(), wait_for timing out): nobody
+                    # reads this request any more, so stop it and free its pages.
+                    self.cancel()
+                    raise
+
+    def _events_next(self):
+        ev = self._events.get_nowait()
+        if isinstance(ev, FinishedEvent):
+            self.finished = ev
+        return ev
+
+    async def _wait_for_event(self) -> None:
+        """Sleep until the engine thread puts an event (no polling: many streams can
+        wait at once without waking the loop, or taking the GIL, between tokens)."""
+        loop, arrived = asyncio.get_running_loop(), asyncio.Event()
+
+        def wake():
             try:
-                await asyncio.sleep(0.005)
-            except asyncio.CancelledError:
-                # The consumer was cancelled (task.cancel(), wait_for timing out): nobody
-                # reads this request any more, so stop it and free its pages.
-                self.cancel()
-                raise
+                loop.call_soon_threadsafe(arrived.set)
+            except RuntimeError:      # the loop closed while we waited: nobody to wake
+                pass
+        self._wake = wake
+        try:
+            if self._events.empty():  # checked after _wake is set: no event is missed
+                await arrived.wait()
+        finally:
+            self._wake = None
 
     def result(self, timeout: float | None = None) -> Completion:
         """Block until the request finishes; TimeoutError after `timeout` seconds (the

@@ -79,6 +79,8 @@ class StatusPanel(QDockWidget):
         self.captions: dict[str, QLabel] = {}
         self.sparklines: dict[str, Sparkline] = {}
         self.per_conversation = _label("idle", "perConversation")
+        self.api_address = _label("API: off", "apiAddress")
+        self.api_address.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.kernels = _label("kernels: no model", "kernelStatus")
         self.kernels.setWordWrap(True)
         self.trace_button = QPushButton("● Record trace", objectName="traceButton",
@@ -120,6 +122,7 @@ class StatusPanel(QDockWidget):
         layout.setContentsMargins(12, 8, 12, 8)
         layout.addLayout(grid)
         layout.addWidget(self.kernels)
+        layout.addWidget(self.api_address)
         layout.addWidget(_label("Streaming conversations", "sectionLabel"))
         layout.addWidget(self.per_conversation)
         layout.addStretch(1)
@@ -146,6 +149,12 @@ class StatusPanel(QDockWidget):
 
     def _label_trace_button(self, recording: bool) -> None:
         self.trace_button.setText("■ Stop recording" if recording else "● Record trace")
+
+    def show_api(self, address: str) -> None:
+        """The local API's base URL ("" when it is off)."""
+        self.api_address.setText(f"API: {address}" if address else "API: off")
+        self.api_address.setToolTip("OpenAI-compatible; its requests share the batch "
+                                    "with your chats" if address else "")
 
     def show_kernels(self, status: dict) -> None:
         text = kernel_text(status)

@@ -12,6 +12,7 @@ from engine.config import EngineConfig
 from engine.settings_spec import BY_NAME, chat_defaults, check_settings, settings_or_defaults
 
 ENGINE_LIMITS = ("max_num_seqs", "kv_budget_mb", "prefill_chunk")
+API_SETTINGS = ("serve_api", "api_port")
 # A smaller KV cache holds a few pages: replies get cut after a few dozen tokens and
 # prompts refused (issue 17 item 3), so the Settings never offer it.
 MIN_KV_BUDGET_MB = 64
@@ -25,12 +26,17 @@ class AppSettings:
     prefill_chunk: int = EngineConfig.prefill_chunk
     # settings a new conversation starts with, by spec name
     chat: dict[str, Any] = field(default_factory=chat_defaults)
+    # the local OpenAI-compatible API (127.0.0.1 only)
+    serve_api: bool = False
+    api_port: int = 8000
 
     def __post_init__(self):
         self.engine_config()        # the limits must make a valid EngineConfig
         if self.kv_budget_mb is not None and self.kv_budget_mb < MIN_KV_BUDGET_MB:
             raise ValueError(f"The KV cache memory must be at least {MIN_KV_BUDGET_MB} MB "
                              "(or Automatic).")
+        if not isinstance(self.serve_api, bool) or not 1 <= self.api_port <= 65535:
+            raise ValueError("serve_api is a bool and 1 <= api_port <= 65535")
         object.__setattr__(self, "chat", {**chat_defaults(), **check_settings(self.chat)})
 
     def engine_config(self) -> EngineConfig:
@@ -41,7 +47,8 @@ class AppSettings:
         return replace(self, chat={**self.chat, **values})
 
     def to_dict(self) -> dict:
-        return {**{k: getattr(self, k) for k in ENGINE_LIMITS}, "chat": dict(self.chat)}
+        return {**{k: getattr(self, k) for k in ENGINE_LIMITS + API_SETTINGS},
+                "chat": dict(self.chat)}
 
     @classmethod
     def from_dict(cls, data: dict) -> AppSettings:
@@ -52,7 +59,7 @@ class AppSettings:
         if isinstance(data.get("chat"), dict):
             chat.update(data["chat"])
         limits = {f.name: data[f.name] for f in fields(cls)
-                  if f.name in ENGINE_LIMITS and f.name in data}
+                  if f.name in ENGINE_LIMITS + API_SETTINGS and f.name in data}
         try:
             return cls(**limits, chat=settings_or_defaults(chat))
         except (TypeError, ValueError):

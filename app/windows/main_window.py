@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 from qasync import asyncSlot
 
 from app.controllers.conversation_list_model import ConversationListModel
+from app.controllers.server_controller import ServerController
 from app.controllers.session_registry import SessionRegistry
 from app.controllers.store_guard import StoreGuard
 from app.status.status_panel import StatusPanel
@@ -40,6 +41,7 @@ class MainWindow(QMainWindow):
         store = self.store
         self.settings = AppSettings.from_dict(store.get_setting("settings", {}))
         self.sessions = SessionRegistry(store, bridge, self)
+        self.api = ServerController(bridge, self)
         self.trace = TraceController(bridge, store.path.parent, telemetry, path=trace_path,
                                      parent=self)
         self.last_error = ""
@@ -48,7 +50,7 @@ class MainWindow(QMainWindow):
         self.sidebar = Sidebar(self.conversations)
         self.panes = PaneArea()
         self.broadcast = BroadcastBox()
-        self.status_panel = StatusPanel(bridge, self.sessions.title_of_request, telemetry,
+        self.status_panel = StatusPanel(bridge, self._title_of_request, telemetry,
                                         num_streaming=self.sessions.num_streaming,
                                         active_requests=self.sessions.active_requests)
         self._build_layout()
@@ -103,6 +105,8 @@ class MainWindow(QMainWindow):
         self.bridge.load_progress.connect(self._on_bridge_load_progress)
         self.bridge.model_loaded.connect(self._on_bridge_model_loaded)
         self.bridge.load_failed.connect(self._on_bridge_load_failed)
+        self.api.address_changed.connect(self.status_panel.show_api)
+        self.api.error.connect(lambda text: self.show_error(text, "Could not start the API"))
 
     # conversations and panes
     def new_conversation(self, new_pane: bool = True):
@@ -191,6 +195,7 @@ class MainWindow(QMainWindow):
         if dialog.exec():
             old, self.settings = self.settings, dialog.settings()
             self.store.set_setting("settings", self.settings.to_dict())
+            await self.apply_server_settings()
             changed = any(getattr(old, k) != getattr(self.settings, k) for k in ENGINE_LIMITS)
             if changed and self.bridge.engine and not await self.load_model(
                     self.bridge.model_path):
@@ -198,6 +203,15 @@ class MainWindow(QMainWindow):
                 self.settings = dataclasses.replace(
                     self.settings, **{k: getattr(old, k) for k in ENGINE_LIMITS})
                 self.store.set_setting("settings", self.settings.to_dict())
+
+    async def apply_server_settings(self) -> bool:
+        """Start or stop the local API as Settings say; False if it cannot listen."""
+        return await self.api.apply(self.settings.serve_api, self.settings.api_port)
+
+    def _title_of_request(self, request_id: int) -> str:
+        if self.api.is_api_request(request_id):
+            return f"API request {request_id}"
+        return self.sessions.title_of_request(request_id)
 
     def show_error(self, message: str, title: str = "Tandem") -> None:
         """Non-modal, so streaming and the event loop go on."""

@@ -1,7 +1,7 @@
 """Engine limits and defaults for new conversations."""
 from __future__ import annotations
 
-from PySide6.QtWidgets import QDialog, QFormLayout, QGroupBox, QLabel, QVBoxLayout
+from PySide6.QtWidgets import QCheckBox, QDialog, QFormLayout, QGroupBox, QLabel, QVBoxLayout
 
 from app.storage.app_settings import MIN_KV_BUDGET_MB, AppSettings
 from app.windows.sampling_fields import SamplingFields, ok_cancel, spin
@@ -35,9 +35,11 @@ class SettingsDialog(QDialog):
                              objectName="hint", wordWrap=True))
         defaults = QFormLayout()
         self.fields.add_rows(defaults)
+        api = self._api_form(s)
         buttons = ok_cancel(self)
         layout = QVBoxLayout(self)
-        for title, form in (("Engine", engine), ("New conversations", defaults)):
+        for title, form in (("Engine", engine), ("New conversations", defaults),
+                            ("Local API", api)):
             group = QGroupBox(title)
             group.setLayout(form)
             layout.addWidget(group)
@@ -47,9 +49,24 @@ class SettingsDialog(QDialog):
         if 0 < value < MIN_KV_BUDGET_MB:
             self.kv_budget_mb.setValue(MIN_KV_BUDGET_MB)
 
+    def _api_form(self, s: AppSettings) -> QFormLayout:
+        self.serve_api = QCheckBox("Serve on localhost", objectName="serveApi")
+        self.serve_api.setChecked(s.serve_api)
+        self.api_port = spin(1, 65535, s.api_port)
+        self.api_port.setObjectName("apiPort")
+        form = QFormLayout()
+        form.addRow(self.serve_api)
+        form.addRow("Port", self.api_port)
+        form.addRow(QLabel("An OpenAI-compatible API at http://127.0.0.1:PORT/v1 for editors, "
+                           "agents and scripts; its requests decode in the same batch as "
+                           "your chats.", objectName="hint", wordWrap=True))
+        return form
+
     def settings(self) -> AppSettings:
         kv = self.kv_budget_mb.value()
         return AppSettings(max_num_seqs=self.max_num_seqs.value(),
                            kv_budget_mb=max(kv, MIN_KV_BUDGET_MB) if kv else None,
                            prefill_chunk=self.prefill_chunk.value(),
+                           serve_api=self.serve_api.isChecked(),
+                           api_port=self.api_port.value(),
                            chat=self.fields.values())

@@ -45,6 +45,9 @@ class Engine:
         self.num_pages = 0          # the KV pool's pages, once the model is loaded
         self._ids = itertools.count(1)
         self._closed = False
+        # Submit and close from different threads (an API server, the app's model switch):
+        # a submit queued after "close" would never be read, and its caller would wait forever.
+        self._close_lock = threading.Lock()
         self._loaded: Future = Future()
         self._thread = threading.Thread(
             target=self._main, args=(model, on_progress, quantize_bits),
@@ -118,7 +121,9 @@ class Engine:
         tok = self.bundle.tokenizer
         out = OutputStream(tok.detokenizer(skip_special_tokens=True), tok.eos_token_ids,
                            sampling, self.config.max_context)
-        self._send(Submit(Request(seq, RowSampler(sampling, ids), out)))
+        with self._close_lock:      # a submit queued after Close would wait forever
+            self._check_open()
+            self._send(Submit(Request(seq, RowSampler(sampling, ids), out)))
         return handle
 
     @property
@@ -159,7 +164,8 @@ class Engine:
         self._listeners = [*self._listeners, fn]
 
     def remove_listener(self, fn: Callable[[object], None]) -> None:
-        self._listeners = [f for f in self._listeners if f is not fn]
+        # == not `is`: a bound method is a new object each time it is read.
+        self._listeners = [f for f in self._listeners if f != fn]
 
     def _emit(self, ev) -> None:
         """The one path of every event: its request's handle, then every listener."""
@@ -179,9 +185,10 @@ class Engine:
     def close(self) -> None:
         """Stop the engine; running requests end as "cancelled". From the engine thread
         (a listener) it only asks: the thread ends after the listener returns."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
         if threading.current_thread() is self._thread:
             self._send(Close())
             return

@@ -1,0 +1,58 @@
+"""The "Serve on localhost" switch: the OpenAI-compatible API server on the app's
+qasync loop, over the bridge's engine, so API requests decode in the same batch
+as the conversations on screen (and show in the status panel and traces)."""
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal
+
+
+class ServerController(QObject):
+    """Signals:
+        address_changed(str): the API's base URL, "" when the server is off
+        error(str): the server could not start (e.g. the port is taken)
+    """
+    address_changed = Signal(str)
+    error = Signal(str)
+
+    def __init__(self, bridge, parent=None):
+        super().__init__(parent)
+        # The bridge is the server's EngineSource: `engine` (None while a model
+        # loads, so clients get 503) and `loading`. The server never closes it.
+        self._bridge = bridge
+        self.server = None
+
+    @property
+    def address(self) -> str:
+        return self.server.url if self.server is not None else ""
+
+    @property
+    def num_active(self) -> int:
+        """API requests in flight."""
+        return self.server.num_active if self.server is not None else 0
+
+    def is_api_request(self, request_id: int) -> bool:
+        return self.server is not None and request_id in self.server.routes.active
+
+    async def apply(self, enabled: bool, port: int) -> bool:
+        """Start, stop or move the server to match the settings; False if it cannot listen."""
+        if self.server is not None and (not enabled or self.server.config.port != port):
+            await self.stop()
+        if enabled and self.server is None:
+            from engine.errors import ServerStartError
+            from engine.server import ApiServer, ServerConfig
+            server = ApiServer(self._bridge, ServerConfig(port=port))
+            try:
+                await server.start()
+            except ServerStartError as e:
+                self.error.emit(str(e))
+                return False
+            self.server = server
+            self.address_changed.emit(self.address)
+        return True
+
+    async def stop(self) -> None:
+        """Close the listener; open API streams are cancelled (their pages come back)."""
+        server, self.server = self.server, None
+        if server is not None:
+            await server.stop()
+            self.address_changed.emit("")

@@ -1,0 +1,78 @@
+"""`python -m engine serve`: the API server over an engine of its own, until Ctrl-C.
+
+The server listens first and answers 503 while the model loads, so a client
+started alongside can poll /v1/models instead of failing to connect.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+
+from engine.errors import TandemError
+from engine.server.api_server import ApiServer
+from engine.server.engine_source import EngineHolder
+from engine.server.server_config import DEFAULT_HOST, DEFAULT_PORT, ServerConfig
+
+
+def add_serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="MLX/HF folder or .gguf (default: built-in)")
+    p.add_argument("--host", default=DEFAULT_HOST,
+                   help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' on every request")
+
+
+def run_serve(args) -> int:
+    try:
+        config = ServerConfig(host=args.host, port=args.port, api_key=args.api_key)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(serve(args.model, config))
+    except KeyboardInterrupt:
+        return 0
+
+
+async def serve(model: str | None, config: ServerConfig,
+                ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> int:
+    """Listen, load `model`, serve until `stop` is set (or the task is cancelled)."""
+    holder = EngineHolder()
+    server = ApiServer(holder, config)
+    try:
+        url = await server.start()
+    except TandemError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"Tandem API listening on {url}; loading {model or 'the built-in model'}...",
+          file=sys.stderr)
+    try:
+        holder.engine = await asyncio.get_running_loop().run_in_executor(
+            None, _load_engine, model)
+    except TandemError as e:
+        print(f"error: {e}", file=sys.stderr)
+        await server.stop()
+        return 2
+    finally:
+        holder.loading = False
+    print(f"Serving {holder.engine.model_name} at {url} (Ctrl-C to stop)", file=sys.stderr)
+    stop = stop or asyncio.Event()
+    with contextlib.suppress(NotImplementedError, RuntimeError):   # not on Windows' loop
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    try:
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+    finally:
+        await server.stop()
+        holder.engine.close()
+    return 0
+
+
+def _load_engine(model: str | None):
+    from engine.core.engine import Engine
+    return Engine.load(model)
