@@ -112,8 +112,8 @@ async def _whole(handle, shape: ResponseShape) -> web.Response:
     async for _ in handle:
         pass
     fin = handle.finished
-    if fin.reason == "error":
-        raise _engine_failed()
+    if fin.reason in _STOPPED_BY_ENGINE:
+        raise _engine_failed(fin)
     return web.json_response(shape.completion(fin.text, fin.reason, fin.stats))
 
 
@@ -135,14 +135,20 @@ async def _stream(request: web.Request, handle, shape: ResponseShape,
 
 
 def _last_chunks(fin, shape: ResponseShape, include_usage: bool) -> bytes:
-    if fin.reason == "error":
-        return sse(_engine_failed().body()) + sse("[DONE]")
+    if fin.reason in _STOPPED_BY_ENGINE:
+        return sse(_engine_failed(fin).body()) + sse("[DONE]")
     out = sse(shape.chunk(None, fin.reason, with_usage=include_usage))
     if include_usage:
         out += sse(shape.usage_chunk(fin.stats))
     return out + sse("[DONE]")
 
 
-def _engine_failed() -> ApiError:
-    return ApiError(500, "The engine stopped this request (a step failed, or the model was "
-                    "closed); see the server's log, then retry.", code="engine_error")
+# The server cancels a request only when its client has gone, and then nobody reads the
+# end: a "cancelled" finish a client sees was the engine's doing (closed, model switched).
+_STOPPED_BY_ENGINE = ("error", "cancelled")
+
+
+def _engine_failed(fin) -> ApiError:
+    why = f" ({fin.message})" if getattr(fin, "message", "") else ""
+    return ApiError(500, f"The engine stopped this request{why}: a step failed, or the model "
+                    "was closed or switched; retry.", code="engine_error")
