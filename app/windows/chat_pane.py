@@ -82,6 +82,7 @@ class ChatPane(QFrame):
         self.view.stop_requested.connect(lambda _row: s.stop())
         self.view.regenerate_requested.connect(s.regenerate)
         self.view.edit_submitted.connect(s.edit_and_resend)
+        self.view.version_requested.connect(s.select_version)
         s.busy_changed.connect(self._on_session_busy_changed)
         s.conversation_changed.connect(self._on_session_conversation_changed)
 
