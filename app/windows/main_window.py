@@ -23,6 +23,7 @@ from app.status.trace_controller import TraceController
 from app.storage.app_settings import ENGINE_LIMITS, AppSettings
 from app.storage.store import UNTOUCHED_TITLE
 from app.windows.broadcast_box import BroadcastBox
+from app.windows.export_dialog import export_conversation
 from app.windows.pane_area import PaneArea
 from app.windows.sidebar import Sidebar
 from app.windows.window_menus import build_menus
@@ -83,6 +84,7 @@ class MainWindow(QMainWindow):
         self.sessions.error.connect(self.show_error)
         self.panes.pane_close_requested.connect(self.close_pane)
         self.panes.pane_settings_requested.connect(self._on_panes_pane_settings_requested)
+        self.panes.pane_export_requested.connect(self.export_chat)
         self.broadcast.broadcast_requested.connect(self.broadcast_prompt)
         self.status_panel.trace_toggled.connect(self.trace.set_recording)
         self.status_panel.save_trace_requested.connect(self.save_trace_as)
@@ -148,6 +150,16 @@ class MainWindow(QMainWindow):
     def save_trace_as(self):
         """Ask for a .json file and export the trace recorded so far."""
         return self.trace.choose_and_save(self)
+
+    def export_chat(self, pane, fmt: str):
+        """Ask for a file and export `pane`'s conversation ("markdown" or "json")."""
+        if pane is None:
+            self.statusBar().showMessage("Open a chat to export it.", 5000)
+            return None
+        path = export_conversation(self, self.store, pane.session, fmt)
+        if path is not None:
+            self.statusBar().showMessage(f"Exported “{pane.session.title}” to {path}", 10000)
+        return path
 
     def broadcast_prompt(self, text: str) -> int:
         panes = self.panes.panes()
