@@ -1,4 +1,4 @@
-"""User settings: engine limits and defaults for new conversations (no Qt).
+"""User settings: engine limits, appearance and defaults for new conversations (no Qt).
 
 Engine limits take their defaults from EngineConfig and the conversation defaults
 from engine/settings_spec.py, so neither is restated here.
@@ -12,6 +12,9 @@ from engine.config import EngineConfig
 from engine.settings_spec import BY_NAME, chat_defaults, check_settings, settings_or_defaults
 
 ENGINE_LIMITS = ("max_num_seqs", "kv_budget_mb", "prefill_chunk")
+APPEARANCE = ("theme", "font_size")
+THEME_CHOICES = ("system", "light", "dark")     # system: follow the OS's light/dark setting
+FONT_SIZES = range(10, 23)                      # px; 13 is the default
 
 
 @dataclass(frozen=True)
@@ -20,11 +23,20 @@ class AppSettings:
     max_num_seqs: int = EngineConfig.max_num_seqs
     kv_budget_mb: int | None = EngineConfig.kv_budget_mb    # None = sized from free memory
     prefill_chunk: int = EngineConfig.prefill_chunk
+    # appearance (applied at once)
+    theme: str = "system"
+    font_size: int = 13
     # settings a new conversation starts with, by spec name
     chat: dict[str, Any] = field(default_factory=chat_defaults)
 
     def __post_init__(self):
         self.engine_config()        # the limits must make a valid EngineConfig
+        if self.theme not in THEME_CHOICES:
+            raise ValueError(f"theme must be one of {', '.join(THEME_CHOICES)}, "
+                             f"not {self.theme!r}")
+        if not isinstance(self.font_size, int) or self.font_size not in FONT_SIZES:
+            raise ValueError(f"font_size must be {FONT_SIZES.start}-{FONT_SIZES.stop - 1} px, "
+                             f"not {self.font_size!r}")
         object.__setattr__(self, "chat", {**chat_defaults(), **check_settings(self.chat)})
 
     def engine_config(self) -> EngineConfig:
@@ -35,19 +47,30 @@ class AppSettings:
         return replace(self, chat={**self.chat, **values})
 
     def to_dict(self) -> dict:
-        return {**{k: getattr(self, k) for k in ENGINE_LIMITS}, "chat": dict(self.chat)}
+        return {**{k: getattr(self, k) for k in ENGINE_LIMITS + APPEARANCE},
+                "chat": dict(self.chat)}
 
     @classmethod
     def from_dict(cls, data: dict) -> AppSettings:
         """From to_dict's output, or from the older flat form (chat defaults at the top
         level, `num_pages`, dropped now that the KV pool is sized from a budget in MB).
-        A bad engine limit falls back to the defaults; a bad chat value to its default."""
+        A bad engine limit falls back to the defaults; a bad chat value or appearance
+        setting to its default."""
         chat = {k: v for k, v in data.items() if k in BY_NAME}
         if isinstance(data.get("chat"), dict):
             chat.update(data["chat"])
         limits = {f.name: data[f.name] for f in fields(cls)
                   if f.name in ENGINE_LIMITS and f.name in data}
+        looks = {k: data[k] for k in APPEARANCE if k in data and _valid(k, data[k])}
         try:
-            return cls(**limits, chat=settings_or_defaults(chat))
+            return cls(**limits, **looks, chat=settings_or_defaults(chat))
         except (TypeError, ValueError):
-            return cls(chat=settings_or_defaults(chat))
+            return cls(**looks, chat=settings_or_defaults(chat))
+
+
+def _valid(name: str, value) -> bool:
+    try:
+        AppSettings(**{name: value})
+    except (TypeError, ValueError):
+        return False
+    return True

@@ -6,6 +6,7 @@ import dataclasses
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
+    QApplication,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -16,6 +17,7 @@ from PySide6.QtWidgets import (
 )
 from qasync import asyncSlot
 
+from app.appearance import Appearance
 from app.controllers.conversation_list_model import ConversationListModel
 from app.controllers.session_registry import SessionRegistry
 from app.status.status_panel import StatusPanel
@@ -37,6 +39,8 @@ class MainWindow(QMainWindow):
         self.resize(1280, 800)
         self.store, self.bridge = store, bridge
         self.settings = AppSettings.from_dict(store.get_setting("settings", {}))
+        self.appearance = Appearance(QApplication.instance(), self)
+        self.appearance.apply(self.settings.theme, self.settings.font_size)
         self.sessions = SessionRegistry(store, bridge, self)
         self.trace = TraceController(bridge, store.path.parent, telemetry, path=trace_path,
                                      parent=self)
@@ -190,6 +194,7 @@ class MainWindow(QMainWindow):
         if dialog.exec():
             old, self.settings = self.settings, dialog.settings()
             self.store.set_setting("settings", self.settings.to_dict())
+            self.appearance.apply(self.settings.theme, self.settings.font_size)
             changed = any(getattr(old, k) != getattr(self.settings, k) for k in ENGINE_LIMITS)
             if changed and self.bridge.engine and not await self.load_model(
                     self.bridge.model_path):

@@ -1,9 +1,9 @@
 """Engine limits and defaults for new conversations."""
 from __future__ import annotations
 
-from PySide6.QtWidgets import QDialog, QFormLayout, QGroupBox, QLabel, QVBoxLayout
+from PySide6.QtWidgets import QComboBox, QDialog, QFormLayout, QGroupBox, QLabel, QVBoxLayout
 
-from app.storage.app_settings import AppSettings
+from app.storage.app_settings import FONT_SIZES, THEME_CHOICES, AppSettings
 from app.windows.sampling_fields import SamplingFields, ok_cancel, spin
 
 AUTOMATIC = "Automatic (sized from free memory)"
@@ -21,6 +21,16 @@ class SettingsDialog(QDialog):
         self.kv_budget_mb.setSuffix(" MB")
         self.prefill_chunk = spin(16, 65536, s.prefill_chunk, 64)
         self.fields = SamplingFields(s.chat)
+        self.theme = QComboBox()
+        for choice in THEME_CHOICES:
+            self.theme.addItem(choice.title(), choice)
+        self.theme.setCurrentIndex(THEME_CHOICES.index(s.theme))
+        self.theme.setToolTip("System follows your computer's light or dark setting")
+        self.font_size = spin(FONT_SIZES.start, FONT_SIZES.stop - 1, s.font_size)
+        self.font_size.setSuffix(" px")
+        looks = QFormLayout()
+        looks.addRow("Theme", self.theme)
+        looks.addRow("Font size", self.font_size)
         engine = QFormLayout()
         engine.addRow("Max concurrent sequences", self.max_num_seqs)
         engine.addRow("KV cache memory", self.kv_budget_mb)
@@ -34,7 +44,8 @@ class SettingsDialog(QDialog):
         self.fields.add_rows(defaults)
         buttons = ok_cancel(self)
         layout = QVBoxLayout(self)
-        for title, form in (("Engine", engine), ("New conversations", defaults)):
+        for title, form in (("Appearance", looks), ("Engine", engine),
+                            ("New conversations", defaults)):
             group = QGroupBox(title)
             group.setLayout(form)
             layout.addWidget(group)
@@ -44,4 +55,5 @@ class SettingsDialog(QDialog):
         return AppSettings(max_num_seqs=self.max_num_seqs.value(),
                            kv_budget_mb=self.kv_budget_mb.value() or None,
                            prefill_chunk=self.prefill_chunk.value(),
+                           theme=self.theme.currentData(), font_size=self.font_size.value(),
                            chat=self.fields.values())
