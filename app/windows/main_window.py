@@ -203,6 +203,14 @@ class MainWindow(QMainWindow):
                     self.settings, **{k: getattr(old, k) for k in ENGINE_LIMITS})
                 self.store.set_setting("settings", self.settings.to_dict())
 
+    def show_about(self):
+        """Help > About: the version, the model, the kernels, where data lives."""
+        from app.about_info import about_info
+        from app.windows.about_dialog import AboutDialog
+        self.about_dialog = AboutDialog(about_info(self.bridge, self.store.path.parent), self)
+        self.about_dialog.open()
+        return self.about_dialog
+
     def show_error(self, message: str, title: str = "Tandem") -> None:
         """Non-modal, so streaming and the event loop go on."""
         self.last_error = message

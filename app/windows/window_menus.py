@@ -36,3 +36,6 @@ def build_menus(window) -> None:
     _action(window, model, "Open model…", window.open_model_dialog, "Ctrl+O")
     view = bar.addMenu("&View")
     view.addAction(window.status_panel.toggleViewAction())
+    help_menu = bar.addMenu("&Help")
+    about = _action(window, help_menu, "About Tandem", window.show_about)
+    about.setMenuRole(QAction.MenuRole.AboutRole)      # macOS: the app menu
