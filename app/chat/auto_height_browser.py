@@ -3,6 +3,7 @@ messages stack in a scroll area and reflow with the pane's width."""
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, Qt
+from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QFrame, QSizePolicy, QTextBrowser
 
 from app.style import theme_colors
@@ -46,8 +47,17 @@ class AutoHeightBrowser(QTextBrowser):
             self.setMarkdown(text)
 
     def set_plain(self, text: str) -> None:
-        if text != self._source:
-            self._source, self._markdown = text, False
+        """Streaming text only grows: append the new part, so a selection survives and
+        a syntax highlighter re-colours only the lines that changed."""
+        if text == self._source:
+            return
+        grows = not self._markdown and self._source and text.startswith(self._source)
+        old, self._source, self._markdown = self._source, text, False
+        if grows:
+            cursor = QTextCursor(self.document())
+            cursor.movePosition(QTextCursor.MoveOperation.End)
+            cursor.insertText(text[len(old):])
+        else:
             self.setPlainText(text)
 
     def source_text(self) -> str:

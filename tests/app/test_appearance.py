@@ -108,3 +108,29 @@ def test_system_choice_follows_the_color_scheme(make_window, monkeypatch):
     window.appearance.apply("light", 13)                       # an explicit choice wins
     hints.colorSchemeChanged.emit(Qt.ColorScheme.Dark)
     assert current_theme() == "light"
+
+
+def _all_formats(block_widget) -> list:
+    doc = block_widget.text.document()
+    return [[(f.start, f.length, f.format.foreground().color().name())
+             for f in doc.findBlockByNumber(i).layout().formats()]
+            for i in range(doc.blockCount())]
+
+
+def test_a_streamed_block_ends_coloured_like_one_set_at_once(qtbot, monkeypatch):
+    """Streamed in pieces (a docstring opens, then closes many lines later; slow lexes
+    defer the next one), the colours end as if the text had come at once."""
+    from app.chat.code_block import CodeBlock
+    from app.chat.code_highlighter import CodeHighlighter
+    code = "".join(f'def f{i}(x):\n    """doc {i}\n    more"""\n    return x * {i}  # c\n'
+                   for i in range(40))
+    monkeypatch.setattr(CodeHighlighter, "FREE_MS", -1)     # every lex counts as slow
+    streamed, whole = CodeBlock(), CodeBlock()
+    qtbot.addWidget(streamed)
+    qtbot.addWidget(whole)
+    for end in range(7, len(code) + 7, 7):
+        streamed.set_code(code[:end], "python")
+        qtbot.wait(1)
+    whole.set_code(code, "python")
+    qtbot.waitUntil(lambda: _all_formats(streamed) == _all_formats(whole), timeout=5000)
+    assert len({c for line in _all_formats(whole) for _s, _n, c in line}) >= 4
