@@ -59,3 +59,12 @@ class Appearance(QObject):
     def _on_color_scheme_changed(self, _scheme) -> None:
         if self.choice == "system" and not self._telling:
             self._restyle()
+
+
+def appearance_for(app) -> Appearance:
+    """The app's one Appearance (it lives as long as the app, windows come and go)."""
+    found = app.findChild(Appearance, "appearance")
+    if found is None:
+        found = Appearance(app, parent=app)
+        found.setObjectName("appearance")
+    return found

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 )
 from qasync import asyncSlot
 
-from app.appearance import Appearance
+from app.appearance import appearance_for
 from app.controllers.conversation_list_model import ConversationListModel
 from app.controllers.session_registry import SessionRegistry
 from app.status.status_panel import StatusPanel
@@ -39,7 +39,7 @@ class MainWindow(QMainWindow):
         self.resize(1280, 800)
         self.store, self.bridge = store, bridge
         self.settings = AppSettings.from_dict(store.get_setting("settings", {}))
-        self.appearance = Appearance(QApplication.instance(), self)
+        self.appearance = appearance_for(QApplication.instance())
         self.appearance.apply(self.settings.theme, self.settings.font_size)
         self.sessions = SessionRegistry(store, bridge, self)
         self.trace = TraceController(bridge, store.path.parent, telemetry, path=trace_path,
