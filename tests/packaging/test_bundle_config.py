@@ -52,6 +52,8 @@ def test_every_engine_module_is_bundled_but_not_the_benchmarks():
 def test_style_sheets_and_icons_travel_with_the_app():
     datas = cfg.resource_datas()
     assert (str(ROOT / "resources" / "tandem.qss"), "resources") in datas
+    for theme in ("light", "dark"):            # app/style.py reads the sheet's colours there
+        assert (str(ROOT / "resources" / "themes" / f"{theme}.json"), "resources/themes") in datas
     assert ("resources/icons", ) == tuple({d for _, d in datas if "icons" in d})
 
 
