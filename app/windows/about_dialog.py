@@ -70,6 +70,15 @@ class AboutDialog(QDialog):
         return grid
 
 
+    # Qt overrides
+    def showEvent(self, event):
+        super().showEvent(event)
+        # Wrapped labels ask for height as if narrow: fit the height to the real width.
+        height = self.layout().totalHeightForWidth(self.width())
+        if height > 0:
+            self.resize(self.width(), height)
+
+
 def open_folder(path: Path) -> bool:
     """Create it if need be (traces before the first recording), then show it."""
     Path(path).mkdir(parents=True, exist_ok=True)
