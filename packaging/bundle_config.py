@@ -138,10 +138,12 @@ def our_modules(benchmarks: bool = False) -> list[str]:
 
 
 def resource_datas() -> list[tuple[str, str]]:
-    """(source, folder in the bundle): the style sheets and icons, where app/ looks for them
+    """(source, folder in the bundle): the style sheet, its themes' colours and the icons,
+    where app/ looks for them
     (app/style.py: <package root>/resources/tandem.qss; frozen, that root is sys._MEIPASS)."""
     res = ROOT / "resources"
     files = sorted(res.glob("*.qss")) + sorted(res.glob("*.json")) + sorted(res.glob("*.md"))
     out = [(str(p), "resources") for p in files]
     out += [(str(p), "resources/icons") for p in sorted((res / "icons").glob("*.png"))]
+    out += [(str(p), "resources/themes") for p in sorted((res / "themes").glob("*.json"))]
     return out

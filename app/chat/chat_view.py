@@ -14,10 +14,12 @@ class ChatView(QScrollArea):
         stop_requested(int): row
         regenerate_requested(int): row
         edit_submitted(int, str): row, new text
+        version_requested(int, int): row, the answer's version to show
     """
     stop_requested = Signal(int)
     regenerate_requested = Signal(int)
     edit_submitted = Signal(int, str)
+    version_requested = Signal(int, int)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -63,6 +65,9 @@ class ChatView(QScrollArea):
                 lambda w=widget: self._emit_for(w, self.regenerate_requested))
             widget.edit_submitted.connect(
                 lambda text, w=widget: self.edit_submitted.emit(self._widgets.index(w), text))
+            widget.version_requested.connect(
+                lambda index, w=widget: self.version_requested.emit(self._widgets.index(w),
+                                                                    index))
             self._widgets.insert(row, widget)
             self._column.insertWidget(row, widget)
         self._follow = True

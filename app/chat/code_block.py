@@ -1,11 +1,13 @@
-"""A fenced code block: language label, Copy button, monospace text."""
+"""A fenced code block: language label, Copy button, monospace text coloured by
+Pygments in the theme's style."""
 from __future__ import annotations
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QEvent, QTimer
 from PySide6.QtGui import QFontDatabase, QGuiApplication
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout
 
 from app.chat.auto_height_browser import AutoHeightBrowser
+from app.chat.code_highlighter import CodeHighlighter
 
 
 class CodeBlock(QFrame):
@@ -24,6 +26,7 @@ class CodeBlock(QFrame):
         self.text.setObjectName("codeText")
         self.text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.text.setLineWrapMode(AutoHeightBrowser.LineWrapMode.WidgetWidth)
+        self.highlighter = CodeHighlighter(self.text.document())
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 6)
         layout.setSpacing(0)
@@ -32,6 +35,7 @@ class CodeBlock(QFrame):
 
     def set_code(self, code: str, language: str) -> None:
         self._language.setText(language or "code")
+        self.highlighter.set_language(language)
         self.text.set_plain(code)
 
     def code(self) -> str:
@@ -41,3 +45,9 @@ class CodeBlock(QFrame):
         QGuiApplication.clipboard().setText(self.code())
         self.copy_button.setText("Copied")
         QTimer.singleShot(1200, lambda: self.copy_button.setText("Copy"))
+
+    # Qt overrides
+    def changeEvent(self, event):
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.StyleChange:      # the theme changed
+            self.highlighter.update_theme()

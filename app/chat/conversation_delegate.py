@@ -4,10 +4,11 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import QRect, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QPalette
+from PySide6.QtGui import QFont, QPalette
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate
 
 from app.controllers.conversation_list_model import ConversationListModel
+from app.style import theme_color
 
 
 def age_text(t: float, now: float | None = None) -> str:
@@ -33,14 +34,14 @@ class ConversationDelegate(QStyledItemDelegate):
         rect = option.rect.adjusted(6, 2, -6, -2)
         if selected or hovered:
             painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(QColor("#dfe6f5") if selected else QColor("#eceef2"))
+            painter.setBrush(theme_color("list-selected" if selected else "list-hover"))
             painter.drawRoundedRect(rect, 8, 8)
         text = rect.adjusted(10, 6, -10, -6)
         line = option.fontMetrics.height()
         title_font = QFont(option.font)
         title_font.setWeight(QFont.Weight.DemiBold)
         painter.setFont(option.font)
-        painter.setPen(QColor("#8a8f98"))
+        painter.setPen(theme_color("subtle"))
         age = age_text(conv.updated_at)
         age_w = option.fontMetrics.horizontalAdvance(age) + 4
         painter.drawText(QRect(text.right() - age_w, text.top(), age_w, line),
@@ -52,7 +53,7 @@ class ConversationDelegate(QStyledItemDelegate):
                          painter.fontMetrics().elidedText(conv.title, Qt.TextElideMode.ElideRight,
                                                           title_rect.width()))
         painter.setFont(option.font)
-        painter.setPen(QColor("#6b7280"))
+        painter.setPen(theme_color("muted"))
         snippet_rect = QRect(text.left(), text.top() + line + 2, text.width(), line)
         painter.drawText(snippet_rect, Qt.AlignmentFlag.AlignLeft,
                          option.fontMetrics.elidedText(conv.snippet or "No messages yet",

@@ -18,7 +18,9 @@ from PySide6.QtWidgets import (
 from app.chat.markdown_view import MarkdownView
 from app.chat.think_block import ThinkBlock
 from app.chat.think_text import split_think
+from app.chat.version_switcher import VersionSwitcher
 from app.storage.message import Message, MessageState
+from app.storage.message_versions import num_versions
 
 _BADGES = {MessageState.STOPPED: "stopped", MessageState.LENGTH: "max tokens",
            MessageState.INTERRUPTED: "interrupted", MessageState.ERROR: "error"}
@@ -47,10 +49,12 @@ class MessageWidget(QWidget):
         stop_requested()
         regenerate_requested()
         edit_submitted(str): the edited text of a user message
+        version_requested(int): the answer's version to show (0-based)
     """
     stop_requested = Signal()
     regenerate_requested = Signal()
     edit_submitted = Signal(str)
+    version_requested = Signal(int)
 
     def __init__(self, msg: Message, parent=None):
         super().__init__(parent)
@@ -68,6 +72,8 @@ class MessageWidget(QWidget):
         self.stats.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.role_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.buttons = self._make_buttons()
+        self.versions = VersionSwitcher()
+        self.versions.selected.connect(self.version_requested)
         self._lay_out()
         self.set_message(msg)
 
@@ -95,6 +101,7 @@ class MessageWidget(QWidget):
         self.editor.hide()
         footer = QHBoxLayout()
         footer.setSpacing(2)
+        footer.addWidget(self.versions)
         footer.addWidget(self.stats, 1)
         for button in self.buttons.values():
             footer.addWidget(button)
@@ -116,6 +123,7 @@ class MessageWidget(QWidget):
         answer = parts.answer if parts else msg.content
         self.body.set_markdown(answer if answer.strip() or not msg.is_streaming else "…")
         self.stats.setText(stats_text(msg))
+        self.versions.set_versions(msg.version, num_versions(msg), not msg.is_streaming)
         self._update_buttons()
 
     def _update_buttons(self) -> None:

@@ -10,6 +10,7 @@ from app.chat.think_text import strip_think
 from app.controllers.chat_model import ChatModel
 from app.storage.conversation import Conversation
 from app.storage.message import Message, MessageState
+from app.storage.message_versions import num_versions, with_new_version, with_version
 from engine.errors import TandemError
 
 SAVE_MS = 1000     # a streaming message reaches the database at least this often
@@ -57,19 +58,31 @@ class ChatSession(QObject):
         self._abandon()
         self._add(Message("user", text))
         self._maybe_title(text)
-        return self._generate(t_sent)
+        return self._generate(t_sent=t_sent)
 
     def stop(self) -> None:
         if self.request_id is not None:
             self._bridge.cancel(self.request_id)
 
     def regenerate(self, row: int) -> bool:
-        """Replace the assistant message at `row` (and all after it) with a new reply."""
+        """A new answer at `row`, kept beside the earlier ones ("< 1/2 >"); the turns
+        after `row` were built on the old answer, so they go."""
         if self.model.message(row).role != "assistant":
             return False
         self._abandon()
-        self._truncate(row)
-        return self._generate()
+        self._truncate(row + 1)
+        return self._generate(row)
+
+    def select_version(self, row: int, index: int) -> bool:
+        """Show version `index` of the answer at `row`; the next turn builds on it."""
+        msg = self.model.message(row)
+        if self.busy or msg.role != "assistant" or not 0 <= index < num_versions(msg):
+            return False
+        msg = with_version(msg, index)
+        self._store.update_message(msg)
+        self.model.replace(row, msg)
+        self.conversation_changed.emit()
+        return True
 
     def edit_and_resend(self, row: int, text: str) -> bool:
         """Replace the user message at `row` with `text`, drop what followed, reply again."""
@@ -91,27 +104,36 @@ class ChatSession(QObject):
         self._bridge.request_finished.disconnect(self._on_bridge_request_finished)
 
     # internals
-    def _prompt(self) -> list[dict]:
+    def _prompt(self, upto: int | None = None) -> list[dict]:
+        """The conversation before row `upto` (all of it when None), as chat messages."""
         prompt = []
         if self.conversation.system_prompt.strip():
             prompt.append({"role": "system", "content": self.conversation.system_prompt})
-        for msg in self.model.messages():
+        for msg in self.model.messages()[:upto]:
             content = strip_think(msg.content) if msg.role == "assistant" else msg.content
             if content.strip():
                 prompt.append({"role": msg.role, "content": content})
         return prompt
 
-    def _generate(self, t_sent: float | None = None) -> bool:
+    def _generate(self, row: int | None = None, t_sent: float | None = None) -> bool:
+        """Reply to the conversation: as a new message, or as a new version of the
+        answer at `row` (which the prompt then stops before). `t_sent`: when the user
+        sent it (time to first token counts from there)."""
         t_sent = time.perf_counter() if t_sent is None else t_sent
-        prompt = self._prompt()
+        prompt = self._prompt(row)
         try:
             rid = self._bridge.submit(prompt, self.conversation.sampling_params())
         except (TandemError, ValueError) as exc:    # no model, prompt too long, empty
             self.error.emit(str(exc))
             return False
-        reply = Message("assistant", state=MessageState.STREAMING,
-                        model=self._bridge.model_name, num_tokens=0)
-        self._row = self._add(reply)
+        if row is None:
+            self._row = self._add(Message("assistant", state=MessageState.STREAMING,
+                                          model=self._bridge.model_name, num_tokens=0))
+        else:
+            reply = with_new_version(self.model.message(row), self._bridge.model_name)
+            self._store.update_message(reply)
+            self.model.replace(row, reply)
+            self._row = row
         self.request_id = rid
         self._t_sent = t_sent
         self._save.start()

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import deque
 
 from PySide6.QtCore import QPointF, QSize, Qt
-from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen
+from PySide6.QtGui import QColor, QPainter, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 HEADROOM = 1.25
@@ -47,7 +47,7 @@ class Sparkline(QWidget):
     def paintEvent(self, _event):
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        painter.fillRect(self.rect(), QColor("#f6f7f9"))
+        painter.fillRect(self.rect(), self.palette().color(QPalette.ColorRole.AlternateBase))
         fill = QColor(self.color)
         fill.setAlpha(40)
         painter.setPen(QPen(self.color, 1.5, Qt.PenStyle.SolidLine, Qt.PenCapStyle.RoundCap))

@@ -13,8 +13,13 @@ from engine.telemetry.recording import TraceRecording
 FILE_FILTER = "Chrome / Perfetto trace (*.json)"
 
 
+def traces_dir(folder: Path) -> Path:
+    """Where recorded traces go: <data folder>/traces."""
+    return Path(folder) / "traces"
+
+
 def default_trace_path(folder: Path) -> Path:
-    return Path(folder) / "traces" / time.strftime("tandem-trace-%Y%m%d-%H%M%S.json")
+    return traces_dir(folder) / time.strftime("tandem-trace-%Y%m%d-%H%M%S.json")
 
 
 class TraceController(QObject):

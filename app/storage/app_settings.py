@@ -1,4 +1,4 @@
-"""User settings: engine limits and defaults for new conversations (no Qt).
+"""User settings: engine limits, appearance and defaults for new conversations (no Qt).
 
 Engine limits take their defaults from EngineConfig and the conversation defaults
 from engine/settings_spec.py, so neither is restated here.
@@ -16,6 +16,9 @@ API_SETTINGS = ("serve_api", "api_port")
 # A smaller KV cache holds a few pages: replies get cut after a few dozen tokens and
 # prompts refused (issue 17 item 3), so the Settings never offer it.
 MIN_KV_BUDGET_MB = 64
+APPEARANCE = ("theme", "font_size")
+THEME_CHOICES = ("system", "light", "dark")     # system: follow the OS's light/dark setting
+FONT_SIZES = range(10, 23)                      # px; 13 is the default
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,9 @@ class AppSettings:
     max_num_seqs: int = EngineConfig.max_num_seqs
     kv_budget_mb: int | None = EngineConfig.kv_budget_mb    # None = sized from free memory
     prefill_chunk: int = EngineConfig.prefill_chunk
+    # appearance (applied at once)
+    theme: str = "system"
+    font_size: int = 13
     # settings a new conversation starts with, by spec name
     chat: dict[str, Any] = field(default_factory=chat_defaults)
     # the local OpenAI-compatible API (127.0.0.1 only)
@@ -37,6 +43,12 @@ class AppSettings:
                              "(or Automatic).")
         if not isinstance(self.serve_api, bool) or not 1 <= self.api_port <= 65535:
             raise ValueError("serve_api is a bool and 1 <= api_port <= 65535")
+        if self.theme not in THEME_CHOICES:
+            raise ValueError(f"theme must be one of {', '.join(THEME_CHOICES)}, "
+                             f"not {self.theme!r}")
+        if not isinstance(self.font_size, int) or self.font_size not in FONT_SIZES:
+            raise ValueError(f"font_size must be {FONT_SIZES.start}-{FONT_SIZES.stop - 1} px, "
+                             f"not {self.font_size!r}")
         object.__setattr__(self, "chat", {**chat_defaults(), **check_settings(self.chat)})
 
     def engine_config(self) -> EngineConfig:
@@ -47,20 +59,30 @@ class AppSettings:
         return replace(self, chat={**self.chat, **values})
 
     def to_dict(self) -> dict:
-        return {**{k: getattr(self, k) for k in ENGINE_LIMITS + API_SETTINGS},
+        return {**{k: getattr(self, k) for k in ENGINE_LIMITS + API_SETTINGS + APPEARANCE},
                 "chat": dict(self.chat)}
 
     @classmethod
     def from_dict(cls, data: dict) -> AppSettings:
         """From to_dict's output, or from the older flat form (chat defaults at the top
         level, `num_pages`, dropped now that the KV pool is sized from a budget in MB).
-        A bad engine limit falls back to the defaults; a bad chat value to its default."""
+        A bad engine limit falls back to the defaults; a bad chat value or appearance
+        setting to its default."""
         chat = {k: v for k, v in data.items() if k in BY_NAME}
         if isinstance(data.get("chat"), dict):
             chat.update(data["chat"])
         limits = {f.name: data[f.name] for f in fields(cls)
                   if f.name in ENGINE_LIMITS + API_SETTINGS and f.name in data}
+        looks = {k: data[k] for k in APPEARANCE if k in data and _valid(k, data[k])}
         try:
-            return cls(**limits, chat=settings_or_defaults(chat))
+            return cls(**limits, **looks, chat=settings_or_defaults(chat))
         except (TypeError, ValueError):
-            return cls(chat=settings_or_defaults(chat))
+            return cls(**looks, chat=settings_or_defaults(chat))
+
+
+def _valid(name: str, value) -> bool:
+    try:
+        AppSettings(**{name: value})
+    except (TypeError, ValueError):
+        return False
+    return True

@@ -28,6 +28,9 @@ class Message:
     model: str = ""
     error: str = ""
     created_at: float = field(default_factory=time.time)
+    # Regenerated answers: every version (see message_versions.py) and the one shown.
+    versions: list[dict] = field(default_factory=list)
+    version: int = 0
 
     @property
     def is_streaming(self) -> bool:

@@ -1,4 +1,10 @@
-"""Moves conversations written before the JSON settings column into it.
+"""Brings databases written by older versions up to the current schema.
+
+add_message_versions: messages written before Regenerate kept earlier answers get
+the `versions` (JSON list) and `version` (selected index) columns; each keeps its one
+answer as it was.
+
+migrate_settings_column: moves conversations written before the JSON settings column into it.
 
 Until then each setting had its own column (system_prompt, temperature, top_p,
 max_tokens). Every old column whose name is a setting in engine/settings_spec.py
@@ -43,4 +49,15 @@ def migrate_settings_column(db: sqlite3.Connection) -> bool:
         raise
     finally:
         db.execute("PRAGMA foreign_keys=ON")
+    return True
+
+
+def add_message_versions(db: sqlite3.Connection) -> bool:
+    """True if the columns were added; False if the table already had them."""
+    columns = [r[1] for r in db.execute("PRAGMA table_info(messages)")]
+    if "versions" in columns:
+        return False
+    with db:
+        db.execute("ALTER TABLE messages ADD COLUMN versions TEXT NOT NULL DEFAULT '[]'")
+        db.execute("ALTER TABLE messages ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
     return True

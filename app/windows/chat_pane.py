@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
 from app.chat.chat_view import ChatView
 from app.chat.composer import Composer
 from app.controllers.chat_session import ChatSession
+from app.windows.pane_menu import pane_menu_button
 from engine.settings_spec import settings_summary
 
 
@@ -23,10 +24,12 @@ class ChatPane(QFrame):
         close_requested(): the pane's close button
         settings_requested(): the pane's conversation settings button
         activated(): the user clicked or typed in this pane
+        export_requested(str): "markdown" or "json", from the pane's menu
     """
     close_requested = Signal()
     settings_requested = Signal()
     activated = Signal()
+    export_requested = Signal(str)
 
     def __init__(self, session: ChatSession, parent=None):
         super().__init__(parent)
@@ -38,6 +41,7 @@ class ChatPane(QFrame):
             label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.settings_button = QToolButton(text="⚙", objectName="paneButton",
                                            toolTip="Conversation settings")
+        self.menu_button = pane_menu_button(self)
         self.close_button = QToolButton(text="✕", objectName="paneButton", toolTip="Close pane")
         self.view = ChatView()
         self.view.set_model(session.model)
@@ -58,6 +62,7 @@ class ChatPane(QFrame):
         titles.addWidget(self.subtitle)
         header.addLayout(titles, 1)
         header.addWidget(self.settings_button)
+        header.addWidget(self.menu_button)
         header.addWidget(self.close_button)
         bottom = QHBoxLayout()
         bottom.setContentsMargins(10, 6, 10, 10)
@@ -82,6 +87,7 @@ class ChatPane(QFrame):
         self.view.stop_requested.connect(lambda _row: s.stop())
         self.view.regenerate_requested.connect(s.regenerate)
         self.view.edit_submitted.connect(s.edit_and_resend)
+        self.view.version_requested.connect(s.select_version)
         s.busy_changed.connect(self._on_session_busy_changed)
         s.conversation_changed.connect(self._on_session_conversation_changed)
 

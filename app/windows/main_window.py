@@ -6,6 +6,7 @@ import dataclasses
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
+    QApplication,
     QLabel,
     QMainWindow,
     QMessageBox,
@@ -16,6 +17,7 @@ from PySide6.QtWidgets import (
 )
 from qasync import asyncSlot
 
+from app.appearance import appearance_for
 from app.controllers.conversation_list_model import ConversationListModel
 from app.controllers.server_controller import ServerController
 from app.controllers.session_registry import SessionRegistry
@@ -25,6 +27,7 @@ from app.status.trace_controller import TraceController
 from app.storage.app_settings import ENGINE_LIMITS, AppSettings
 from app.storage.store import UNTOUCHED_TITLE
 from app.windows.broadcast_box import BroadcastBox
+from app.windows.export_dialog import export_conversation
 from app.windows.pane_area import PaneArea
 from app.windows.sidebar import Sidebar
 from app.windows.window_menus import build_menus
@@ -40,6 +43,8 @@ class MainWindow(QMainWindow):
         self.store, self.bridge = StoreGuard(store, self), bridge
         store = self.store
         self.settings = AppSettings.from_dict(store.get_setting("settings", {}))
+        self.appearance = appearance_for(QApplication.instance())
+        self.appearance.apply(self.settings.theme, self.settings.font_size)
         self.sessions = SessionRegistry(store, bridge, self)
         self.api = ServerController(bridge, self)
         self.trace = TraceController(bridge, store.path.parent, telemetry, path=trace_path,
@@ -94,6 +99,7 @@ class MainWindow(QMainWindow):
         self.sessions.error.connect(self.show_error)
         self.panes.pane_close_requested.connect(self.close_pane)
         self.panes.pane_settings_requested.connect(self._on_panes_pane_settings_requested)
+        self.panes.pane_export_requested.connect(self.export_chat)
         self.broadcast.broadcast_requested.connect(self.broadcast_prompt)
         self.status_panel.trace_toggled.connect(self.trace.set_recording)
         self.status_panel.save_trace_requested.connect(self.save_trace_as)
@@ -166,6 +172,16 @@ class MainWindow(QMainWindow):
         """Ask for a .json file and export the trace recorded so far."""
         return self.trace.choose_and_save(self)
 
+    def export_chat(self, pane, fmt: str):
+        """Ask for a file and export `pane`'s conversation ("markdown" or "json")."""
+        if pane is None:
+            self.statusBar().showMessage("Open a chat to export it.", 5000)
+            return None
+        path = export_conversation(self, self.store, pane.session, fmt)
+        if path is not None:
+            self.statusBar().showMessage(f"Exported “{pane.session.title}” to {path}", 10000)
+        return path
+
     def broadcast_prompt(self, text: str) -> int:
         panes = self.panes.panes()
         for pane in panes:
@@ -195,6 +211,7 @@ class MainWindow(QMainWindow):
         if dialog.exec():
             old, self.settings = self.settings, dialog.settings()
             self.store.set_setting("settings", self.settings.to_dict())
+            self.appearance.apply(self.settings.theme, self.settings.font_size)
             await self.apply_server_settings()
             changed = any(getattr(old, k) != getattr(self.settings, k) for k in ENGINE_LIMITS)
             if changed and self.bridge.engine and not await self.load_model(
@@ -212,6 +229,14 @@ class MainWindow(QMainWindow):
         if self.api.is_api_request(request_id):
             return f"API request {request_id}"
         return self.sessions.title_of_request(request_id)
+
+    def show_about(self):
+        """Help > About: the version, the model, the kernels, where data lives."""
+        from app.about_info import about_info
+        from app.windows.about_dialog import AboutDialog
+        self.about_dialog = AboutDialog(about_info(self.bridge, self.store.path.parent), self)
+        self.about_dialog.open()
+        return self.about_dialog
 
     def show_error(self, message: str, title: str = "Tandem") -> None:
         """Non-modal, so streaming and the event loop go on."""

@@ -16,10 +16,12 @@ class PaneArea(QStackedWidget):
         panes_changed(): a pane was added, removed or rebound
         pane_close_requested(object): the ChatPane whose close button was pressed
         pane_settings_requested(object): the ChatPane whose settings button was pressed
+        pane_export_requested(object, str): a ChatPane and "markdown" or "json"
     """
     panes_changed = Signal()
     pane_close_requested = Signal(object)
     pane_settings_requested = Signal(object)
+    pane_export_requested = Signal(object, str)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -51,6 +53,7 @@ class PaneArea(QStackedWidget):
         pane.close_requested.connect(lambda: self.pane_close_requested.emit(pane))
         pane.settings_requested.connect(lambda: self.pane_settings_requested.emit(pane))
         pane.activated.connect(lambda: self.set_active(pane))
+        pane.export_requested.connect(lambda fmt: self.pane_export_requested.emit(pane, fmt))
         self.splitter.addWidget(pane)
         self._even_out()
         self.set_active(pane)

@@ -1,9 +1,17 @@
 """Engine limits and defaults for new conversations."""
 from __future__ import annotations
 
-from PySide6.QtWidgets import QCheckBox, QDialog, QFormLayout, QGroupBox, QLabel, QVBoxLayout
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QFormLayout,
+    QGroupBox,
+    QLabel,
+    QVBoxLayout,
+)
 
-from app.storage.app_settings import MIN_KV_BUDGET_MB, AppSettings
+from app.storage.app_settings import FONT_SIZES, MIN_KV_BUDGET_MB, THEME_CHOICES, AppSettings
 from app.windows.sampling_fields import SamplingFields, ok_cancel, spin
 
 AUTOMATIC = "Automatic (sized from free memory)"
@@ -24,6 +32,16 @@ class SettingsDialog(QDialog):
         self.kv_budget_mb.valueChanged.connect(self._snap_kv_budget)
         self.prefill_chunk = spin(16, 65536, s.prefill_chunk, 64)
         self.fields = SamplingFields(s.chat)
+        self.theme = QComboBox()
+        for choice in THEME_CHOICES:
+            self.theme.addItem(choice.title(), choice)
+        self.theme.setCurrentIndex(THEME_CHOICES.index(s.theme))
+        self.theme.setToolTip("System follows your computer's light or dark setting")
+        self.font_size = spin(FONT_SIZES.start, FONT_SIZES.stop - 1, s.font_size)
+        self.font_size.setSuffix(" px")
+        looks = QFormLayout()
+        looks.addRow("Theme", self.theme)
+        looks.addRow("Font size", self.font_size)
         engine = QFormLayout()
         engine.addRow("Max concurrent sequences", self.max_num_seqs)
         engine.addRow("KV cache memory", self.kv_budget_mb)
@@ -38,8 +56,8 @@ class SettingsDialog(QDialog):
         api = self._api_form(s)
         buttons = ok_cancel(self)
         layout = QVBoxLayout(self)
-        for title, form in (("Engine", engine), ("New conversations", defaults),
-                            ("Local API", api)):
+        for title, form in (("Appearance", looks), ("Engine", engine),
+                            ("New conversations", defaults), ("Local API", api)):
             group = QGroupBox(title)
             group.setLayout(form)
             layout.addWidget(group)
@@ -69,4 +87,5 @@ class SettingsDialog(QDialog):
                            prefill_chunk=self.prefill_chunk.value(),
                            serve_api=self.serve_api.isChecked(),
                            api_port=self.api_port.value(),
+                           theme=self.theme.currentData(), font_size=self.font_size.value(),
                            chat=self.fields.values())

@@ -22,6 +22,11 @@ def build_menus(window) -> None:
     _action(window, file, "Close pane",
             lambda: window.panes.active and window.close_pane(window.panes.active), "Ctrl+W")
     file.addSeparator()
+    _action(window, file, "Export chat as Markdown…",
+            lambda: window.export_chat(window.panes.active, "markdown"), "Ctrl+Shift+E")
+    _action(window, file, "Export chat as JSON…",
+            lambda: window.export_chat(window.panes.active, "json"))
+    file.addSeparator()
     _action(window, file, "Save trace as…", window.save_trace_as, "Ctrl+Shift+S")
     file.addSeparator()
     _action(window, file, "Settings…", window.open_settings_dialog, QKeySequence.Preferences)
@@ -31,3 +36,6 @@ def build_menus(window) -> None:
     _action(window, model, "Open model…", window.open_model_dialog, "Ctrl+O")
     view = bar.addMenu("&View")
     view.addAction(window.status_panel.toggleViewAction())
+    help_menu = bar.addMenu("&Help")
+    about = _action(window, help_menu, "About Tandem", window.show_about)
+    about.setMenuRole(QAction.MenuRole.AboutRole)      # macOS: the app menu

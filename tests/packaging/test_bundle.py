@@ -141,7 +141,8 @@ def test_bundled_app_finds_the_model_in_the_shared_models_folder(bundle, tmp_pat
 def test_bundle_holds_engine_ui_and_resources(bundle):
     folder, _ = bundle
     files = _files(folder)
-    need = [r"(^|/)resources/tandem\.qss$", r"(^|/)tokenizers/tokenizers[^/]*\.(so|pyd)$",
+    need = [r"(^|/)resources/tandem\.qss$", r"(^|/)resources/themes/dark\.json$",
+            r"(^|/)tokenizers/tokenizers[^/]*\.(so|pyd)$",
             r"(^|/)mlx/core[^/]*\.so$", r"(^|/)PySide6/Qt/plugins/platforms/libq(offscreen|cocoa)"]
     if IS_MAC:
         need += [r"(^|/)mlx/lib/libmlx\.dylib$", r"(^|/)mlx/lib/mlx\.metallib$",

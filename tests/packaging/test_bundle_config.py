@@ -62,6 +62,8 @@ def test_benchmarks_are_left_out_by_package_not_by_name():
 def test_style_sheets_and_icons_travel_with_the_app():
     datas = cfg.resource_datas()
     assert (str(ROOT / "resources" / "tandem.qss"), "resources") in datas
+    for theme in ("light", "dark"):            # app/style.py reads the sheet's colours there
+        assert (str(ROOT / "resources" / "themes" / f"{theme}.json"), "resources/themes") in datas
     assert ("resources/icons", ) == tuple({d for _, d in datas if "icons" in d})
 
 

@@ -1,0 +1,55 @@
+"""An assistant message's versions: Regenerate adds one, "< 1/2 >" picks one (no Qt).
+
+A message's own fields always hold the selected version, so everything that reads
+messages (the prompt, the sidebar snippet, search, export) sees what the user sees.
+`Message.versions` keeps every version as a record of VERSION_FIELDS; the selected
+entry is refreshed from the message's fields whenever it is read or stored.
+"""
+from __future__ import annotations
+
+from app.storage.message import Message, MessageState
+
+VERSION_FIELDS = ("content", "state", "ttft_s", "decode_tok_s", "num_tokens", "prompt_tokens",
+                  "model", "error", "created_at")
+
+
+def version_record(msg: Message) -> dict:
+    return {name: getattr(msg, name) for name in VERSION_FIELDS}
+
+
+def synced_versions(msg: Message) -> list[dict]:
+    """Every version, the selected one as the message holds it now ([] if only one)."""
+    if not msg.versions:
+        return []
+    versions = [dict(v) for v in msg.versions]
+    versions[msg.version] = version_record(msg)
+    return versions
+
+
+def num_versions(msg: Message) -> int:
+    return max(1, len(msg.versions))
+
+
+def with_version(msg: Message, index: int) -> Message:
+    """`msg` showing version `index` (0-based); the others are kept as they are."""
+    versions = synced_versions(msg) or [version_record(msg)]
+    if not 0 <= index < len(versions):
+        raise IndexError(f"message has {num_versions(msg)} version(s), not {index + 1}")
+    record = {k: v for k, v in versions[index].items() if k in VERSION_FIELDS}
+    return msg.copy(**record, versions=versions, version=index)
+
+
+def with_new_version(msg: Message, model: str) -> Message:
+    """`msg` with an empty streaming version added after the others and selected."""
+    versions = synced_versions(msg) or [version_record(msg)]
+    fresh = Message("assistant", state=MessageState.STREAMING, model=model, num_tokens=0)
+    versions.append(version_record(fresh))
+    return with_version(msg.copy(versions=versions, version=len(versions) - 1),
+                        len(versions) - 1)
+
+
+def records_from_json(data) -> list[dict]:
+    """Stored versions, keeping only known fields; anything malformed reads as none."""
+    if not isinstance(data, list) or not all(isinstance(v, dict) for v in data):
+        return []
+    return [{k: v.get(k) for k in VERSION_FIELDS if k in v} for v in data]
