@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.config import EngineConfig
+from engine.cpu_blas import blas_info
 from engine.events import LoadProgress
 from engine.loading.default_model import default_model_path
 from engine.loading.loader import load_model
@@ -20,6 +21,8 @@ class ModelBundle:
     path: Path
     name: str
     kernel_status: dict = field(default_factory=dict)
+    weights: dict = field(default_factory=dict)   # cpu_dense.WeightsChoice.as_dict()
+    blas: dict = field(default_factory=lambda: blas_info().as_dict())   # CPU matmuls
 
 
 def load_bundle(model: str | Path | None, config: EngineConfig,
@@ -31,7 +34,7 @@ def load_bundle(model: str | Path | None, config: EngineConfig,
         return _synthetic_bundle(model.removeprefix(SYNTHETIC_PREFIX), config)
     path = Path(model).expanduser() if model is not None else default_model_path()
     report(LoadProgress(0.05, f"Reading {path.name}"))
-    loaded = load_model(path, quantize_bits=quantize_bits)
+    loaded = load_model(path, quantize_bits=quantize_bits, cpu_weights=config.cpu_weights)
     report(LoadProgress(0.8, "Reading the tokenizer"))
     if loaded.gguf_metadata is not None:
         tokenizer = Tokenizer.from_gguf(loaded.gguf_metadata)
@@ -41,7 +44,8 @@ def load_bundle(model: str | Path | None, config: EngineConfig,
     status = _kernel_selftest(config)
     report(LoadProgress(1.0, "Ready"))
     name = path.stem if path.is_file() else path.name
-    return ModelBundle(loaded.model, tokenizer, loaded.config, path, name, status)
+    return ModelBundle(loaded.model, tokenizer, loaded.config, path, name, status,
+                       loaded.weights.as_dict())
 
 
 SYNTHETIC_PREFIX = "synthetic:"
