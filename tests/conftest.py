@@ -9,6 +9,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # where MLX would otherwise use TF32-class units (CUDA tensor cores, M5 Macs).
 os.environ.setdefault("MLX_ENABLE_TF32", "0")
 sys.path.insert(0, str(Path(__file__).parent / "engine"))   # tiny_models, qwen_fixtures
+# The optimized CPU BLAS must load before any test module imports mlx (engine/cpu_blas.py).
+import engine.cpu_blas  # noqa: F401
 
 
 @atexit.register

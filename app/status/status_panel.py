@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 
 from app.status.process_memory import format_bytes, resident_bytes
 from app.status.sparkline import Sparkline
-from app.status.status_text import batch_text, kernel_text, reading_text
+from app.status.status_text import batch_text, cpu_text, kernel_text, reading_text
 from app.status.step_stats import StepStats
 
 TICK_MS = 250
@@ -73,6 +73,8 @@ class StatusPanel(QDockWidget):
         self.per_conversation = _label("idle", "perConversation")
         self.kernels = _label("kernels: no model", "kernelStatus")
         self.kernels.setWordWrap(True)
+        self.cpu = _label("", "cpuStatus")    # BLAS and dense/quantized weights (CPU only)
+        self.cpu.setWordWrap(True)
         self.trace_button = QPushButton("● Record trace", objectName="traceButton",
                                         checkable=True)
         self.trace_button.setToolTip("Record engine steps, requests and telemetry "
@@ -112,6 +114,7 @@ class StatusPanel(QDockWidget):
         layout.setContentsMargins(12, 8, 12, 8)
         layout.addLayout(grid)
         layout.addWidget(self.kernels)
+        layout.addWidget(self.cpu)
         layout.addWidget(_label("Streaming conversations", "sectionLabel"))
         layout.addWidget(self.per_conversation)
         layout.addStretch(1)
@@ -147,12 +150,20 @@ class StatusPanel(QDockWidget):
         self.kernels.style().unpolish(self.kernels)
         self.kernels.style().polish(self.kernels)
 
+    def show_cpu(self, blas: dict, weights: dict) -> None:
+        text = cpu_text(blas, weights)
+        self.cpu.setText(text.line)
+        self.cpu.setToolTip(text.tooltip)
+        self.cpu.setVisible(bool(text.line))
+        self.cpu.setProperty("warn", text.warn)
+
     # slots
     def _on_bridge_step(self, event) -> None:
         self.stats.add_step(event)
 
     def _on_bridge_model_loaded(self, _name: str) -> None:
         self.show_kernels(self._bridge.kernel_status)
+        self.show_cpu(*getattr(self._bridge, "cpu_status", ({}, {})))
 
     def _on_bridge_load_started(self, _path: str) -> None:
         self.kernels.setText("kernels: loading…")
