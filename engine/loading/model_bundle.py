@@ -54,9 +54,11 @@ SYNTHETIC_PREFIX = "synthetic:"
 def _synthetic_bundle(name: str, config: EngineConfig) -> ModelBundle:
     """A full-size architecture with random 4-bit weights (benchmarks only)."""
     from engine.bench_synthetic import IdTokenizer, synthetic_model
+    from engine.loading import cpu_dense
     model, cfg = synthetic_model(name)
+    weights = cpu_dense.apply(model, config.cpu_weights)
     return ModelBundle(model, IdTokenizer(), cfg, Path(name), f"{name} (random weights)",
-                       _kernel_selftest(config))
+                       _kernel_selftest(config), weights.as_dict())
 
 
 def _kernel_selftest(config: EngineConfig) -> dict:

@@ -77,3 +77,11 @@ def test_compare_tolerance_is_float32_rounding():
     want = np.arange(12, dtype=np.float64).reshape(3, 4)
     assert cpu_blas._compare(want.astype(np.float32), want) == ""
     assert cpu_blas._compare(want + 0.01, want) != ""
+
+
+def test_cli_line_names_weights_and_blas():
+    from engine.cli import describe_cpu
+    line = describe_cpu({"name": cpu_blas.REFERENCE, "path": "", "reason": "TANDEM_CPU_BLAS=off"},
+                        {"mode": "quantized", "reason": "CPU backend, quantized by the setting"})
+    assert line == ("weights: quantized (CPU backend, quantized by the setting); "
+                    f"BLAS: {cpu_blas.REFERENCE} (TANDEM_CPU_BLAS=off)")
