@@ -9,6 +9,10 @@ when they fit, engine/loading/cpu_dense.py) and, for the "before" column, quanti
 weights; mlx-lm runs on the same arrays (engine/bench_peer.py); llama.cpp
 (llama-cpp-python) reads the same GGUF file with the same thread count (B=1 only:
 its Python API decodes one sequence). A benchmark, never a test.
+
+llama.cpp's OpenMP threads spin while they wait; on a shared 2-core machine a spinning
+thread holds the core the other one needs (measured: 2 threads 1.9 tok/s spinning,
+14.3 tok/s passive), so the OpenMP wait policy is passive unless set.
 """
 from __future__ import annotations
 
@@ -18,9 +22,11 @@ import random
 import statistics
 import time
 
-from engine import Engine, EngineConfig
-from engine.bench_peer import Peer, peer_model
-from engine.bench_runs import ours_decode, ours_prefill
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")   # before llama_cpp loads libgomp
+
+from engine import Engine, EngineConfig  # noqa: E402
+from engine.bench_peer import Peer, peer_model  # noqa: E402
+from engine.bench_runs import ours_decode, ours_prefill  # noqa: E402
 
 
 def _prompt(n: int, vocab: int, seed: int) -> list[int]:
