@@ -34,10 +34,6 @@ MKL_LIB = "libmkl_rt.so.3"
 # fights MLX's own CPU thread and everything else running; one thread per matmul
 # measured faster end to end on the 2-core machine (docs/PERFORMANCE.md).
 MKL_THREADING = "SEQUENTIAL"
-# Strict conditional numerical reproducibility: a row's result does not depend on how
-# many rows share the matmul, so a sequence decodes the same alone or in a batch (the
-# engine's batching-equivalence tests fail at 1e-4 without it); no measurable cost here.
-MKL_CBWR = "AUTO,STRICT"
 
 
 @dataclass(frozen=True)
@@ -81,7 +77,6 @@ def _try_load(choice: str) -> tuple[BlasInfo, ctypes.CDLL | None]:
     if not path:
         return BlasInfo(REFERENCE, reason=_missing_reason()), None
     os.environ.setdefault("MKL_THREADING_LAYER", MKL_THREADING)
-    os.environ.setdefault("MKL_CBWR", MKL_CBWR)
     try:
         lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
         problem = _sgemm_problem(lib.cblas_sgemm)
