@@ -4,7 +4,11 @@ The package's face is lazy: ``from engine import Engine`` loads mlx, but importi
 ``engine`` or its plain-data modules (events, sampling_params, errors, config,
 handle, telemetry, the scheduler and cache bookkeeping) does not.
 """
-from importlib import import_module
+from engine.cpu_blas import preload_cpu_blas
+
+preload_cpu_blas()   # Linux: an optimized BLAS must be loaded before anything imports mlx
+
+from importlib import import_module  # noqa: E402
 
 _EXPORTS = {
     "Engine": "engine.core.engine", "EngineConfig": "engine.config",

@@ -17,10 +17,19 @@ def _load(args, config: EngineConfig | None = None) -> Engine | None:
     """The engine, or None after telling the user what went wrong."""
     print(f"Loading {args.model or 'the built-in model'}...", file=sys.stderr)
     try:
-        return Engine.load(args.model, config)
+        engine = Engine.load(args.model, config)
     except TandemError as e:
         print(f"error: {e}", file=sys.stderr)
         return None
+    print(describe_cpu(engine.blas_status, engine.weights_status), file=sys.stderr)
+    return engine
+
+
+def describe_cpu(blas: dict, weights: dict) -> str:
+    """'weights: dense (CPU backend, …); BLAS: Intel MKL 2026.2 (/…/libmkl_rt.so.3)'."""
+    why = blas.get("reason") or blas.get("path") or ""
+    return (f"weights: {weights.get('mode', '?')} ({weights.get('reason', '')}); "
+            f"BLAS: {blas.get('name', '?')}" + (f" ({why})" if why else ""))
 
 
 def run_generate(args) -> int:

@@ -32,6 +32,10 @@ class EngineConfig:
     # Finished turns kept (pages and recurrent state) for each conversation's next turn.
     prefix_cache: bool = True
     num_cached_turns: int = 8       # extra state slots they may hold
+    # On MLX's CPU backend: "dense" dequantizes to float32 at load (BLAS matmuls, many
+    # times faster), "quantized" keeps 4/8-bit weights (less memory), "auto" goes dense
+    # when the dense model takes at most a quarter of RAM (engine/loading/cpu_dense.py).
+    cpu_weights: str = "auto"
 
     def __post_init__(self):
         for name in ("max_num_seqs", "page_size", "prefill_chunk", "max_context",
@@ -48,6 +52,8 @@ class EngineConfig:
                              "(0 turns the reading-pace floor off)")
         if self.max_decode_slowdown <= 0:
             raise ValueError("EngineConfig.max_decode_slowdown must be > 0")
+        if self.cpu_weights not in ("auto", "dense", "quantized"):
+            raise ValueError("EngineConfig.cpu_weights must be 'auto', 'dense' or 'quantized'")
         if self.num_pages is not None and self.num_pages < 2:
             raise ValueError("EngineConfig.num_pages must be >= 2 (page 0 is scratch)")
 

@@ -70,6 +70,13 @@ class EngineBridge(QObject):
         """name -> "cuda" | "metal" | "reference (why)" for the loaded engine."""
         return dict(getattr(self.engine, "kernel_status", None) or {})
 
+    @property
+    def cpu_status(self) -> tuple[dict, dict]:
+        """(BLAS, weights) of the loaded engine: which BLAS MLX's CPU matmuls use, and
+        whether the weights run dense or quantized on the CPU."""
+        return (dict(getattr(self.engine, "blas_status", None) or {}),
+                dict(getattr(self.engine, "weights_status", None) or {}))
+
     # loading
     async def load_model(self, path: str | None, config=None) -> bool:
         """Close the current engine (two big models never share memory), then load

@@ -21,6 +21,7 @@ from app.status.status_text import (
     DEGRADED_NOTE,
     batch_text,
     conversation_line,
+    cpu_text,
     kernel_text,
     reading_text,
 )
@@ -83,6 +84,8 @@ class StatusPanel(QDockWidget):
         self.api_address.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.kernels = _label("kernels: no model", "kernelStatus")
         self.kernels.setWordWrap(True)
+        self.cpu = _label("", "cpuStatus")    # BLAS and dense/quantized weights (CPU only)
+        self.cpu.setWordWrap(True)
         self.trace_button = QPushButton("● Record trace", objectName="traceButton",
                                         checkable=True)
         self.trace_button.setToolTip("Record engine steps, requests and telemetry "
@@ -123,6 +126,7 @@ class StatusPanel(QDockWidget):
         layout.addLayout(grid)
         layout.addWidget(self.kernels)
         layout.addWidget(self.api_address)
+        layout.addWidget(self.cpu)
         layout.addWidget(_label("Streaming conversations", "sectionLabel"))
         layout.addWidget(self.per_conversation)
         layout.addStretch(1)
@@ -164,12 +168,20 @@ class StatusPanel(QDockWidget):
         self.kernels.style().unpolish(self.kernels)
         self.kernels.style().polish(self.kernels)
 
+    def show_cpu(self, blas: dict, weights: dict) -> None:
+        text = cpu_text(blas, weights)
+        self.cpu.setText(text.line)
+        self.cpu.setToolTip(text.tooltip)
+        self.cpu.setVisible(bool(text.line))
+        self.cpu.setProperty("warn", text.warn)
+
     # slots
     def _on_bridge_step(self, event) -> None:
         self.stats.add_step(event)
 
     def _on_bridge_model_loaded(self, _name: str) -> None:
         self.show_kernels(self._bridge.kernel_status)
+        self.show_cpu(*getattr(self._bridge, "cpu_status", ({}, {})))
 
     def _on_bridge_load_started(self, _path: str) -> None:
         self.kernels.setText("kernels: loading…")

@@ -85,6 +85,20 @@ def _reason(status: str) -> str:
     return status
 
 
+def cpu_text(blas: dict, weights: dict) -> KernelText:
+    """'CPU: dense float32 weights · Intel MKL 2026.2', or an empty line on a GPU."""
+    mode = weights.get("mode", "")
+    if not blas or mode == "as loaded" and weights.get("reason", "").startswith("GPU"):
+        return KernelText("", "", False)
+    shown = {"dense": "dense float32 weights", "quantized": "quantized weights"}
+    tooltip = [f"weights: {mode} ({weights.get('reason', '')})" if mode else "",
+               f"BLAS: {blas.get('name', '')} {blas.get('path', '')}".strip(),
+               f"why not optimized: {blas['reason']}" if blas.get("reason") else ""]
+    line = " · ".join(x for x in (shown.get(mode, ""), blas.get("name", "")) if x)
+    return KernelText(f"CPU: {line}", "\n".join(t for t in tooltip if t),
+                      "self-check failed" in blas.get("reason", ""))
+
+
 def batch_text(batch_size: int, num_streaming: int) -> tuple[str, str]:
     """Value and caption for the batch row."""
     streaming = f"{num_streaming} streaming conversation" + ("" if num_streaming == 1 else "s")

@@ -93,6 +93,16 @@ class Engine:
     def kernel_status(self) -> dict[str, str]:
         return dict(self.bundle.kernel_status)
 
+    @property
+    def weights_status(self) -> dict[str, str]:
+        """{"mode": "dense" | "quantized" | "as loaded", "reason": ...} (CPU backend)."""
+        return dict(self.bundle.weights)
+
+    @property
+    def blas_status(self) -> dict[str, str]:
+        """{"name", "path", "reason"}: the BLAS MLX's dense CPU matmuls use."""
+        return dict(self.bundle.blas)
+
     # -- requests ----------------------------------------------------------------
     def submit(self, prompt: Prompt, sampling: SamplingParams | None = None, *,
                stream: bool = True) -> RequestHandle:

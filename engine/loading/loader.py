@@ -15,7 +15,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from engine.errors import ModelLoadError, UnsupportedModelError
-from engine.loading import gguf
+from engine.loading import cpu_dense, gguf
 from engine.loading.gguf_check import check_gguf
 from engine.loading.weight_check import check_weights
 from engine.models.config_check import model_args
@@ -29,6 +29,7 @@ class LoadedModel:
     config: dict
     path: Path
     gguf_metadata: dict | None = None
+    weights: cpu_dense.WeightsChoice | None = None   # dense or quantized (on the CPU)
 
 
 def _family(model_type: str):
@@ -121,9 +122,17 @@ def build(config: dict, weights: dict, origin: dict, where: Path, qconfig: dict 
     return model
 
 
-def load_model(path: str | Path, quantize_bits: int | None = None) -> LoadedModel:
-    """Load a model folder or a .gguf file. HF folders are quantized if quantize_bits is set."""
-    path = Path(path).expanduser()
+def load_model(path: str | Path, quantize_bits: int | None = None,
+               cpu_weights: str = "auto") -> LoadedModel:
+    """Load a model folder or a .gguf file. HF folders are quantized if quantize_bits is set.
+    On the CPU backend, quantized weights become dense float32 when cpu_dense's rule (or
+    cpu_weights) says so."""
+    loaded = _load(Path(path).expanduser(), quantize_bits)
+    loaded.weights = cpu_dense.apply(loaded.model, cpu_weights)
+    return loaded
+
+
+def _load(path: Path, quantize_bits: int | None) -> LoadedModel:
     if not path.exists():
         raise ModelLoadError(f"{path} does not exist; choose a model folder or a .gguf file.")
     if path.is_file():

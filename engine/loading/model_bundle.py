@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.config import EngineConfig
+from engine.cpu_blas import blas_info
 from engine.events import LoadProgress
+from engine.loading import cpu_dense
 from engine.loading.default_model import default_model_path
 from engine.loading.loader import load_model
 from engine.models.base import fuse_projections, use_kernels
@@ -27,6 +29,8 @@ class ModelBundle:
     def kernel_status(self) -> dict[str, str]:
         """name -> "cuda" | "metal" | "reference (why)", for the status panel."""
         return self.kernels.status()
+    weights: dict = field(default_factory=dict)   # cpu_dense.WeightsChoice.as_dict()
+    blas: dict = field(default_factory=lambda: blas_info().as_dict())   # CPU matmuls
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
         return _in_memory_bundle(model, config, report)
     path = Path(model).expanduser() if model is not None else default_model_path()
     report(LoadProgress(0.05, f"Reading {path.name}"))
-    loaded = load_model(path, quantize_bits=quantize_bits)
+    loaded = load_model(path, quantize_bits=quantize_bits, cpu_weights=config.cpu_weights)
     report(LoadProgress(0.8, "Reading the tokenizer"))
     if loaded.gguf_metadata is not None:
         tokenizer = Tokenizer.from_gguf(loaded.gguf_metadata)
@@ -72,17 +76,21 @@ def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
     kernels = _give_kernels(loaded.model, config)
     report(LoadProgress(1.0, "Ready"))
     name = path.stem if path.is_file() else path.name
-    return ModelBundle(loaded.model, tokenizer, loaded.config, path, name, kernels)
+    return ModelBundle(loaded.model, tokenizer, loaded.config, path, name, kernels,
+                       loaded.weights.as_dict())
 
 
 def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
                       report: Callable[[LoadProgress], None]) -> ModelBundle:
-    """Nothing to read: projections joined and the kernel self-test, as from disk."""
+    """Nothing to read: the CPU weights rule, projections joined and the kernel
+    self-test, as from disk."""
+    weights = cpu_dense.apply(m.model, config.cpu_weights)
     fuse_projections(m.model)
     report(LoadProgress(0.9, "Checking kernels"))
     kernels = _give_kernels(m.model, config)
     report(LoadProgress(1.0, "Ready"))
-    return ModelBundle(m.model, m.tokenizer, m.config, Path(m.name), m.name, kernels)
+    return ModelBundle(m.model, m.tokenizer, m.config, Path(m.name), m.name, kernels,
+                       weights.as_dict())
 
 
 def _give_kernels(model, config: EngineConfig) -> KernelSet:

@@ -55,6 +55,9 @@ class FakeEngine:
         self.model_name = model_name
         self.config = config or EngineConfig()
         self.kernel_status = {"fake": "off: fake engine"}
+        self.blas_status = {"name": "MLX bundled reference BLAS", "path": "",
+                            "reason": "fake engine"}
+        self.weights_status = {"mode": "quantized", "reason": "fake engine"}
         self._listeners = []
         self._active: list[FakeHandle] = []
         self._lock = threading.Lock()

@@ -9,7 +9,7 @@ from fixed_sampler import fixed_monitor
 
 from app.controllers.bridge import EngineBridge
 from app.status.status_panel import StatusPanel
-from app.status.status_text import kernel_text
+from app.status.status_text import cpu_text, kernel_text
 from engine.events import StepEvent
 
 
@@ -45,6 +45,31 @@ def test_kernel_line_after_load_lists_each_kernel(make_window):
     assert line.text() == kernel_text(status).line and line.text().startswith("kernels:")
     for name in status:
         assert name in line.toolTip()
+
+
+def test_cpu_line_after_load_says_blas_and_weights(make_window):
+    window = make_window()
+    blas, weights = window.bridge.cpu_status
+    line = window.status_panel.cpu
+    assert blas["name"] and weights["mode"]           # the engine reports both
+    assert line.text() == cpu_text(blas, weights).line
+    if weights["reason"].startswith("GPU"):           # a GPU backend: nothing to say
+        assert line.text() == "" and line.isHidden()
+        return
+    assert line.text().startswith("CPU: ") and blas["name"] in line.text()
+    assert weights["reason"] in line.toolTip()
+
+
+def test_cpu_text():
+    mkl = {"name": "Intel MKL 2026.2", "path": "/v/lib/libmkl_rt.so.3", "reason": ""}
+    dense = {"mode": "dense", "reason": "CPU backend, dense float32 0.54 GB <= 0.25 x RAM"}
+    text = cpu_text(mkl, dense)
+    assert text.line == "CPU: dense float32 weights · Intel MKL 2026.2" and not text.warn
+    assert "0.25 x RAM" in text.tooltip and "/v/lib/libmkl_rt.so.3" in text.tooltip
+    gpu = {"mode": "as loaded", "reason": "GPU backend: quantized weights run fast there"}
+    assert cpu_text(mkl, gpu).line == ""
+    broken = {**mkl, "reason": "loaded but the self-check failed: max error 3"}
+    assert cpu_text(broken, dense).warn
 
 
 def test_kernel_disabled_by_self_test_is_highlighted(make_window):

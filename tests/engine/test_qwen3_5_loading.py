@@ -20,7 +20,9 @@ MODEL_TYPES = ["qwen3_5_moe", "qwen3_5", "qwen3_next"]
 
 
 def loaded(path, **kwargs) -> nn.Module:
-    out = load_model(path, **kwargs)
+    # These tests check the quantization the loader builds; on the CPU, dense weights
+    # (engine/loading/cpu_dense.py) would replace it, so they keep it quantized.
+    out = load_model(path, cpu_weights="quantized", **kwargs)
     return out.model if hasattr(out, "model") else out[0]
 
 
