@@ -187,9 +187,15 @@ def _get(backend: str):
     return _built[backend]
 
 
+_no_fresh: dict[int, mx.array] = {}
+
+
 def _fresh_flags(fresh: mx.array | None, batch: int) -> mx.array:
-    if fresh is None:
-        return mx.zeros((batch,), dtype=mx.int32)
+    if fresh is None:       # decode: a constant per batch size, not a zeros op per step
+        if batch not in _no_fresh:
+            _no_fresh[batch] = mx.zeros((batch,), dtype=mx.int32)
+            mx.eval(_no_fresh[batch])
+        return _no_fresh[batch]
     return fresh.astype(mx.int32)
 
 
