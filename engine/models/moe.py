@@ -162,7 +162,8 @@ class SparseMoeBlock(nn.Module):
         routed = self.kernel_set.moe_route(logits, self.top_k, self.norm_topk_prob)
         if routed is not None:             # one kernel instead of four ops
             idx, scores = routed
-            return idx, scores.astype(logits.dtype)
+            # gather_(q)mm takes uint32 indices: cast once here, not in each of its calls.
+            return idx.astype(mx.uint32), scores.astype(logits.dtype)
         probs = mx.softmax(logits, axis=-1, precise=True)                    # [N, E]
         idx = mx.argpartition(probs, kth=-self.top_k, axis=-1)[:, -self.top_k:]  # [N, k]
         scores = mx.take_along_axis(probs, idx, axis=-1)                     # [N, k]
