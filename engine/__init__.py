@@ -6,6 +6,10 @@ handle, telemetry, the scheduler and cache bookkeeping) does not.
 """
 from importlib import import_module
 
+from engine.kernel_cache import use_user_kernel_cache
+
+use_user_kernel_cache()     # before anything imports mlx: its CUDA kernel cache folder
+
 _EXPORTS = {
     "Engine": "engine.core.engine", "EngineConfig": "engine.config",
     "SamplingParams": "engine.sampling_params", "RequestHandle": "engine.handle",

@@ -24,6 +24,9 @@ class EngineConfig:
     # Finished turns kept (pages and recurrent state) for each conversation's next turn.
     prefix_cache: bool = True
     num_cached_turns: int = 8       # extra state slots they may hold
+    # Run every fixed decode/prefill shape once at load (engine/core/warm_up.py), so MLX
+    # compiles their kernels then; None: on a GPU only (the CPU compiles nothing per shape).
+    warm_up: bool | None = None
 
     def __post_init__(self):
         for name in ("max_num_seqs", "page_size", "prefill_chunk", "max_context"):
@@ -36,6 +39,8 @@ class EngineConfig:
                              "or None to size the KV cache from free memory")
         if self.max_decode_slowdown <= 0:
             raise ValueError("EngineConfig.max_decode_slowdown must be > 0")
+        if self.warm_up is not None and not isinstance(self.warm_up, bool):
+            raise ValueError("EngineConfig.warm_up must be True, False or None (on a GPU)")
         if self.num_pages is not None and self.num_pages < 2:
             raise ValueError("EngineConfig.num_pages must be >= 2 (page 0 is scratch)")
 

@@ -11,6 +11,9 @@ not depend on them), for both engines, in total and per layer kind, on two paths
   primitive each and our kernels launch (KernelSet backend 'count'); both are built
   as stand-ins here (kernels/stand_in.py), each counted as one launch. mlx-lm on
   CUDA takes its plain-ops paths (its kernels are Metal-only), so only mx.fast changes.
+- device (not in "both"): the graph as built on this machine's default device with the
+  kernels its self-test passes, no stand-ins. On the GPU machine this counts the real
+  GPU graph: the check that the gpu path's stand-ins count what CUDA builds.
 
 Counted: every primitive that launches work; views (and Depends, an ordering edge)
 are excluded. Contiguous is counted although it copies only non-contiguous inputs.
@@ -38,7 +41,7 @@ from kernels.stand_in import COUNT, gpu_graph
 # Primitives that only relabel memory (views) or order work: they launch nothing on the GPU.
 VIEWS = {"Broadcast", "Reshape", "ExpandDims", "Squeeze", "Transpose", "Slice", "Flatten",
          "Unflatten", "StopGradient", "Split", "AsStrided", "Depends"}
-PATHS = ("cpu", "gpu")
+PATHS = ("cpu", "gpu")          # "device": only when asked for
 
 
 def ops_by_primitive(*outputs: mx.array) -> Counter:
@@ -94,6 +97,9 @@ def ours(config: dict, batch: int, context: int, path: str = "cpu") -> Counter:
     fuse_projections(model)               # as the engine runs it (engine/loading/model_bundle.py)
     if path == "gpu":
         use_kernels(model, KernelSet(COUNT))
+    elif path == "device":
+        from kernels import select_kernels
+        use_kernels(model, select_kernels(True))
     runner = Runner(model, EngineConfig(max_num_seqs=batch, page_size=16, num_pages=256))
     mx.eval(runner.cache_arrays())        # as in the engine: the pools exist before a step
     seqs = []
@@ -139,7 +145,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--context", type=int, default=64)
     p.add_argument("--layout", choices=sorted(LAYOUTS), default="qwen3.5")
-    p.add_argument("--path", choices=PATHS + ("both",), default="both")
+    p.add_argument("--path", choices=PATHS + ("both", "device"), default="both")
     p.add_argument("--by-primitive", action="store_true",
                    help="also list one block's ops by primitive, ours next to mlx-lm's")
     args = p.parse_args(argv)

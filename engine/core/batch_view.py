@@ -37,6 +37,9 @@ class BatchView:
     # Some row starts a sequence (offset 0). Decode steps never do, so they skip the
     # zeroing of reused state slots altogether.
     any_fresh: bool = True
+    # Decode with padding rows (engine/core/runner.py): [B] int32, the row whose routed
+    # experts each row uses (padding rows take row 0's: they read no extra experts).
+    route_rows: mx.array | None = None
 
     @property
     def batch_size(self) -> int:

@@ -171,8 +171,10 @@ class SparseMoeBlock(nn.Module):
             scores = scores / scores.sum(axis=-1, keepdims=True)
         return idx, scores
 
-    def __call__(self, x: mx.array, residual: mx.array | None = None) -> mx.array:
-        """x [.., D] -> the block's output [.., D], plus residual when given (one op)."""
+    def __call__(self, x: mx.array, residual: mx.array | None = None,
+                 route_rows: mx.array | None = None) -> mx.array:
+        """x [.., D] -> the block's output [.., D], plus residual when given (one op).
+        route_rows [N]: the row whose experts each row uses (padding rows: row 0's)."""
         shape = x.shape
         x = x.reshape(-1, shape[-1])                                         # [N, D]
         if "gates" in self:
@@ -180,6 +182,8 @@ class SparseMoeBlock(nn.Module):
         else:
             logits, shared_gate = self.gate(x), self.shared_expert_gate(x)
         idx, scores = self.route(logits)                                     # [N, k] each
+        if route_rows is not None:
+            idx = idx[route_rows]          # padding rows read no expert row 0 does not
         y = self.switch_mlp(x, idx)                                          # [N, k, D]
         y = (scores[:, None, :] @ y)[:, 0]          # the weighted sum as one matmul [N, D]
         out = moe_output(y, self.shared_expert(x), shared_gate,

@@ -91,7 +91,8 @@ class DecoderLayer(nn.Module):
         mixer = self.linear_attn if self.is_linear else self.self_attn
         h = x + mixer(self.input_layernorm(x), view, cache_entry)
         if isinstance(self.mlp, SparseMoeBlock):      # adds the residual in its last op
-            return self.mlp(self.post_attention_layernorm(h), residual=h)
+            return self.mlp(self.post_attention_layernorm(h), residual=h,
+                            route_rows=view.route_rows)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
