@@ -4,7 +4,8 @@ Building a graph runs nothing, but two things in a GPU step cannot be built on a
 machine without a GPU backend: our custom kernels (``mx.fast.cuda_kernel`` refuses
 to construct without CUDA) and the single primitives of ``mx.fast`` (rms_norm,
 layer_norm, rope, scaled_dot_product_attention), which on a CPU stream are built as
-their fallback graphs of 5-15 elementwise ops each. A stand-in is one graph node
+their fallback graphs of 5-15 elementwise ops each (so is ``mx.dequantize``, which
+a quantized embedding runs once a step). A stand-in is one graph node
 (``mx.depends`` of placeholders of the real outputs' shapes and dtypes on the real
 inputs) and one tally in the active `Ledger`: the graph downstream is the one the
 GPU builds, and a counter adds one launch per tally (kernels/README.md, "Counting").
@@ -99,18 +100,29 @@ _FAST = {"rms_norm": _rms_norm, "layer_norm": _layer_norm, "rope": _rope,
          "scaled_dot_product_attention": _sdpa}
 
 
+def _dequantize(w, scales, biases=None, group_size=None, bits=None, mode="affine",
+                dtype=None, **_):
+    """mx.dequantize (a quantized embedding's rows): one primitive on the GPU, a graph
+    of shifts and masks on the CPU."""
+    shape = (*w.shape[:-1], w.shape[-1] * 32 // (bits or 4))
+    return stand_in("dequantize", [w, scales, biases], [shape], [dtype or scales.dtype])[0]
+
+
 @contextmanager
 def gpu_graph():
-    """Within: mx.fast's GPU primitives and KernelSet(COUNT) launches build stand-ins,
+    """Within: mx.fast's GPU primitives, mx.dequantize and KernelSet(COUNT) launches build stand-ins,
     tallied in the yielded Ledger. Restores mx.fast on exit."""
     saved = {name: getattr(mx.fast, name) for name in _FAST}
+    saved_dequantize = mx.dequantize
     ledger = Ledger()
     _ledger.append(ledger)
     for name, fn in _FAST.items():
         setattr(mx.fast, name, fn)
+    mx.dequantize = _dequantize
     try:
         yield ledger
     finally:
         for name, fn in saved.items():
             setattr(mx.fast, name, fn)
+        mx.dequantize = saved_dequantize
         _ledger.pop()

@@ -50,3 +50,11 @@ def test_a_qwen_block_on_the_gpu_path_launches_the_kernels():
     for op in ("RMSNorm", "Softmax", "ArgPartition", "Rsqrt", "Full"):
         assert ops[op] == 0, op
     assert ops == profile_ops.ours(profile_ops.qwen3_5_layout(4), 1, 32, "gpu")
+
+
+def test_a_quantized_embedding_row_is_one_dequantize_launch():
+    w, scales, biases = mx.quantize(mx.random.normal((8, 64)), 32, 4)
+    rows = mx.array([3, 5])
+    with gpu_graph() as ledger:
+        out = mx.dequantize(w[rows], scales[rows], biases[rows], 32, 4)
+    assert (out.shape, out.dtype, ledger.calls) == ((2, 64), mx.float32, {"dequantize": 1})
