@@ -92,9 +92,11 @@ class Runner:
         logits, _ = self.forward(np.zeros((batch, 1), np.int32), view)
         return logits
 
-    def warm_prefill(self, length: int) -> mx.array:
-        """A first prompt chunk of `length` tokens into the scratch page and slot."""
-        view = self.build_view([([0], self.scratch_slot, 0, length)], length, real_rows=0)
+    def warm_prefill(self, length: int, tokens: int | None = None) -> mx.array:
+        """A first prompt chunk of `tokens` (default: all) real tokens run at `length`,
+        into the scratch page and slot: fewer tokens than length is the ragged path."""
+        tokens = length if tokens is None else tokens
+        view = self.build_view([([0], self.scratch_slot, 0, tokens)], length, real_rows=0)
         logits, _ = self.forward(np.zeros((1, length), np.int32), view)
         return logits
 

@@ -26,10 +26,12 @@ def should_warm_up(config: EngineConfig) -> bool:
 
 
 def warm_up_shapes(config: EngineConfig) -> list[tuple[str, int]]:
-    """("decode", batch) for every decode size, then ("prefill", tokens) for every chunk
-    length, of this engine's limits."""
+    """("decode", batch) for every decode size, then for every chunk length n
+    ("prefill", n) (a chunk of exactly n tokens) and ("padded prefill", n) (fewer,
+    right-padded to n: the masked path most prompts' last chunk takes)."""
     return ([("decode", b) for b in decode_sizes(config.max_num_seqs)]
-            + [("prefill", n) for n in chunk_lengths(config.prefill_chunk)])
+            + [(kind, n) for n in chunk_lengths(config.prefill_chunk)
+               for kind in (("prefill", "padded prefill") if n > 1 else ("prefill",))])
 
 
 def warm_up(runner: Runner, config: EngineConfig, report: Callable[[LoadProgress], None],
@@ -40,5 +42,8 @@ def warm_up(runner: Runner, config: EngineConfig, report: Callable[[LoadProgress
         what = f"batch of {size}" if kind == "decode" else f"{size}-token prompt chunk"
         report(LoadProgress(start + (end - start) * i / len(shapes),
                             f"Compiling kernels: {kind}, {what} ({i + 1}/{len(shapes)})"))
-        logits = runner.warm_decode(size) if kind == "decode" else runner.warm_prefill(size)
+        if kind == "decode":
+            logits = runner.warm_decode(size)
+        else:
+            logits = runner.warm_prefill(size, size if kind == "prefill" else size - 1)
         mx.eval(logits, runner.cache_arrays())

@@ -144,9 +144,9 @@ def test_the_warm_up_runs_every_shape_and_writes_only_scratch():
     reports = []
     warm_up(runner, config, reports.append)
     assert warm_up_shapes(config) == [("decode", 1), ("decode", 2), ("decode", 4),
-                                      ("prefill", 16)]
+                                      ("prefill", 16), ("padded prefill", 16)]
     fractions = [r.fraction for r in reports]
-    assert len(reports) == 4 and fractions == sorted(fractions) and 0.9 <= fractions[0] < 1
+    assert len(reports) == 5 and fractions == sorted(fractions) and 0.9 <= fractions[0] < 1
     assert "Compiling kernels" in reports[0].message
     for a, b in zip(_outside_scratch(runner, before), _outside_scratch(runner, _snapshot(runner))):
         np.testing.assert_array_equal(a, b)
@@ -159,9 +159,15 @@ def test_an_engine_that_warms_up_reports_it_then_serves(tmp_path):
     with Engine.load(folder, config, on_progress=reports.append) as engine:
         out = engine.generate([[5, 6, 7]], SamplingParams(max_tokens=3, temperature=0.0))
     messages = [r.message for r in reports]
-    assert sum("Compiling kernels" in m for m in messages) == 2 + 2    # decode 1, 2; 16, 32
+    # decode 1, 2; prefill 16, 32, each exactly and padded
+    assert sum("Compiling kernels" in m for m in messages) == 2 + 2 * 2
     assert (reports[-1].fraction, messages[-1]) == (1.0, "Ready")
     assert len(out[0].token_ids) == 3
+
+
+def test_one_token_chunks_have_no_padded_variant():
+    config = EngineConfig(max_num_seqs=1, prefill_chunk=1)
+    assert warm_up_shapes(config) == [("decode", 1), ("prefill", 1)]
 
 
 def test_warm_up_must_be_a_bool_or_none():
