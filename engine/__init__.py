@@ -10,6 +10,10 @@ preload_cpu_blas()   # Linux: an optimized BLAS must be loaded before anything i
 
 from importlib import import_module  # noqa: E402
 
+from engine.kernel_cache import use_user_kernel_cache
+
+use_user_kernel_cache()     # before anything imports mlx: its CUDA kernel cache folder
+
 _EXPORTS = {
     "Engine": "engine.core.engine", "EngineConfig": "engine.config",
     "SamplingParams": "engine.sampling_params", "RequestHandle": "engine.handle",

@@ -36,6 +36,9 @@ class EngineConfig:
     # times faster), "quantized" keeps 4/8-bit weights (less memory), "auto" goes dense
     # when the dense model takes at most a quarter of RAM (engine/loading/cpu_dense.py).
     cpu_weights: str = "auto"
+    # Run every fixed decode/prefill shape once at load (engine/core/warm_up.py), so MLX
+    # compiles their kernels then; None: on a GPU only (the CPU compiles nothing per shape).
+    warm_up: bool | None = None
 
     def __post_init__(self):
         for name in ("max_num_seqs", "page_size", "prefill_chunk", "max_context",
@@ -54,6 +57,8 @@ class EngineConfig:
             raise ValueError("EngineConfig.max_decode_slowdown must be > 0")
         if self.cpu_weights not in ("auto", "dense", "quantized"):
             raise ValueError("EngineConfig.cpu_weights must be 'auto', 'dense' or 'quantized'")
+        if self.warm_up is not None and not isinstance(self.warm_up, bool):
+            raise ValueError("EngineConfig.warm_up must be True, False or None (on a GPU)")
         if self.num_pages is not None and self.num_pages < 2:
             raise ValueError("EngineConfig.num_pages must be >= 2 (page 0 is scratch)")
 

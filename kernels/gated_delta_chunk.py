@@ -14,7 +14,14 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from kernels.gated_delta_step import _CUDA_HEADER, gather_states, pick_lanes, step_math
+from kernels.gated_delta_step import (
+    _CUDA_HEADER,
+    _fresh_flags,
+    gather_states,
+    pick_lanes,
+    step_math,
+)
+from kernels.stand_in import COUNT, StandInKernel
 
 NAME = "gated_delta_chunk"
 
@@ -184,6 +191,8 @@ _built: dict[str, object] = {}
 
 
 def _get(backend: str):
+    if backend == COUNT:
+        return StandInKernel(NAME)
     if backend not in _built:
         make = mx.fast.cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
         extra = {"header": _CUDA_HEADER} if backend == "cuda" else {}
@@ -235,7 +244,7 @@ def kernel(q, k, v, g, beta, pool, slots, lengths=None, fresh=None, *, backend: 
     B, T, Hk, Dk = q.shape
     Hv, Dv = v.shape[2], v.shape[3]
     lanes = lanes or default_lanes(B, Hv, Dk, Dv)
-    fr = mx.zeros((B,), mx.int32) if fresh is None else fresh.astype(mx.int32)
+    fr = _fresh_flags(fresh, B)
     dense = [mx.contiguous(x) for x in (q, k, v, g, beta)]
     rest = [mx.contiguous(x) for x in (slots.astype(mx.int32), fr, _lengths(lengths, B, T))]
     (y,) = _get(backend)(

@@ -22,13 +22,15 @@ import kernels.gated_delta_step as gds
 import kernels.moe_route as mr
 import kernels.paged_attention as pa
 from kernels.backend import NAMES
+from kernels.stand_in import COUNT
 
-BACKENDS = ("cuda", "metal")
+# COUNT: stand-in launches that build the GPU graph anywhere, for counting (kernels/stand_in.py).
+BACKENDS = ("cuda", "metal", COUNT)
 
 
 @dataclass(frozen=True)
 class KernelSet:
-    """backend: where kernels launch ('cuda' | 'metal'), None for nowhere;
+    """backend: where kernels launch ('cuda' | 'metal' | 'count': stand-ins), None: nowhere;
     off: (kernel name, why) for each kernel that must not launch."""
     backend: str | None = None
     off: tuple[tuple[str, str], ...] = ()

@@ -60,6 +60,16 @@ class Peer:
 
     def decode_step_seconds(self, prompts: list[list[int]], steps: int) -> float:
         """Median seconds per decode step of a batch of len(prompts) sequences."""
+        return self.decode_run(prompts, steps)[0]
+
+    def decode_run(self, prompts: list[list[int]], steps: int) -> tuple[float, dict]:
+        """(median seconds per decode step, {"steps", "slowest_s"}): the slowest of every
+        step where all rows decoded, the median without the first two (as ours)."""
+        times = self._decode_times(prompts, steps)
+        return _median(times[2:] or times), {"steps": len(times),
+                                             "slowest_s": max(times, default=float("nan"))}
+
+    def _decode_times(self, prompts: list[list[int]], steps: int) -> list[float]:
         if len(prompts) == 1:
             return self._decode_single(prompts[0], steps)
         gen = self.gen.BatchGenerator(self.model, max_tokens=steps + 8,
@@ -75,7 +85,7 @@ class Peer:
             if len(out) == len(prompts):      # every row decoded a token: a decode step
                 times.append(time.perf_counter() - t0)
         gen.close()
-        return _median(times[2:] or times)
+        return times
 
     def _decode_single(self, prompt: list[int], steps: int) -> float:
         times, t0 = [], None
@@ -86,7 +96,7 @@ class Peer:
             if t0 is not None and i >= 3:
                 times.append(now - t0)
             t0 = now
-        return _median(times)
+        return times
 
 
 def _median(xs: list[float]) -> float:

@@ -10,6 +10,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import mlx.core as mx
+
 from engine.core.engine import Engine
 from engine.events import StepEvent
 from engine.sampling_params import SamplingParams
@@ -25,6 +27,8 @@ class Run:
     rest_s: float = 0.0
     mhz: float | None = None
     watts: float | None = None
+    slowest_s: float | None = None   # decode: the slowest step of the run (seconds is the median)
+    peak_gb: float | None = None     # mx.get_peak_memory while this run ran (reset before it)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -41,18 +45,22 @@ class RunLog:
         self._last_end: float | None = None
 
     def timed(self, run_fn, **fields) -> Run:
+        mx.reset_peak_memory()
         t0 = time.perf_counter()
         seconds, extra = run_fn()
         t1 = time.perf_counter()
-        run = Run(seconds=seconds, index=len(self.runs), extra=extra,
+        extra = dict(extra)
+        run = Run(seconds=seconds, index=len(self.runs), slowest_s=extra.pop("slowest_s", None),
+                  peak_gb=mx.get_peak_memory() / 1e9, extra=extra,
                   rest_s=(t0 - self._last_end) if self._last_end else 0.0, **fields)
         run.mhz, run.watts = self._clocks(t0, t1)
         self._last_end = t1
         self.runs.append(run)
         # One line per run as it ends, so a run cut short still leaves its numbers.
+        slowest = "" if run.slowest_s is None else f", slowest step {run.slowest_s:.4f} s"
         print(f"run {run.index}: {run.engine} {run.what} {run.size}: {run.seconds:.4f} s "
-              f"({run.tok_s:.1f} tok/s) MHz={run.mhz} W={run.watts} {run.extra or ''}",
-              flush=True)
+              f"({run.tok_s:.1f} tok/s{slowest}) peak {run.peak_gb:.2f} GB MHz={run.mhz} "
+              f"W={run.watts} {run.extra or ''}", flush=True)
         return run
 
     def _clocks(self, t0, t1):
@@ -86,13 +94,15 @@ class Steps:
 
 
 def ours_decode(engine: Engine, prompts: list[list[int]], steps: int):
-    """Median seconds of the decode-only steps where all B rows ran together."""
+    """Median seconds of the decode-only steps where all B rows ran together (without the
+    first two), and the slowest of them all."""
     B = len(prompts)
     with Steps(engine) as rec:
         # Prompts are read one chunk per step: the first must still run when the last joins.
         engine.generate(prompts, SamplingParams(max_tokens=steps + B + 4))
     full = [e.duration for e in rec.events if e.kind == "decode" and e.batch_size == B]
-    return statistics.median(full[2:] or full), {"steps": len(full)}
+    return statistics.median(full[2:] or full), {"steps": len(full),
+                                                 "slowest_s": max(full, default=float("nan"))}
 
 
 def ours_prefill(engine: Engine, prompt: list[int]):

@@ -76,7 +76,7 @@ def run_bench(args) -> int:
             log.timed(lambda: ours_decode(engine, prompts, args.steps),
                       engine="tandem", what="decode", size=B)
             if peer:
-                log.timed(lambda: (peer.decode_step_seconds(prompts, args.steps), {}),
+                log.timed(lambda: peer.decode_run(prompts, args.steps),
                           engine="mlx-lm", what="decode", size=B)
         for n in lengths:
             prompt = _prompt(n, vocab, n)
@@ -101,7 +101,7 @@ def run_bench(args) -> int:
         n = max(lengths)
         log.timed(lambda: ours_prefill(engine, _prompt(n, vocab, n)), engine="tandem",
                   what="sustained_prefill", size=n)
-    _report(log, batches, lengths, peak_gb=mx.get_peak_memory() / 1e9)
+    _report(log, batches, lengths, peak_gb=max((r.peak_gb or 0.0 for r in log.runs), default=0.0))
     _finish(engine, monitor, recording, args, log)
     return 0
 
@@ -184,13 +184,17 @@ def _report(log: RunLog, batches, lengths, peak_gb: float) -> None:
         print(f"| {n} | {_fmt(a and n / a)} | {_fmt(b and n / b)} | "
               f"{_fmt(a and b and b / a, '.2f')}x |")
     print("\n## every run (index 0 = cold)")
-    print("| # | engine | what | size | seconds | tok/s | rest s | GPU MHz | GPU W | extra |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| # | engine | what | size | seconds (median step) | slowest step s | slowest/median "
+          "| tok/s | peak GB | rest s | GPU MHz | GPU W | extra |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in log.runs:
+        ratio = r.slowest_s / r.seconds if r.slowest_s and r.seconds else None
         print(f"| {r.index} | {r.engine} | {r.what} | {r.size} | {r.seconds:.4f} | "
-              f"{r.tok_s:.1f} | {r.rest_s:.2f} | {_fmt(r.mhz, '.0f')} | {_fmt(r.watts)} | "
-              f"{json.dumps(r.extra) if r.extra else ''} |")
-    print(f"\npeak memory: {peak_gb:.2f} GB")
+              f"{_fmt(r.slowest_s, '.4f')} | {_fmt(ratio, '.2f')} | {r.tok_s:.1f} | "
+              f"{_fmt(r.peak_gb, '.2f')} | {r.rest_s:.2f} | {_fmt(r.mhz, '.0f')} | "
+              f"{_fmt(r.watts)} | {json.dumps(r.extra) if r.extra else ''} |")
+    print(f"\npeak memory, highest run: {peak_gb:.2f} GB "
+          "(per run above: reset before each run)")
 
 
 def _finish(engine, monitor, recording, args, log) -> None:

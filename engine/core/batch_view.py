@@ -14,6 +14,7 @@ Conventions every model follows:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import mlx.core as mx
 
@@ -36,6 +37,9 @@ class BatchView:
     # Some row starts a sequence (offset 0). Decode steps never do, so they skip the
     # zeroing of reused state slots altogether.
     any_fresh: bool = True
+    # Decode with padding rows (engine/core/runner.py): [B] int32, the row whose routed
+    # experts each row uses (padding rows take row 0's: they read no extra experts).
+    route_rows: mx.array | None = None
 
     @property
     def batch_size(self) -> int:
@@ -45,6 +49,28 @@ class BatchView:
     def kv_len(self) -> int:
         """Keys gathered per row (whole pages)."""
         return self.block_tables.shape[1] * self.page_size
+
+    @cached_property
+    def kv_index(self) -> mx.array:
+        """[B, L] flat pool slot of each row's key j (L: context_len when set, else
+        kv_len). Built once per forward, on first use, not once per layer and K/V."""
+        ps = self.page_size
+        idx = self.block_tables[:, :, None] * ps + mx.arange(ps, dtype=mx.int32)  # [B, P, ps]
+        idx = idx.reshape(self.batch_size, -1)                                  # [B, L]
+        return idx if self.context_len is None else idx[:, :self.context_len]
+
+    @cached_property
+    def context_lens(self) -> mx.array:
+        """[B] int32: keys each row sees after this forward (offsets + lengths), once
+        per forward."""
+        return self.offsets + self.lengths
+
+    @cached_property
+    def causal_mask(self) -> mx.array:
+        """[B, 1, T, L] bool: query at position p sees keys 0..p of its own row (once
+        per forward)."""
+        keys = mx.arange(self.kv_len, dtype=mx.int32)
+        return (keys[None, None, :] <= self.positions[:, :, None])[:, None]
 
     def last_index(self) -> mx.array:
         """[B] index of each row's last valid token."""

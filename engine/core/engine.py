@@ -24,6 +24,7 @@ from engine.core.output_stream import OutputStream
 from engine.core.sampler import RowSampler
 from engine.core.sequence import Sequence
 from engine.core.step_loop import Request, StepLoop
+from engine.core.warm_up import should_warm_up, warm_up
 from engine.errors import EngineClosedError, InvalidRequestError, PromptTooLongError
 from engine.events import ErrorEvent, FinishedEvent, LoadProgress, SubmittedEvent, TokenEvent
 from engine.handle import Completion, RequestHandle
@@ -231,6 +232,10 @@ class Engine:
             bundle = load_bundle(model, self.config, on_progress, quantize_bits)
             self.num_pages = num_pages_for(self.config, bundle.model.cache_spec())
             loop = StepLoop(bundle.model, self.config, self._emit, self.num_pages)
+            report = on_progress or (lambda p: None)
+            if should_warm_up(self.config):
+                warm_up(loop.runner, self.config, report)
+            report(LoadProgress(1.0, "Ready"))
         except BaseException as e:
             self._loaded.set_exception(e)
             return

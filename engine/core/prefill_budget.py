@@ -7,7 +7,7 @@ prompt in it) up to that floor:
 
     tokens = (floor step - calm step) x prompt tokens per second
 
-rounded DOWN to a chunk length of engine/core/chunk_shapes.py. Both rates are
+rounded DOWN to a chunk length of engine.core.shapes.py. Both rates are
 measured from the engine's own recent steps (moving averages), here and nowhere else:
 the scheduler only receives the token count and stays deterministic.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.core.chunk_shapes import MIN_CHUNK, round_down
+from engine.core.shapes import MIN_CHUNK, round_down
 
 WARMUP_TOKENS = 64  # before anything is measured, read this much beside a decode
 _ALPHA = 0.2        # weight of the newest step in the moving averages

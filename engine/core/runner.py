@@ -12,22 +12,33 @@ from engine.cache.cache_manager import DeviceCopies
 from engine.config import EngineConfig
 from engine.core.batch_view import BatchView
 from engine.core.sequence import Sequence
+from engine.core.shapes import padded_batch, padded_chunk
 from engine.models.base import ModelCache
 
 PAGE_BUCKET = 8   # block tables are padded to a multiple of this many pages (fewer shapes)
 
 
 class Runner:
+    """Forwards at the fixed shapes of engine/core/shapes.py: a decode batch of n rows
+    runs padded to the next decode size. A padding row copies row 0's token, position
+    and block table (so it reads only what row 0 reads and routes to row 0's experts)
+    but writes its K/V into the scratch page 0 and its recurrent state into the scratch
+    slot past the cache manager's slots: it changes nothing a sequence owns."""
+
     def __init__(self, model, config: EngineConfig, num_pages: int | None = None):
         self.model = model
         self.config = config
         self.page_size = config.page_size
+        # One state slot more than the cache manager hands out: the padding rows' scratch.
+        self.scratch_slot = config.num_state_slots
         self.cache = ModelCache(model.cache_spec(), num_pages or config.num_pages, config.page_size,
-                                num_slots=config.num_state_slots)
+                                num_slots=config.num_state_slots + 1)
 
     def build_view(self, rows: list[tuple[list[int], int, int, int]], num_tokens: int,
-                   all_logits: bool = False) -> BatchView:
-        """rows: (pages, state slot, start position, new tokens) per row, right-padded to T."""
+                   all_logits: bool = False, real_rows: int | None = None) -> BatchView:
+        """rows: (pages, state slot, start position, new tokens) per row, right-padded to T.
+        Rows from real_rows on are padding: their K/V go to the scratch page 0 and their
+        MoE routing is row 0's (BatchView.route_rows)."""
         ps, B, T = self.page_size, len(rows), num_tokens
         num_pages = max(ceil_div(start + n, ps) for _, _, start, n in rows)
         P = ceil_div(num_pages, PAGE_BUCKET) * PAGE_BUCKET
@@ -42,6 +53,8 @@ class Runner:
             pos = start + np.arange(T)
             real = tables[b, np.minimum(pos // ps, P - 1)] * ps + pos % ps
             slot_mapping[b] = np.where(np.arange(T) < n, real, np.arange(T) % ps)
+            if real_rows is not None and b >= real_rows:
+                slot_mapping[b] = np.arange(T) % ps      # scratch page 0
             offsets[b], lengths[b], slots[b] = start, n, slot
         positions = offsets[:, None] + np.arange(T, dtype=np.int32)[None]
         return BatchView(
@@ -50,7 +63,8 @@ class Runner:
             block_tables=mx.array(tables), state_slots=mx.array(slots), page_size=ps,
             num_tokens=T, ragged=bool((lengths < T).any()), all_logits=all_logits,
             context_len=int(offsets[0]) + T if (offsets == offsets[0]).all()
-            and (lengths == T).all() else None, any_fresh=bool((offsets == 0).any()))
+            and (lengths == T).all() else None, any_fresh=bool((offsets == 0).any()),
+            route_rows=_route_rows(B, real_rows) if T == 1 else None)
 
     def forward(self, tokens: np.ndarray, view: BatchView, cache: ModelCache | None = None):
         cache = cache or self.cache
@@ -60,10 +74,31 @@ class Runner:
         return logits, cache.arrays()
 
     def decode(self, seqs: list[Sequence]) -> mx.array:
-        """One forward [B, 1] for every decoding sequence -> logits [B, V] (lazy)."""
+        """One forward for every decoding sequence -> logits [n, V] (lazy); it runs at the
+        padded batch size (engine/core/shapes.py), padding rows copying row 0."""
+        n = len(seqs)
+        B = padded_batch(n, self.config.max_num_seqs)
         rows = [(s.pages, s.slot, s.num_tokens - 1, 1) for s in seqs]
-        logits, _ = self.forward(self._decode_tokens(seqs), self.build_view(rows, 1))
-        return logits[:, -1, :]
+        rows += [(seqs[0].pages, self.scratch_slot, seqs[0].num_tokens - 1, 1)] * (B - n)
+        view = self.build_view(rows, 1, real_rows=n if B > n else None)
+        logits, _ = self.forward(self._decode_tokens(seqs + [seqs[0]] * (B - n)), view)
+        return logits[:n, -1, :]
+
+    def warm_decode(self, batch: int) -> mx.array:
+        """A decode forward of `batch` padding rows (the warm-up's): every write goes to
+        the scratch page and slot. Returns its logits (lazy)."""
+        rows = [([0], self.scratch_slot, 1, 1)] * batch
+        view = self.build_view(rows, 1, real_rows=0)
+        logits, _ = self.forward(np.zeros((batch, 1), np.int32), view)
+        return logits
+
+    def warm_prefill(self, length: int, tokens: int | None = None) -> mx.array:
+        """A first prompt chunk of `tokens` (default: all) real tokens run at `length`,
+        into the scratch page and slot: fewer tokens than length is the ragged path."""
+        tokens = length if tokens is None else tokens
+        view = self.build_view([([0], self.scratch_slot, 0, tokens)], length, real_rows=0)
+        logits, _ = self.forward(np.zeros((1, length), np.int32), view)
+        return logits
 
     @staticmethod
     def _decode_tokens(seqs: list[Sequence]):
@@ -88,8 +123,10 @@ class Runner:
         return source.astype(mx.int32)[mx.array(index)].reshape(-1, 1)
 
     def prefill(self, chunks) -> mx.array:
-        """One ragged forward over prompt chunks -> each row's last-token logits [B, V] (lazy)."""
-        T = max(c.num_tokens for c in chunks)
+        """One ragged forward over prompt chunks -> each row's last-token logits [B, V] (lazy);
+        it runs at the next chunk length of engine/core/shapes.py (right padding)."""
+        longest = max(c.num_tokens for c in chunks)
+        T = padded_chunk(longest, max(self.config.prefill_chunk, longest))
         tokens = np.zeros((len(chunks), T), np.int32)
         for b, c in enumerate(chunks):
             tokens[b, :c.num_tokens] = c.seq.all_ids[c.start:c.start + c.num_tokens]
@@ -135,3 +172,11 @@ class Runner:
         out = logits[0].astype(mx.float32)
         mx.eval(out)
         return out
+
+
+def _route_rows(batch: int, real_rows: int | None) -> mx.array | None:
+    """[B] int32: the row whose experts each row uses (itself; row 0 for padding rows),
+    or None without padding. real_rows 0: the warm-up, every row a padding row."""
+    if real_rows is None:
+        return None
+    return mx.array(np.where(np.arange(batch) < real_rows, np.arange(batch), 0), mx.int32)

@@ -58,7 +58,8 @@ class InMemoryModel:
 def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
                 on_progress: Callable[[LoadProgress], None] | None = None,
                 quantize_bits: int | None = None) -> ModelBundle:
-    """Runs on the engine thread: weights, tokenizer, projections joined, kernel self-test."""
+    """Runs on the engine thread: weights, tokenizer, projections joined, kernel self-test.
+    Reports progress up to 0.88; the engine reports the warm-up and "Ready" after it."""
     report = on_progress or (lambda p: None)
     if isinstance(model, InMemoryModel):
         return _in_memory_bundle(model, config, report)
@@ -72,9 +73,8 @@ def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
         tokenizer = Tokenizer.from_folder(path)
     report(LoadProgress(0.85, "Joining projections"))
     fuse_projections(loaded.model)
-    report(LoadProgress(0.9, "Checking kernels"))
+    report(LoadProgress(0.88, "Checking kernels"))
     kernels = _give_kernels(loaded.model, config)
-    report(LoadProgress(1.0, "Ready"))
     name = path.stem if path.is_file() else path.name
     return ModelBundle(loaded.model, tokenizer, loaded.config, path, name, kernels,
                        loaded.weights.as_dict())
@@ -86,9 +86,8 @@ def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
     self-test, as from disk."""
     weights = cpu_dense.apply(m.model, config.cpu_weights)
     fuse_projections(m.model)
-    report(LoadProgress(0.9, "Checking kernels"))
+    report(LoadProgress(0.88, "Checking kernels"))
     kernels = _give_kernels(m.model, config)
-    report(LoadProgress(1.0, "Ready"))
     return ModelBundle(m.model, m.tokenizer, m.config, Path(m.name), m.name, kernels,
                        weights.as_dict())
 

@@ -18,18 +18,7 @@ def write_kv(pool: mx.array, new: mx.array, view: BatchView) -> mx.array:
 def gather_kv(pool: mx.array, view: BatchView) -> mx.array:
     """Read each row's keys through its block table: [B, Hkv, L, D], L = the context
     length when every row shares it (nothing past it is read), else kv_len."""
-    ps = view.page_size
-    idx = view.block_tables[:, :, None] * ps + mx.arange(ps, dtype=mx.int32)  # [B, P, ps]
-    idx = idx.reshape(view.batch_size, -1)                                  # [B, L]
-    if view.context_len is not None:
-        idx = idx[:, :view.context_len]
-    return pool[idx].transpose(0, 2, 1, 3)
-
-
-def causal_mask(view: BatchView) -> mx.array:
-    """[B, 1, T, L] bool: query at position p sees keys 0..p of its own row."""
-    keys = mx.arange(view.kv_len, dtype=mx.int32)
-    return (keys[None, None, :] <= view.positions[:, :, None])[:, None]
+    return pool[view.kv_index].transpose(0, 2, 1, 3)
 
 
 def paged_attention(q: mx.array, k: mx.array, v: mx.array, kv: list[mx.array],
@@ -44,7 +33,7 @@ def paged_attention(q: mx.array, k: mx.array, v: mx.array, kv: list[mx.array],
     if view.num_tokens == 1:
         # Decode: the kernel reads K/V through the block tables, without gathering them.
         out = kernels.paged_decode_attention(q[:, :, 0], kv[0], kv[1], view.block_tables,
-                                             view.offsets + 1, view.page_size, scale)
+                                             view.context_lens, view.page_size, scale)
         if out is not None:
             return out[:, :, None]                                          # [B, Hq, 1, D]
     keys = gather_kv(kv[0], view).astype(q.dtype)
@@ -54,5 +43,5 @@ def paged_attention(q: mx.array, k: mx.array, v: mx.array, kv: list[mx.array],
         # which is SDPA's own causal alignment (no mask array to build or read).
         mask = "causal" if view.num_tokens > 1 else None
     else:
-        mask = causal_mask(view)
+        mask = view.causal_mask
     return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask)

@@ -37,3 +37,11 @@ def decay_and_beta(A_log: mx.array, a: mx.array, dt_bias: mx.array, b: mx.array)
     softplus = mx.logaddexp(x, 0.0)
     g = mx.exp(-mx.exp(A_log.astype(mx.float32)) * softplus)
     return g, mx.sigmoid(b.astype(mx.float32))
+
+
+@partial(mx.compile, shapeless=True)
+def moe_output(experts: mx.array, shared: mx.array, shared_gate: mx.array,
+               residual: mx.array) -> mx.array:
+    """residual + (experts + shared * sigmoid(shared_gate)): a MoE block's output and the
+    layer's residual add in one kernel."""
+    return residual + (experts + shared * mx.sigmoid(shared_gate))

@@ -23,13 +23,23 @@ import mlx.core as mx
 def normalize_qk(q: mx.array, k: mx.array, eps: float = 1e-6) -> tuple[mx.array, mx.array]:
     """L2-normalise q and k over Dk and fold the Dk**-0.5 readout scale into q.
 
-    x / sqrt(sum(x^2) + eps) == rms_norm(x, eps / Dk) / sqrt(Dk), one fused op each.
+    x / sqrt(sum(x^2) + eps) == rms_norm(x, eps / Dk) / sqrt(Dk), one op each: the
+    scales are rms_norm's weight (constant vectors), not a multiply after it.
     """
     dk = q.shape[-1]
     inv = dk ** -0.5
-    q = (inv * inv) * mx.fast.rms_norm(q, None, eps * inv * inv)  # [B, T, Hk, Dk]
-    k = inv * mx.fast.rms_norm(k, None, eps * inv * inv)          # [B, T, Hk, Dk]
+    q = mx.fast.rms_norm(q, _scale(dk, inv * inv, q.dtype), eps * inv * inv)  # [B, T, Hk, Dk]
+    k = mx.fast.rms_norm(k, _scale(dk, inv, k.dtype), eps * inv * inv)        # [B, T, Hk, Dk]
     return q, k
+
+
+@cache
+def _scale(dims: int, value: float, dtype: mx.Dtype) -> mx.array:
+    """[dims] filled with value: a constant, made once (the scalar is rounded to dtype,
+    as a Python float times a dtype array would be)."""
+    w = mx.full((dims,), value, dtype=dtype)
+    mx.eval(w)
+    return w
 
 
 def gated_delta(q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array,

@@ -73,9 +73,10 @@ class GatedDeltaNet(nn.Module):
         qkv, z, b, a = self._in_projections(x)
         return qkv, z.reshape(B, T, self.hv, self.dv), b, a
 
-    def state_specs(self) -> tuple[StateSpec, ...]:
-        # The conv state is kept in float32: exact for bf16 inputs, and tiny.
-        return (StateSpec((self.kernel - 1, self.conv_dim), mx.float32),
+    def state_specs(self, dtype: mx.Dtype = mx.float32) -> tuple[StateSpec, ...]:
+        """The conv state in the activations' dtype (it holds the last inputs, which are
+        of that dtype: exact, and no casts in a step); the recurrent state in float32."""
+        return (StateSpec((self.kernel - 1, self.conv_dim), dtype),
                 StateSpec((self.hv, self.dv, self.dk), mx.float32))
 
     def __call__(self, x: mx.array, view: BatchView, states: list[mx.array]) -> mx.array:
@@ -86,8 +87,8 @@ class GatedDeltaNet(nn.Module):
         conv_state = states[0][slots]                                        # [B, K-1, C]
         if view.any_fresh:
             fresh = (view.offsets == 0)[:, None, None]                       # [B, 1, 1]
-            conv_state = mx.where(fresh, 0.0, conv_state)
-        conv_state = conv_state.astype(x.dtype)
+            conv_state = mx.where(fresh, mx.array(0, conv_state.dtype), conv_state)
+        conv_state = conv_state.astype(qkv.dtype)                            # no-op when equal
 
         conv_in = mx.concatenate([conv_state, qkv], axis=1)                  # [B, K-1+T, C]
         states[0][slots] = self._conv_tail(conv_in, view).astype(states[0].dtype)

@@ -8,11 +8,12 @@ by expert first, so each expert's weights are read once and contiguously.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import mlx.core as mx
 import mlx.nn as nn
 
-from engine.models.elementwise import sigmoid_gate, swiglu
+from engine.models.elementwise import moe_output, swiglu
 from engine.models.fused import fuse_linears
 from kernels.kernel_set import NO_KERNELS
 
@@ -48,13 +49,14 @@ class SwitchLinear(nn.Module):
         self.weight = mx.random.uniform(-bound, bound, (num_experts, dims_out, dims_in))
 
     def __call__(self, x: mx.array, idx: mx.array, sorted_indices: bool) -> mx.array:
+        lhs = batch_rows(x.shape[:-2])
         w = self.weight
         if w.dtype != mx.float32 and mx.default_device() == mx.cpu:
             # MLX's CPU gather_mm is float32 only (bf16 unquantized experts on Linux).
             out = mx.gather_mm(x.astype(mx.float32), w.astype(mx.float32).swapaxes(-1, -2),
-                               rhs_indices=idx, sorted_indices=sorted_indices)
+                               lhs_indices=lhs, rhs_indices=idx, sorted_indices=sorted_indices)
             return out.astype(x.dtype)
-        return mx.gather_mm(x, w.swapaxes(-1, -2), rhs_indices=idx,
+        return mx.gather_mm(x, w.swapaxes(-1, -2), lhs_indices=lhs, rhs_indices=idx,
                             sorted_indices=sorted_indices)
 
     def to_quantized(self, group_size: int = 64, bits: int = 4, mode: str = "affine", **_):
@@ -84,8 +86,10 @@ class QuantizedSwitchLinear(nn.Module):
         return layer
 
     def __call__(self, x: mx.array, idx: mx.array, sorted_indices: bool) -> mx.array:
+        lhs = batch_rows(x.shape[:-2])
         return mx.gather_qmm(x, self["weight"], self["scales"], self.get("biases"),
-                             rhs_indices=idx, transpose=True, group_size=self.group_size,
+                             lhs_indices=lhs, rhs_indices=idx, transpose=True,
+                             group_size=self.group_size,
                              bits=self.bits, mode=self.mode, sorted_indices=sorted_indices)
 
 
@@ -114,14 +118,23 @@ class SwitchGLU(nn.Module):
             idx_in = idx                                           # [N, k]
             x_in = x[:, None, None, :]                             # [N, 1, 1, D]
         if "gate_up_proj" in self:                                 # one gathered matmul
-            gate, up = self.gate_up_proj(x_in, idx_in, do_sort)    # [.., 1, I] each
+            gate, up = self.gate_up_proj(x_in, idx_in, do_sort)  # [.., 1, I] each
         else:
-            up = self.up_proj(x_in, idx_in, do_sort)               # [.., 1, I]
-            gate = self.gate_proj(x_in, idx_in, do_sort)           # [.., 1, I]
+            up = self.up_proj(x_in, idx_in, do_sort)          # [.., 1, I]
+            gate = self.gate_proj(x_in, idx_in, do_sort)      # [.., 1, I]
         y = self.down_proj(swiglu(gate, up), idx_in, do_sort)    # [.., 1, D]
         if do_sort:
             y = y[mx.argsort(order)]                               # back to token order
         return y.reshape(N, k, -1)
+
+
+@lru_cache(maxsize=64)     # decode and chunk shapes; bounded
+def batch_rows(batch_shape: tuple[int, ...]) -> mx.array:
+    """The lhs indices gather_mm would build per call (each input matrix of the batch
+    is its own row: arange over the batch dims), made once per shape instead."""
+    rows = mx.arange(math.prod(batch_shape), dtype=mx.uint32).reshape(batch_shape)
+    mx.eval(rows)
+    return rows
 
 
 class SparseMoeBlock(nn.Module):
@@ -138,15 +151,19 @@ class SparseMoeBlock(nn.Module):
         self.kernel_set = NO_KERNELS        # the loaded model's own (engine/models/base.py)
 
     def fuse_projections(self) -> None:
+        """After loading: experts' and shared expert's gate+up, and the router with the
+        shared expert's gate (both read x, both 8-bit in shipped checkpoints)."""
         self.switch_mlp.fuse_projections()
         self.shared_expert.fuse_projections()
+        fuse_linears(self, ("gate", "shared_expert_gate"), "gates")
 
     def route(self, logits: mx.array) -> tuple[mx.array, mx.array]:
         """Softmax over all experts, top-k, renormalised: (idx [N, k], scores [N, k])."""
         routed = self.kernel_set.moe_route(logits, self.top_k, self.norm_topk_prob)
         if routed is not None:             # one kernel instead of four ops
             idx, scores = routed
-            return idx, scores.astype(logits.dtype)
+            # gather_(q)mm takes uint32 indices: cast once here, not in each of its calls.
+            return idx.astype(mx.uint32), scores.astype(logits.dtype)
         probs = mx.softmax(logits, axis=-1, precise=True)                    # [N, E]
         idx = mx.argpartition(probs, kth=-self.top_k, axis=-1)[:, -self.top_k:]  # [N, k]
         scores = mx.take_along_axis(probs, idx, axis=-1)                     # [N, k]
@@ -154,11 +171,22 @@ class SparseMoeBlock(nn.Module):
             scores = scores / scores.sum(axis=-1, keepdims=True)
         return idx, scores
 
-    def __call__(self, x: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, residual: mx.array | None = None,
+                 route_rows: mx.array | None = None) -> mx.array:
+        """x [.., D] -> the block's output [.., D], plus residual when given (one op).
+        route_rows [N]: the row whose experts each row uses (padding rows: row 0's)."""
         shape = x.shape
         x = x.reshape(-1, shape[-1])                                         # [N, D]
-        idx, scores = self.route(self.gate(x))                               # [N, k] each
+        if "gates" in self:
+            logits, shared_gate = self.gates(x)                              # [N, E], [N, 1]
+        else:
+            logits, shared_gate = self.gate(x), self.shared_expert_gate(x)
+        idx, scores = self.route(logits)                                     # [N, k] each
+        if route_rows is not None:
+            idx = idx[route_rows]          # padding rows read no expert row 0 does not
         y = self.switch_mlp(x, idx)                                          # [N, k, D]
-        y = (y * scores[..., None]).sum(axis=-2)                             # [N, D]
-        shared = sigmoid_gate(self.shared_expert(x), self.shared_expert_gate(x))
-        return (y + shared).reshape(shape)
+        y = (scores[:, None, :] @ y)[:, 0]          # the weighted sum as one matmul [N, D]
+        out = moe_output(y, self.shared_expert(x), shared_gate,
+                         mx.array(0, y.dtype) if residual is None
+                         else residual.reshape(-1, shape[-1]))
+        return out.reshape(shape)

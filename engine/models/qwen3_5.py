@@ -90,6 +90,9 @@ class DecoderLayer(nn.Module):
     def __call__(self, x: mx.array, view: BatchView, cache_entry: list[mx.array]) -> mx.array:
         mixer = self.linear_attn if self.is_linear else self.self_attn
         h = x + mixer(self.input_layernorm(x), view, cache_entry)
+        if isinstance(self.mlp, SparseMoeBlock):      # adds the residual in its last op
+            return self.mlp(self.post_attention_layernorm(h), residual=h,
+                            route_rows=view.route_rows)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -154,7 +157,7 @@ class Model(nn.Module):
             num_kv_heads=self.args.num_key_value_heads,
             head_dim=self.args.head_dim,
             kv_dtype=self._compute_dtype(),
-            state_layers=tuple(g.state_specs() for g in linear),
+            state_layers=tuple(g.state_specs(self._compute_dtype()) for g in linear),
         )
 
     def _compute_dtype(self) -> mx.Dtype:

@@ -56,7 +56,8 @@ def test_fused_model_gives_the_same_logits_and_weights(model_type, quantize):
 def test_fusion_saves_the_launches_it_claims():
     """Tiny Qwen3.5 MoE, 2 Gated DeltaNet + 2 attention layers, MoE everywhere: 4 -> 1
     input projections (3 each), q/k/v -> 1 (2 each), the shared expert's gate+up (1 each),
-    the routed experts' gate+up (2 each: a gathered matmul and the arange it builds)."""
+    the routed experts' gate+up (1 each: a gathered matmul), the router with the shared
+    expert's gate (1 each)."""
     plain, fused = _pair("qwen3_5_moe", quantize=True)
     assert _decode_ops(plain) - _decode_ops(fused) == 2 * 3 + 2 * 2 + 4 * 1 + 4 * 2
 

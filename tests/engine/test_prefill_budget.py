@@ -3,8 +3,8 @@ step costs are given to the budget as if measured)."""
 import pytest
 
 from engine.config import EngineConfig
-from engine.core.chunk_shapes import MIN_CHUNK, chunk_lengths, round_down
 from engine.core.prefill_budget import WARMUP_TOKENS, PrefillBudget
+from engine.core.shapes import MIN_CHUNK, chunk_lengths, round_down
 
 
 def measured(max_chunk, decode_s, prefill_tok_s, floor=15.0, slowdown=0.25):

@@ -3,10 +3,10 @@ step its cost (calm decode seconds + prompt tokens / prompt rate) and the budget
 learns from those, as the step loop's would; the scheduler plans from the budget."""
 from engine.cache.cache_manager import CacheManager
 from engine.config import EngineConfig
-from engine.core.chunk_shapes import MIN_CHUNK, chunk_lengths
 from engine.core.prefill_budget import PrefillBudget
 from engine.core.scheduler import Scheduler
 from engine.core.sequence import Sequence
+from engine.core.shapes import MIN_CHUNK, chunk_lengths
 
 FLOOR_S = 1 / 15
 

@@ -1,0 +1,60 @@
+"""The op counter counts the GPU graph honestly: stand-ins for what a CPU cannot build."""
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+
+from engine.bench import profile_ops
+from kernels.kernel_set import KernelSet
+from kernels.stand_in import COUNT, gpu_graph, stand_in
+
+
+def test_a_stand_in_is_one_counted_launch_with_the_real_shapes():
+    x, w = mx.ones((2, 3, 8), mx.bfloat16), mx.ones((8,), mx.bfloat16)
+    mx.eval(x, w)
+    with gpu_graph() as ledger:
+        y = mx.fast.rms_norm(x + 1, w, 1e-5)
+        q = mx.fast.rope(y, 8, traditional=False, base=1e4, scale=1.0, offset=3)
+        ops = profile_ops.ops_by_primitive(q * 2)
+    assert (y.shape, y.dtype, q.shape) == (x.shape, mx.bfloat16, x.shape)
+    assert ledger.calls == {"rms_norm": 1, "rope": 1}
+    assert ops == {"Add": 1, "Multiply": 1}              # the fallbacks' ops are gone
+    assert mx.fast.rms_norm(x, w, 1e-5).shape == x.shape  # mx.fast restored on exit
+
+
+def test_the_cpu_graph_of_a_fast_op_is_its_fallback():
+    x, w = mx.ones((2, 8)), mx.ones((8,))
+    assert profile_ops.count_ops(mx.fast.rms_norm(x + 1, w, 1e-5)) > 3
+
+
+def test_stand_ins_are_refused_outside_the_counter():
+    with pytest.raises(RuntimeError, match="gpu_graph"):
+        stand_in("k", [mx.ones(2)], [(2,)], [mx.float32])
+
+
+def test_the_count_backend_launches_each_kernel_as_one_stand_in():
+    logits = mx.random.normal((3, 64))
+    with gpu_graph() as ledger:
+        idx, weights = KernelSet(COUNT).moe_route(logits, 4)
+    assert (idx.shape, idx.dtype, weights.dtype) == ((3, 4), mx.int32, mx.float32)
+    assert ledger.calls == {"moe_route": 1}
+
+
+def test_a_qwen_block_on_the_gpu_path_launches_the_kernels():
+    """One 4-layer block (3 Gated DeltaNet + 1 attention, MoE): each kernel where it
+    applies, every rms_norm one launch; the count is deterministic."""
+    ops = profile_ops.ours(profile_ops.qwen3_5_layout(4), 1, 32, "gpu")
+    assert ops["[gated_delta_step]"] == 3 and ops["[moe_route]"] == 4
+    assert ops["[paged_attention_p1]"] == ops["[paged_attention_p2]"] == 1
+    assert ops["[rms_norm]"] == 3 * 2 + 3 * 3 + 1 * 4 + 1   # layer norms, GDN, attn, final
+    for op in ("RMSNorm", "Softmax", "ArgPartition", "Rsqrt", "Full"):
+        assert ops[op] == 0, op
+    assert ops == profile_ops.ours(profile_ops.qwen3_5_layout(4), 1, 32, "gpu")
+
+
+def test_a_quantized_embedding_row_is_one_dequantize_launch():
+    w, scales, biases = mx.quantize(mx.random.normal((8, 64)), 32, 4)
+    rows = mx.array([3, 5])
+    with gpu_graph() as ledger:
+        out = mx.dequantize(w[rows], scales[rows], biases[rows], 32, 4)
+    assert (out.shape, out.dtype, ledger.calls) == ((2, 64), mx.float32, {"dequantize": 1})

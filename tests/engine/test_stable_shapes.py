@@ -1,0 +1,175 @@
+"""Forwards at fixed shapes: padded decode batches and prompt chunks change no result,
+padding rows write nothing a sequence owns and read no extra experts, the warm-up
+writes only scratch and reports its progress."""
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from qwen_fixtures import build_model, random_weights, tiny_config
+from tiny_models import tiny_llama, write_tiny_llama
+
+from engine.config import EngineConfig
+from engine.core import shapes
+from engine.core.engine import Engine
+from engine.core.runner import Runner
+from engine.core.scheduler import PrefillChunk
+from engine.core.sequence import Sequence
+from engine.core.warm_up import warm_up, warm_up_shapes
+from engine.models.moe import SwitchGLU
+from engine.sampling_params import SamplingParams
+
+PROMPTS = [[5, 17, 200, 3, 99, 42, 7], [8, 1, 64, 2, 30], [11, 12, 13, 14, 15, 16, 17, 18, 19]]
+PAGE = 4
+
+
+def test_shape_sets():
+    assert shapes.decode_sizes(16) == (1, 2, 4, 8, 16)
+    assert shapes.decode_sizes(12) == (1, 2, 4, 8, 12)
+    assert [shapes.padded_batch(n, 12) for n in (1, 3, 5, 9, 12)] == [1, 4, 8, 12, 12]
+    assert shapes.chunk_lengths(512) == (16, 32, 64, 128, 256, 512)
+    assert [shapes.padded_chunk(n, 512) for n in (1, 16, 17, 300, 512)] == [16, 16, 32, 512, 512]
+    assert shapes.padded_chunk(700, 512) == 700          # past the limit: as it is
+    with pytest.raises(ValueError):
+        shapes.padded_batch(0, 8)
+
+
+def _model(kind: str):
+    if kind == "llama":
+        return tiny_llama()
+    config = tiny_config("qwen3_5_moe")
+    model = build_model(config, random_weights(config, seed=3))
+    model.fuse_projections()
+    return model
+
+
+def _runner(model, max_num_seqs: int = 8) -> Runner:
+    config = EngineConfig(max_num_seqs=max_num_seqs, page_size=PAGE, num_pages=64,
+                          prefix_cache=False, prefill_chunk=16)
+    return Runner(model, config)
+
+
+def _prefilled(runner: Runner) -> list[Sequence]:
+    """Each prompt but its last token in the cache; the last is what decode feeds."""
+    seqs = []
+    for i, prompt in enumerate(PROMPTS):
+        s = Sequence(i, prompt)
+        s.pages, s.slot = list(range(1 + 8 * i, 9 + 8 * i)), i
+        s.prefill_target = len(prompt) - 1
+        seqs.append(s)
+    logits = runner.prefill([PrefillChunk(s, 0, len(s.prompt_ids) - 1) for s in seqs])
+    mx.eval(logits, runner.cache_arrays())
+    for s in seqs:
+        s.num_computed = s.prefill_target
+    return seqs
+
+
+def _snapshot(runner: Runner) -> list[np.ndarray]:
+    return [np.array(a) for a in runner.cache_arrays()]
+
+
+def _restore(runner: Runner, arrays: list[np.ndarray]) -> None:
+    it = iter(arrays)
+    for pair in runner.cache.kv:
+        pair[0], pair[1] = mx.array(next(it)), mx.array(next(it))
+    for layer in runner.cache.states:
+        for i in range(len(layer)):
+            layer[i] = mx.array(next(it))
+
+
+def _outside_scratch(runner: Runner, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """Every cache array less the scratch page 0 (KV) and the scratch slot (states)."""
+    n_kv = 2 * len(runner.cache.kv)
+    kv = [a[PAGE:] for a in arrays[:n_kv]]
+    states = [np.delete(a, runner.scratch_slot, axis=0) for a in arrays[n_kv:]]
+    return kv + states
+
+
+def _unpadded_decode(runner: Runner, seqs: list[Sequence]) -> mx.array:
+    """The decode forward without padding (the runner's view of these rows alone)."""
+    rows = [(s.pages, s.slot, s.num_tokens - 1, 1) for s in seqs]
+    tokens = np.array([[s.all_ids[-1]] for s in seqs], np.int32)
+    logits, _ = runner.forward(tokens, runner.build_view(rows, 1))
+    return logits[:, -1, :]
+
+
+@pytest.mark.parametrize("kind", ["qwen3_5_moe", "llama"])
+def test_a_padded_decode_equals_the_unpadded_one_and_writes_nothing_more(kind):
+    runner = _runner(_model(kind))
+    seqs = _prefilled(runner)
+    before = _snapshot(runner)
+    padded = runner.decode(seqs)                       # 3 rows run as 4
+    mx.eval(padded, runner.cache_arrays())
+    after_padded = _snapshot(runner)
+    _restore(runner, before)
+    plain = _unpadded_decode(runner, seqs)
+    mx.eval(plain, runner.cache_arrays())
+    assert padded.shape == plain.shape == (3, plain.shape[-1])
+    np.testing.assert_allclose(np.array(padded), np.array(plain), rtol=1e-5, atol=1e-5)
+    for a, b in zip(_outside_scratch(runner, after_padded),
+                    _outside_scratch(runner, _snapshot(runner))):
+        np.testing.assert_array_equal(a, b)            # the padding row wrote only scratch
+
+
+def test_padding_rows_use_the_experts_of_row_0(monkeypatch):
+    runner = _runner(_model("qwen3_5_moe"))
+    seqs = _prefilled(runner)
+    seen = []
+    call = SwitchGLU.__call__
+    monkeypatch.setattr(SwitchGLU, "__call__",
+                        lambda self, x, idx: seen.append(idx) or call(self, x, idx))
+    mx.eval(runner.decode(seqs))
+    assert seen
+    for idx in seen:                                   # [4, k] per MoE layer
+        idx = np.array(idx)
+        assert idx.shape[0] == 4
+        np.testing.assert_array_equal(idx[3], idx[0])
+
+
+def test_a_padded_prompt_chunk_gives_the_unpadded_logits():
+    runner = _runner(_model("qwen3_5_moe"))
+    s = Sequence(0, PROMPTS[0])
+    s.pages, s.slot, s.prefill_target = [1, 2, 3], 0, len(PROMPTS[0])
+    padded = runner.prefill([PrefillChunk(s, 0, len(PROMPTS[0]))])   # 7 tokens run as 16
+    mx.eval(padded, runner.cache_arrays())
+    full = runner.full_logits(PROMPTS[0])              # a private cache, at 7 tokens
+    np.testing.assert_allclose(np.array(padded[0]), np.array(full[-1]), rtol=1e-4, atol=1e-4)
+
+
+def test_the_warm_up_runs_every_shape_and_writes_only_scratch():
+    runner = _runner(_model("qwen3_5_moe"), max_num_seqs=4)
+    config = runner.config
+    mx.eval(runner.cache_arrays())
+    before = _snapshot(runner)
+    reports = []
+    warm_up(runner, config, reports.append)
+    assert warm_up_shapes(config) == [("decode", 1), ("decode", 2), ("decode", 4),
+                                      ("prefill", 16), ("padded prefill", 16)]
+    fractions = [r.fraction for r in reports]
+    assert len(reports) == 5 and fractions == sorted(fractions) and 0.9 <= fractions[0] < 1
+    assert "Compiling kernels" in reports[0].message
+    for a, b in zip(_outside_scratch(runner, before), _outside_scratch(runner, _snapshot(runner))):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_an_engine_that_warms_up_reports_it_then_serves(tmp_path):
+    folder = write_tiny_llama(tmp_path / "m")
+    reports = []
+    config = EngineConfig(max_num_seqs=2, prefill_chunk=32, warm_up=True, kv_budget_mb=8)
+    with Engine.load(folder, config, on_progress=reports.append) as engine:
+        out = engine.generate([[5, 6, 7]], SamplingParams(max_tokens=3, temperature=0.0))
+    messages = [r.message for r in reports]
+    # decode 1, 2; prefill 16, 32, each exactly and padded
+    assert sum("Compiling kernels" in m for m in messages) == 2 + 2 * 2
+    assert (reports[-1].fraction, messages[-1]) == (1.0, "Ready")
+    assert len(out[0].token_ids) == 3
+
+
+def test_one_token_chunks_have_no_padded_variant():
+    config = EngineConfig(max_num_seqs=1, prefill_chunk=1)
+    assert warm_up_shapes(config) == [("decode", 1), ("prefill", 1)]
+
+
+def test_warm_up_must_be_a_bool_or_none():
+    with pytest.raises(ValueError, match="warm_up"):
+        EngineConfig(warm_up="yes")
