@@ -22,10 +22,12 @@ class ChatSession(QObject):
         busy_changed(bool): a request started or ended
         conversation_changed(): title or settings changed (sidebar refresh)
         error(str): a request could not be submitted
+        waiting_changed(str): what the reply shows before its first token ("" = nothing)
     """
     busy_changed = Signal(bool)
     conversation_changed = Signal()
     error = Signal(str)
+    waiting_changed = Signal(str)
 
     def __init__(self, conversation: Conversation, store, bridge, parent=None):
         super().__init__(parent)
@@ -34,15 +36,19 @@ class ChatSession(QObject):
         self._bridge = bridge
         self.model = ChatModel(store.messages(conversation.id), self)
         self.request_id: int | None = None
+        self.waiting_for_model = False     # sent while the model loads: submitted once loaded
         self._row: int | None = None
         self._save = QTimer(self, interval=SAVE_MS)
         self._save.timeout.connect(self._on_save_timeout)
         bridge.token_received.connect(self._on_bridge_token_received)
         bridge.request_finished.connect(self._on_bridge_request_finished)
+        bridge.load_progress.connect(self._on_bridge_load_progress)
+        bridge.model_loaded.connect(self._on_bridge_model_loaded)
+        bridge.load_failed.connect(self._on_bridge_load_failed)
 
     @property
     def busy(self) -> bool:
-        return self.request_id is not None
+        return self.request_id is not None or self.waiting_for_model
 
     @property
     def title(self) -> str:
@@ -59,7 +65,9 @@ class ChatSession(QObject):
         return self._generate()
 
     def stop(self) -> None:
-        if self.request_id is not None:
+        if self.waiting_for_model:
+            self._end(MessageState.STOPPED, None, "")
+        elif self.request_id is not None:
             self._bridge.cancel(self.request_id)
 
     def regenerate(self, row: int) -> bool:
@@ -88,6 +96,9 @@ class ChatSession(QObject):
         self._abandon()
         self._bridge.token_received.disconnect(self._on_bridge_token_received)
         self._bridge.request_finished.disconnect(self._on_bridge_request_finished)
+        self._bridge.load_progress.disconnect(self._on_bridge_load_progress)
+        self._bridge.model_loaded.disconnect(self._on_bridge_model_loaded)
+        self._bridge.load_failed.disconnect(self._on_bridge_load_failed)
 
     # internals
     def _prompt(self) -> list[dict]:
@@ -101,20 +112,35 @@ class ChatSession(QObject):
         return prompt
 
     def _generate(self) -> bool:
-        prompt = self._prompt()
+        if self._bridge.engine is None and self._bridge.loading:
+            # The model is still loading (the first send after start): show the reply
+            # waiting with the load's progress, and submit once it is loaded.
+            self._row = self._add(self._reply())
+            self.waiting_for_model = True
+            self.busy_changed.emit(True)
+            self.waiting_changed.emit("Loading the model…")
+            return True
         try:
-            rid = self._bridge.submit(prompt, self.conversation.sampling_params())
+            rid = self._submit()
         except (TandemError, ValueError) as exc:    # no model, prompt too long, empty
             self.error.emit(str(exc))
             return False
-        reply = Message("assistant", state=MessageState.STREAMING,
-                        model=self._bridge.model_name, num_tokens=0)
-        self._row = self._add(reply)
+        self._row = self._add(self._reply())
+        self._started(rid)
+        self.busy_changed.emit(True)
+        return True
+
+    def _submit(self) -> int:
+        return self._bridge.submit(self._prompt(), self.conversation.sampling_params())
+
+    def _reply(self) -> Message:
+        return Message("assistant", state=MessageState.STREAMING,
+                       model=self._bridge.model_name, num_tokens=0)
+
+    def _started(self, rid: int) -> None:
         self.request_id = rid
         self._t_submit = time.perf_counter()
         self._save.start()
-        self.busy_changed.emit(True)
-        return True
 
     def _add(self, msg: Message) -> int:
         position = len(self.model.messages())
@@ -128,9 +154,10 @@ class ChatSession(QObject):
 
     def _abandon(self) -> None:
         """Stop listening to the request in flight and mark its message stopped."""
-        if self.request_id is None:
+        if self.request_id is None and not self.waiting_for_model:
             return
-        self._bridge.cancel(self.request_id)
+        if self.request_id is not None:
+            self._bridge.cancel(self.request_id)
         self._end(MessageState.STOPPED, None, "")
 
     def _maybe_title(self, text: str) -> None:
@@ -149,6 +176,8 @@ class ChatSession(QObject):
         self.model.replace(self._row, msg)
         self._save.stop()
         self.request_id = self._row = None
+        self.waiting_for_model = False
+        self.waiting_changed.emit("")
         self.busy_changed.emit(False)
         self.conversation_changed.emit()
 
@@ -167,6 +196,29 @@ class ChatSession(QObject):
         if text:
             self.model.message(self._row).content = text
         self._end(_FINAL_STATE.get(reason, MessageState.DONE), stats, error)
+
+    def _on_bridge_load_progress(self, fraction: float, message: str) -> None:
+        if self.waiting_for_model:
+            self.waiting_changed.emit(f"Loading the model… {fraction:.0%}"
+                                      + (f" · {message}" if message else ""))
+
+    def _on_bridge_model_loaded(self, _name: str) -> None:
+        if not self.waiting_for_model:
+            return
+        self.waiting_for_model = False
+        msg = self.model.message(self._row)
+        msg.model = self._bridge.model_name
+        try:
+            rid = self._submit()
+        except (TandemError, ValueError) as exc:
+            self._end(MessageState.ERROR, None, str(exc))
+            return
+        self._started(rid)
+        self.waiting_changed.emit("")
+
+    def _on_bridge_load_failed(self, message: str) -> None:
+        if self.waiting_for_model:
+            self._end(MessageState.ERROR, None, f"the model did not load: {message}")
 
     def _on_save_timeout(self) -> None:
         if self._row is not None:

@@ -83,6 +83,8 @@ class MainWindow(QMainWindow):
         self.sessions.error.connect(self.show_error)
         self.panes.pane_close_requested.connect(self.close_pane)
         self.panes.pane_settings_requested.connect(self._on_panes_pane_settings_requested)
+        self.panes.active_changed.connect(self._on_panes_active_changed)
+        self.panes.panes_changed.connect(self._on_panes_panes_changed)
         self.broadcast.broadcast_requested.connect(self.broadcast_prompt)
         self.status_panel.trace_toggled.connect(self.trace.set_recording)
         self.status_panel.save_trace_requested.connect(self.save_trace_as)
@@ -151,6 +153,10 @@ class MainWindow(QMainWindow):
 
     def broadcast_prompt(self, text: str) -> int:
         panes = self.panes.panes()
+        if not panes:                 # nothing open: a new chat gets the prompt
+            panes = [self.new_conversation()]
+            self.statusBar().showMessage("No chat was open: sent the prompt to a new chat.",
+                                         8000)
         for pane in panes:
             pane.session.send(text)
         return len(panes)
@@ -207,7 +213,11 @@ class MainWindow(QMainWindow):
 
     def _on_bridge_load_progress(self, fraction: float, message: str) -> None:
         self.progress.setValue(int(fraction * 1000))
-        self.progress.setFormat(message)
+        # One line inside the bar: elide what does not fit rather than wrap and clip.
+        width = self.progress.width() - 12
+        self.progress.setFormat(self.progress.fontMetrics().elidedText(
+            message, Qt.TextElideMode.ElideMiddle, width).replace("%", "%%"))
+        self.progress.setToolTip(message)
 
     def _on_bridge_model_loaded(self, name: str) -> None:
         self.progress.hide()
@@ -222,6 +232,12 @@ class MainWindow(QMainWindow):
         if not current:         # nothing loaded, e.g. a bundled app without the built-in model
             button = self.error_box.addButton("Open model…", QMessageBox.ButtonRole.ActionRole)
             button.clicked.connect(self.open_model_dialog)
+
+    def _on_panes_active_changed(self, pane) -> None:
+        self.sidebar.select(pane.session.conversation.id if pane is not None else None)
+
+    def _on_panes_panes_changed(self) -> None:
+        self.conversations.set_open_ids(p.session.conversation.id for p in self.panes.panes())
 
     def _untouched(self, session) -> bool:
         return session.conversation.title == UNTOUCHED_TITLE and session.model.rowCount() == 0
@@ -250,5 +266,6 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event):
         save_window_state(self, self.store)
         self.trace.close()
-        self.sessions.close_all()
+        self.sessions.close_all()     # replies in flight are saved as stopped, text kept
+        self.bridge.close()           # cancel what runs and join the engine thread now
         super().closeEvent(event)

@@ -16,8 +16,10 @@ class PaneArea(QStackedWidget):
         panes_changed(): a pane was added, removed or rebound
         pane_close_requested(object): the ChatPane whose close button was pressed
         pane_settings_requested(object): the ChatPane whose settings button was pressed
+        active_changed(object): the active ChatPane, or None when no pane is left
     """
     panes_changed = Signal()
+    active_changed = Signal(object)
     pane_close_requested = Signal(object)
     pane_settings_requested = Signal(object)
 
@@ -76,6 +78,8 @@ class PaneArea(QStackedWidget):
             self.active = None
             if panes:
                 self.set_active(panes[-1])
+            else:
+                self.active_changed.emit(None)
         self._even_out()
         self._update_page()
 
@@ -85,6 +89,7 @@ class PaneArea(QStackedWidget):
         for p in self.panes():
             p.set_active(p is pane)
         self.active = pane
+        self.active_changed.emit(pane)
 
     def _even_out(self) -> None:
         n = self.splitter.count()
