@@ -8,6 +8,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.chat.think_text import strip_think
 from app.controllers.chat_model import ChatModel
+from app.status.status_text import READING, STREAMING, WAITING
 from app.storage.conversation import Conversation
 from app.storage.message import Message, MessageState
 from engine.errors import TandemError
@@ -49,6 +50,16 @@ class ChatSession(QObject):
     @property
     def busy(self) -> bool:
         return self.request_id is not None or self.waiting_for_model
+
+    @property
+    def phase(self) -> str:
+        """What the reply in flight is doing: the model loading, the prompt being read
+        (no token yet), or streaming; "" when there is none."""
+        if self.waiting_for_model:
+            return WAITING
+        if self.request_id is None:
+            return ""
+        return STREAMING if self.model.message(self._row).num_tokens else READING
 
     @property
     def title(self) -> str:

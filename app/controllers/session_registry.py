@@ -5,6 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Signal
 
 from app.controllers.chat_session import ChatSession
+from app.status.status_text import Activity
 from app.storage.conversation import Conversation
 
 
@@ -62,6 +63,11 @@ class SessionRegistry(QObject):
     def num_streaming(self) -> int:
         """Conversations with a reply in flight."""
         return sum(1 for s in self._sessions.values() if s.busy)
+
+    def activity(self) -> list[Activity]:
+        """The replies in flight and what each is doing, for the status panel."""
+        return [Activity(s.request_id, s.title, s.phase) for s in self._sessions.values()
+                if s.busy]
 
     def title_of_request(self, request_id: int) -> str:
         return self._request_titles.get(request_id, f"request {request_id}")

@@ -24,6 +24,8 @@ class ReadingText:
     watts: str = NOT_AVAILABLE
     watts_caption: str = "no telemetry"
     tooltip: str = "GPU telemetry is not available in this build"
+    mhz_name: str = "GPU MHz"        # the row's name: what the sampler measures
+    watts_name: str = "GPU W"
 
 
 def reading_text(reading) -> ReadingText:
@@ -38,8 +40,10 @@ def reading_text(reading) -> ReadingText:
         watts_caption = f"{_power_label(reading)} · {source}"
     else:
         watts_caption = _note(reading.power_note) or "no power reading"
+    cpu = reading.mhz_label.startswith("CPU")      # the fallback sampler: a CPU clock
     return ReadingText(reading.mhz_text, mhz_caption, reading.watts_text, watts_caption,
-                       reading.tooltip)
+                       reading.tooltip, "CPU MHz" if cpu else "GPU MHz",
+                       "CPU W" if cpu else "GPU W")
 
 
 def _power_label(reading) -> str:
@@ -85,7 +89,50 @@ def _reason(status: str) -> str:
     return status
 
 
-def batch_text(batch_size: int, num_streaming: int) -> tuple[str, str]:
-    """Value and caption for the batch row."""
-    streaming = f"{num_streaming} streaming conversation" + ("" if num_streaming == 1 else "s")
-    return str(batch_size), f"last decode batch · {streaming}"
+STREAMING, READING, WAITING = "streaming", "reading prompt", "waiting for the model"
+
+
+@dataclass(frozen=True)
+class Activity:
+    """One conversation with a reply in flight, in the words the panel uses."""
+    request_id: int | None        # None while it waits for the model to load
+    title: str
+    phase: str                    # STREAMING, READING or WAITING
+
+
+def _count(activities, phase: str) -> int:
+    return sum(1 for a in activities if a.phase == phase)
+
+
+def batch_text(last_decode_batch: int, activities) -> tuple[int, str, str]:
+    """Batch size, its value and caption, from the same phases the list shows: rows
+    decode only once a conversation streams (one reading its prompt is not in it)."""
+    streaming = _count(activities, STREAMING)
+    batch = min(last_decode_batch, streaming) if streaming else 0
+    parts = [f"{n} {phase}" for phase, n in ((STREAMING, streaming),
+                                               (READING, _count(activities, READING)),
+                                               (WAITING, _count(activities, WAITING))) if n]
+    return batch, str(batch), "decode batch · " + (" · ".join(parts) or "idle")
+
+
+def activity_lines(activities, rates: dict, short=lambda t: t) -> str:
+    """'Title  12.3 tok/s' per streaming conversation, its phase otherwise; 'idle'.
+    Only replies in flight: a finished one is gone from the list at once."""
+    lines = []
+    for a in activities:
+        rate = rates.get(a.request_id, 0.0)
+        lines.append(f"{short(a.title)}  " + (f"{rate:.1f} tok/s" if a.phase == STREAMING
+                                               else a.phase))
+    return "\n".join(lines) or "idle"
+
+
+def kv_text(used: int, total: int, page_bytes: int) -> tuple[str, str]:
+    """Value and caption of the KV row: pages of the pool and the memory they are,
+    the pool being the KV cache memory Settings asks for (one scratch page aside)."""
+    if not total:
+        return "—", "no model"
+    value = f"{used} / {total} pages"
+    if not page_bytes:
+        return value, ""
+    mb = page_bytes / (1 << 20)
+    return value, f"{used * mb:.1f} of {total * mb:.0f} MB KV cache"

@@ -46,7 +46,7 @@ class MainWindow(QMainWindow):
         self.panes = PaneArea()
         self.broadcast = BroadcastBox()
         self.status_panel = StatusPanel(bridge, self.sessions.title_of_request, telemetry,
-                                        num_streaming=self.sessions.num_streaming)
+                                        activity=self.sessions.activity)
         self._build_layout()
         build_menus(self)
         self._connect()
