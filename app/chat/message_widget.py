@@ -3,7 +3,7 @@ It only renders a Message and reports clicks; the session does the work."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -148,6 +148,7 @@ class MessageWidget(QWidget):
 
     def start_edit(self) -> None:
         self.editor.setPlainText(self.message.content)
+        self.editor.moveCursor(QTextCursor.MoveOperation.End)     # typing goes on at the end
         self.body.hide()
         self.editor.show()
         self.editor.setFocus()

@@ -129,7 +129,7 @@ class ChatSession(QObject):
             self._row = self._add(self._reply())
             self.waiting_for_model = True
             self.busy_changed.emit(True)
-            self.waiting_changed.emit("Loading the model…")
+            self._on_bridge_load_progress(*self._bridge.last_progress)   # so far
             return True
         try:
             rid = self._submit()
