@@ -3,8 +3,10 @@ cancels; both are claimed here, before a pane's shortcuts see them."""
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QPlainTextEdit
 
+MAX_LINES = 12         # taller edits scroll
 _SAVE_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
 
 
@@ -25,8 +27,23 @@ class EditBox(QPlainTextEdit):
         super().__init__(parent)
         self.setObjectName("editEditor")
         self.setToolTip("Ctrl+Enter sends the edited message, Escape cancels")
+        self.document().contentsChanged.connect(self._fit)
+
+    def _fit(self) -> None:
+        """As tall as the text (wrapped lines counted), up to MAX_LINES."""
+        lines = int(self.document().documentLayout().documentSize().height())
+        # One empty line below the text: room to go on typing without a scroll.
+        lines = min(max(lines, self.document().blockCount()) + 1, MAX_LINES)
+        line = QFontMetrics(self.document().defaultFont()).lineSpacing()
+        margins = self.contentsMargins()
+        self.setFixedHeight(lines * line + margins.top() + margins.bottom()
+                            + 2 * int(self.document().documentMargin()) + 4)
 
     # Qt overrides
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self._fit()
+
     def event(self, event):
         # Escape would otherwise reach the pane's "stop generating" shortcut.
         if event.type() == QEvent.Type.ShortcutOverride and (

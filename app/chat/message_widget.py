@@ -117,6 +117,8 @@ class MessageWidget(QWidget):
 
     def set_message(self, msg: Message) -> None:
         self.message = msg
+        if msg.role == "assistant":       # the model is known once it is loaded
+            self.role_label.setText(msg.model or "Assistant")
         parts = split_think(msg.content) if msg.role == "assistant" else None
         self.think.setVisible(bool(parts and parts.has_reasoning))
         if parts and parts.has_reasoning:
