@@ -36,8 +36,8 @@ def stats_text(msg: Message) -> str:
         parts.append(f"{msg.decode_tok_s:.1f} tok/s")
     if msg.num_tokens:
         parts.append(f"{msg.num_tokens} tokens")
-    if msg.is_streaming:
-        parts.append("streaming…")
+    if msg.is_streaming:      # the same words as the status panel's list
+        parts.append("streaming…" if msg.num_tokens else "reading prompt…")
     if msg.state in _BADGES:
         parts.append(_BADGES[msg.state] + (f": {msg.error}" if msg.error else ""))
     return "  ·  ".join(parts)
@@ -127,7 +127,10 @@ class MessageWidget(QWidget):
             self.body.set_plain(msg.content)      # as typed: line breaks kept, no Markdown
         else:
             self.body.set_markdown(self._answer(msg, parts.answer))
-        self.stats.setText(stats_text(msg))
+        stats = stats_text(msg)
+        if self.waiting_text:      # not reading its prompt yet: the body says what it waits on
+            stats = stats.replace("reading prompt…", "waiting…")
+        self.stats.setText(stats)
         self._update_buttons()
 
     def _answer(self, msg: Message, answer: str) -> str:

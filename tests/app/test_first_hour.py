@@ -286,3 +286,12 @@ def test_a_wide_pane_keeps_a_centred_reading_column(make_window, qtbot):
     left = column.x()
     right = pane.view.viewport().width() - column.x() - column.width()
     assert abs(left - right) <= 2
+
+
+def test_reply_footer_says_reading_prompt_until_the_first_token():
+    from app.chat.message_widget import stats_text
+    from app.storage.message import Message
+    reading = Message("assistant", state=MessageState.STREAMING, num_tokens=0)
+    streaming = Message("assistant", state=MessageState.STREAMING, num_tokens=3)
+    assert stats_text(reading).endswith("reading prompt…")
+    assert stats_text(streaming).endswith("streaming…")
