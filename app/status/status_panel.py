@@ -64,14 +64,12 @@ class StatusPanel(QDockWidget):
     trace_toggled = Signal(bool)
     save_trace_requested = Signal()
 
-    def __init__(self, bridge, title_of=lambda rid: f"#{rid}", telemetry=None,
-                 activity=lambda: [], parent=None):
+    def __init__(self, bridge, telemetry=None, activity=lambda: [], parent=None):
         super().__init__("Status", parent)
         self.setObjectName("statusPanel")
         self.stats = StepStats()
         self.telemetry = telemetry
         self._bridge = bridge
-        self._title_of = title_of
         self._activity = activity        # -> [Activity]: the replies in flight
         self.values: dict[str, QLabel] = {}
         self.names: dict[str, QLabel] = {}

@@ -45,8 +45,7 @@ class MainWindow(QMainWindow):
         self.sidebar = Sidebar(self.conversations)
         self.panes = PaneArea()
         self.broadcast = BroadcastBox()
-        self.status_panel = StatusPanel(bridge, self.sessions.title_of_request, telemetry,
-                                        activity=self.sessions.activity)
+        self.status_panel = StatusPanel(bridge, telemetry, activity=self.sessions.activity)
         self._build_layout()
         build_menus(self)
         self._connect()
