@@ -43,6 +43,7 @@ class Engine:
         # Each request's handle, until it finishes: it gets that request's events.
         self._handles: dict[int, RequestHandle] = {}
         self.num_pages = 0          # the KV pool's pages, once the model is loaded
+        self.kv_page_bytes = 0      # K and V bytes one page holds (pages x this = the pool)
         self._ids = itertools.count(1)
         self._closed = False
         # Submit and close from different threads (an API server, the app's model switch):
@@ -229,7 +230,9 @@ class Engine:
     def _serve(self, model, on_progress, quantize_bits) -> None:
         try:
             bundle = load_bundle(model, self.config, on_progress, quantize_bits)
-            self.num_pages = num_pages_for(self.config, bundle.model.cache_spec())
+            spec = bundle.model.cache_spec()
+            self.num_pages = num_pages_for(self.config, spec)
+            self.kv_page_bytes = self.config.page_size * spec.kv_bytes_per_token()
             loop = StepLoop(bundle.model, self.config, self._emit, self.num_pages)
         except BaseException as e:
             self._loaded.set_exception(e)

@@ -8,6 +8,7 @@ import pytest
 from fixed_sampler import fixed_monitor
 
 from app.controllers.bridge import EngineBridge
+from app.status.activity import READING, STREAMING, Activity
 from app.status.status_panel import StatusPanel
 from app.status.status_text import cpu_text, kernel_text
 from engine.events import StepEvent
@@ -89,12 +90,14 @@ def test_kernel_text_without_gpu_backend():
 
 def test_prefill_only_step_does_not_zero_the_batch_while_streaming(qtbot):
     bridge = EngineBridge()
-    streaming = [3]
-    panel = StatusPanel(bridge, num_streaming=lambda: streaming[0])
+    flight = [Activity(i, f"chat {i}", STREAMING) for i in (1, 2, 3)]
+    flight.append(Activity(4, "chat 4", READING))
+    panel = StatusPanel(bridge, activity=lambda: flight)
     qtbot.addWidget(panel)
     now = time.perf_counter()
     bridge.step.emit(StepEvent(1, now, now, "decode", (1, 2, 3), batch_size=3))
     bridge.step.emit(StepEvent(2, now, now, "prefill", (), prefill_request_ids=(4,),
                                prefill_tokens=256, batch_size=0))
     qtbot.waitUntil(lambda: panel.stats.num_steps == 2 and panel.value_text("batch") == "3")
-    assert panel.caption_text("batch") == "last decode batch · 3 streaming conversations"
+    assert panel.caption_text("batch") == "decode batch · 3 streaming · 1 reading prompt"
+    assert panel.per_conversation.text().splitlines()[-1] == "chat 4  reading prompt"
