@@ -20,7 +20,11 @@ class ScriptedBridge(QObject):
     """The bridge's signals and verbs; the test plays the engine's part."""
     token_received = Signal(int, str, int)
     request_finished = Signal(int, str, object, str, str)
+    load_progress = Signal(float, str)
+    model_loaded = Signal(str)
+    load_failed = Signal(str)
     model_name = "scripted"
+    engine, loading = None, False   # not loading: sends are submitted at once
 
     def __init__(self):
         super().__init__()
