@@ -118,6 +118,7 @@ class StatusPanel(QDockWidget):
             if key in _CAPTIONED:
                 row += 1
                 self.captions[key] = _label("", "metricCaption")
+                self.captions[key].setWordWrap(True)   # the batch's phases can be many
                 grid.addWidget(self.captions[key], row, 0, 1, 2)
             grid.addWidget(self.sparklines[key], row + 1, 0, 1, 2)
             row += 2
