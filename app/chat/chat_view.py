@@ -3,10 +3,12 @@ bottom while the user is at the bottom."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QFrame, QScrollArea, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QScrollArea, QVBoxLayout, QWidget
 
 from app.chat.message_widget import MessageWidget
 from app.controllers.chat_model import ChatModel
+
+READING_WIDTH = 820        # px: the widest the message column gets
 
 
 class ChatView(QScrollArea):
@@ -28,7 +30,13 @@ class ChatView(QScrollArea):
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         content = QWidget(objectName="chatContent")
-        self._column = QVBoxLayout(content)
+        # A wide pane keeps a readable column (lines of ~100 characters), centred.
+        self.column_widget = QWidget(objectName="chatColumn")
+        self.column_widget.setMaximumWidth(READING_WIDTH)
+        centre = QHBoxLayout(content)
+        centre.setContentsMargins(0, 0, 0, 0)
+        centre.addWidget(self.column_widget)
+        self._column = QVBoxLayout(self.column_widget)
         self._column.setContentsMargins(0, 8, 0, 8)
         self._column.setSpacing(2)
         self._column.addStretch(1)
@@ -81,6 +89,11 @@ class ChatView(QScrollArea):
     def _emit_for(self, widget: MessageWidget, signal) -> None:
         if widget in self._widgets:
             signal.emit(self._widgets.index(widget))
+
+    def set_waiting_text(self, text: str) -> None:
+        """What the last reply shows until its first token (e.g. the model loading)."""
+        if self._widgets:
+            self._widgets[-1].set_waiting_text(text)
 
     def scroll_to_bottom(self) -> None:
         bar = self.verticalScrollBar()

@@ -31,7 +31,10 @@ class Composer(QPlainTextEdit):
 
     def _on_document_contents_changed(self) -> None:
         line = self.fontMetrics().lineSpacing()
-        num_lines = max(self.document().blockCount(), 1)
+        # Lines as shown: typed line breaks and long lines wrapped at the box's width
+        # (a plain-text document's layout measures its height in lines).
+        shown = int(self.document().documentLayout().documentSize().height())
+        num_lines = max(shown, self.document().blockCount(), 1)
         lines = min(num_lines, MAX_LINES)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded if num_lines > MAX_LINES
                                         else Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -40,6 +43,10 @@ class Composer(QPlainTextEdit):
                             + margins.top() + margins.bottom() + 6)
 
     # Qt overrides
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self._on_document_contents_changed()      # wrapping changed with the width
+
     def keyPressEvent(self, event):
         enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
         if enter and not event.modifiers() & Qt.KeyboardModifier.ShiftModifier:

@@ -46,9 +46,16 @@ class ConversationDelegate(QStyledItemDelegate):
         age_w = option.fontMetrics.horizontalAdvance(age) + 4
         painter.drawText(QRect(text.right() - age_w, text.top(), age_w, line),
                          Qt.AlignmentFlag.AlignRight, age)
+        indent = 0
+        if index.data(ConversationListModel.OpenRole):     # shown in a pane: a dot
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(theme_color("accent"))   # the active pane's accent
+            painter.drawEllipse(text.left(), text.top() + line // 2 - 3, 7, 7)
+            indent = 13
         painter.setFont(title_font)
         painter.setPen(option.palette.color(QPalette.ColorRole.Text))
-        title_rect = QRect(text.left(), text.top(), text.width() - age_w - 6, line)
+        title_rect = QRect(text.left() + indent, text.top(),
+                           text.width() - age_w - 6 - indent, line)
         painter.drawText(title_rect, Qt.AlignmentFlag.AlignLeft,
                          painter.fontMetrics().elidedText(conv.title, Qt.TextElideMode.ElideRight,
                                                           title_rect.width()))

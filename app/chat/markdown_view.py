@@ -19,7 +19,7 @@ class MarkdownView(QWidget):
         self._text = None
 
     def set_markdown(self, text: str) -> None:
-        if text == self._text:
+        if text == self._text and not (self._blocks and self._blocks[0][0] == "plain"):
             return
         self._text = text
         segments = split_markdown(text)
@@ -34,6 +34,18 @@ class MarkdownView(QWidget):
             else:
                 widget.set_markdown(seg.text)
         self._drop_from(len(segments))
+
+    def set_plain(self, text: str) -> None:
+        """Text as typed (a user's message): wrapped, line breaks kept, no Markdown."""
+        if text == self._text and self._blocks and self._blocks[0][0] == "plain":
+            return
+        self._text = text
+        if not self._blocks or self._blocks[0][0] != "plain":
+            self._drop_from(0)
+            self._blocks.append(("plain", AutoHeightBrowser()))
+            self._layout.addWidget(self._blocks[0][1])
+        self._drop_from(1)
+        self._blocks[0][1].set_plain(text)
 
     def code_blocks(self) -> list[CodeBlock]:
         return [w for kind, w in self._blocks if kind == "code"]

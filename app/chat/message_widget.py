@@ -3,18 +3,19 @@ It only renders a Message and reports clicks; the session does the work."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
-    QPlainTextEdit,
+    QPushButton,
     QSizePolicy,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
+from app.chat.edit_box import EditBox
 from app.chat.markdown_view import MarkdownView
 from app.chat.think_block import ThinkBlock
 from app.chat.think_text import split_think
@@ -37,8 +38,8 @@ def stats_text(msg: Message) -> str:
         parts.append(f"{msg.decode_tok_s:.1f} tok/s")
     if msg.num_tokens:
         parts.append(f"{msg.num_tokens} tokens")
-    if msg.is_streaming:
-        parts.append("streaming…")
+    if msg.is_streaming:      # the same words as the status panel's list
+        parts.append("streaming…" if msg.num_tokens else "reading prompt…")
     if msg.state in _BADGES:
         parts.append(_BADGES[msg.state] + (f": {msg.error}" if msg.error else ""))
     return "  ·  ".join(parts)
@@ -59,13 +60,14 @@ class MessageWidget(QWidget):
     def __init__(self, msg: Message, parent=None):
         super().__init__(parent)
         self.message = msg
+        self.waiting_text = ""       # what a reply shows before its first token
         self.bubble = QFrame(objectName="bubble")
         self.bubble.setProperty("role", msg.role)
         self.role_label = QLabel("You" if msg.role == "user" else (msg.model or "Assistant"),
                                  objectName="roleLabel")
         self.think = ThinkBlock()
         self.body = MarkdownView()
-        self.editor = QPlainTextEdit(objectName="editEditor")
+        self.editor = EditBox()
         self.stats = QLabel(objectName="statsLabel")
         self.stats.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.stats.setWordWrap(True)     # narrow panes: wrap, never widen the bubble
@@ -77,18 +79,24 @@ class MessageWidget(QWidget):
         self._lay_out()
         self.set_message(msg)
 
-    def _make_buttons(self) -> dict[str, QToolButton]:
-        names = {"stop": ("■ Stop", "Stop generating"), "regenerate": ("↻", "Regenerate"),
-                 "edit": ("✎", "Edit and resend"), "copy": ("Copy", "Copy the text"),
-                 "send_edit": ("Send", "Send the edited message"), "cancel_edit": ("Cancel", "")}
+    def _make_buttons(self) -> dict[str, QToolButton | QPushButton]:
+        names = {"stop": ("■ Stop", "Stop generating (Esc)"), "regenerate": ("↻", "Regenerate"),
+                 "edit": ("✎", "Edit and resend"), "copy": ("Copy", "Copy the text")}
         buttons = {k: QToolButton(text=text, toolTip=tip, objectName="messageAction")
                    for k, (text, tip) in names.items()}
+        # The edit box's own buttons are real push buttons, so they read as actions.
+        buttons["send_edit"] = QPushButton("Send", objectName="editSend",
+                                           toolTip="Send the edited message (Ctrl+Enter)")
+        buttons["cancel_edit"] = QPushButton("Cancel", objectName="editCancel",
+                                             toolTip="Keep the message as it was (Esc)")
         buttons["stop"].clicked.connect(self.stop_requested)
         buttons["regenerate"].clicked.connect(self.regenerate_requested)
         buttons["copy"].clicked.connect(self._on_copy_clicked)
         buttons["edit"].clicked.connect(self.start_edit)
         buttons["send_edit"].clicked.connect(self._on_send_edit_clicked)
         buttons["cancel_edit"].clicked.connect(self.cancel_edit)
+        self.editor.save_requested.connect(self._on_send_edit_clicked)
+        self.editor.cancel_requested.connect(self.cancel_edit)
         return buttons
 
     def _lay_out(self) -> None:
@@ -116,15 +124,31 @@ class MessageWidget(QWidget):
 
     def set_message(self, msg: Message) -> None:
         self.message = msg
+        if msg.role == "assistant":       # the model is known once it is loaded
+            self.role_label.setText(msg.model or "Assistant")
         parts = split_think(msg.content) if msg.role == "assistant" else None
         self.think.setVisible(bool(parts and parts.has_reasoning))
         if parts and parts.has_reasoning:
             self.think.set_reasoning(parts.reasoning, parts.thinking)
-        answer = parts.answer if parts else msg.content
-        self.body.set_markdown(answer if answer.strip() or not msg.is_streaming else "…")
-        self.stats.setText(stats_text(msg))
+        if msg.role == "user":
+            self.body.set_plain(msg.content)      # as typed: line breaks kept, no Markdown
+        else:
+            self.body.set_markdown(self._answer(msg, parts.answer if parts else msg.content))
+        stats = stats_text(msg)
+        if self.waiting_text:      # not reading its prompt yet: the body says what it waits on
+            stats = stats.replace("reading prompt…", "waiting…")
+        self.stats.setText(stats)
         self.versions.set_versions(msg.version, num_versions(msg), not msg.is_streaming)
         self._update_buttons()
+
+    def _answer(self, msg: Message, answer: str) -> str:
+        if answer.strip() or not msg.is_streaming:
+            return answer
+        return self.waiting_text or "…"
+
+    def set_waiting_text(self, text: str) -> None:
+        self.waiting_text = text
+        self.set_message(self.message)
 
     def _update_buttons(self) -> None:
         editing = self.editor.isVisible()
@@ -137,6 +161,7 @@ class MessageWidget(QWidget):
 
     def start_edit(self) -> None:
         self.editor.setPlainText(self.message.content)
+        self.editor.moveCursor(QTextCursor.MoveOperation.End)     # typing goes on at the end
         self.body.hide()
         self.editor.show()
         self.editor.setFocus()

@@ -56,6 +56,7 @@ class EngineBridge(QObject):
         self.model_path: str | None = None
         self.config = None                     # the EngineConfig the engine was loaded with
         self.loading = False
+        self.last_progress: tuple[float, str] = (0.0, "")   # of the load under way
         self._handles: dict[int, object] = {}
         self._engine_listeners: list = []      # e.g. the trace recorder; kept across loads
         self._engine_event.connect(self._on_engine_event)
@@ -87,6 +88,7 @@ class EngineBridge(QObject):
         self.loading = True
         previous = (self.model_path, self.config) if self.engine is not None else None
         try:
+            self.last_progress = (0.0, "")
             self.load_started.emit(path or "")
             await self._unload()
             error = await self._load(path, config)
@@ -136,6 +138,7 @@ class EngineBridge(QObject):
 
     @Slot(object)
     def _on_loader_progress(self, progress: LoadProgress) -> None:
+        self.last_progress = (float(progress.fraction), progress.message)
         self.load_progress.emit(float(progress.fraction), progress.message)
 
     def add_engine_listener(self, fn) -> None:

@@ -8,6 +8,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.chat.think_text import strip_think
 from app.controllers.chat_model import ChatModel
+from app.status.activity import READING, STREAMING, WAITING_FOR_MODEL
 from app.storage.conversation import Conversation
 from app.storage.message import Message, MessageState
 from app.storage.message_versions import num_versions, with_new_version, with_version
@@ -23,10 +24,12 @@ class ChatSession(QObject):
         busy_changed(bool): a request started or ended
         conversation_changed(): title or settings changed (sidebar refresh)
         error(str): a request could not be submitted
+        waiting_changed(str): what the reply shows before its first token ("" = nothing)
     """
     busy_changed = Signal(bool)
     conversation_changed = Signal()
     error = Signal(str)
+    waiting_changed = Signal(str)
 
     def __init__(self, conversation: Conversation, store, bridge, parent=None):
         super().__init__(parent)
@@ -35,15 +38,30 @@ class ChatSession(QObject):
         self._bridge = bridge
         self.model = ChatModel(store.messages(conversation.id), self)
         self.request_id: int | None = None
+        self.waiting_for_model = False     # sent while the model loads: submitted once loaded
         self._row: int | None = None
         self._save = QTimer(self, interval=SAVE_MS)
         self._save.timeout.connect(self._on_save_timeout)
         bridge.token_received.connect(self._on_bridge_token_received)
         bridge.request_finished.connect(self._on_bridge_request_finished)
+        bridge.load_progress.connect(self._on_bridge_load_progress)
+        bridge.model_loaded.connect(self._on_bridge_model_loaded)
+        bridge.load_failed.connect(self._on_bridge_load_failed)
 
     @property
     def busy(self) -> bool:
-        return self.request_id is not None
+        return self.request_id is not None or self.waiting_for_model
+
+    @property
+    def phase(self) -> str:
+        """What the reply in flight is doing as far as this session knows: waiting for
+        the model to load, sent with no token yet (READING; the status panel tells
+        queued from reading by the engine's steps), or streaming; "" when there is none."""
+        if self.waiting_for_model:
+            return WAITING_FOR_MODEL
+        if self.request_id is None:
+            return ""
+        return STREAMING if self.model.message(self._row).num_tokens else READING
 
     @property
     def title(self) -> str:
@@ -61,7 +79,9 @@ class ChatSession(QObject):
         return self._generate(t_sent=t_sent)
 
     def stop(self) -> None:
-        if self.request_id is not None:
+        if self.waiting_for_model:
+            self._end(MessageState.STOPPED, None, "")
+        elif self.request_id is not None:
             self._bridge.cancel(self.request_id)
 
     def regenerate(self, row: int) -> bool:
@@ -102,6 +122,9 @@ class ChatSession(QObject):
         self._abandon()
         self._bridge.token_received.disconnect(self._on_bridge_token_received)
         self._bridge.request_finished.disconnect(self._on_bridge_request_finished)
+        self._bridge.load_progress.disconnect(self._on_bridge_load_progress)
+        self._bridge.model_loaded.disconnect(self._on_bridge_model_loaded)
+        self._bridge.load_failed.disconnect(self._on_bridge_load_failed)
 
     # internals
     def _prompt(self, upto: int | None = None) -> list[dict]:
@@ -118,27 +141,44 @@ class ChatSession(QObject):
     def _generate(self, row: int | None = None, t_sent: float | None = None) -> bool:
         """Reply to the conversation: as a new message, or as a new version of the
         answer at `row` (which the prompt then stops before). `t_sent`: when the user
-        sent it (time to first token counts from there)."""
+        sent it (time to first token counts from there, a wait for the model included)."""
         t_sent = time.perf_counter() if t_sent is None else t_sent
-        prompt = self._prompt(row)
+        if self._bridge.engine is None and self._bridge.loading:
+            # The model is still loading (the first send after start): show the reply
+            # waiting with the load's progress, and submit once it is loaded.
+            self._row = self._place_reply(row)
+            self._t_sent = t_sent
+            self.waiting_for_model = True
+            self.busy_changed.emit(True)
+            self._on_bridge_load_progress(*self._bridge.last_progress)   # so far
+            return True
         try:
-            rid = self._bridge.submit(prompt, self.conversation.sampling_params())
+            rid = self._submit(row)
         except (TandemError, ValueError) as exc:    # no model, prompt too long, empty
             self.error.emit(str(exc))
             return False
-        if row is None:
-            self._row = self._add(Message("assistant", state=MessageState.STREAMING,
-                                          model=self._bridge.model_name, num_tokens=0))
-        else:
-            reply = with_new_version(self.model.message(row), self._bridge.model_name)
-            self._store.update_message(reply)
-            self.model.replace(row, reply)
-            self._row = row
-        self.request_id = rid
+        self._row = self._place_reply(row)
         self._t_sent = t_sent
-        self._save.start()
+        self._started(rid)
         self.busy_changed.emit(True)
         return True
+
+    def _submit(self, upto: int | None) -> int:
+        return self._bridge.submit(self._prompt(upto), self.conversation.sampling_params())
+
+    def _place_reply(self, row: int | None) -> int:
+        """The streaming reply's row: a new message, or a new version of the one at `row`."""
+        if row is None:
+            return self._add(Message("assistant", state=MessageState.STREAMING,
+                                     model=self._bridge.model_name, num_tokens=0))
+        reply = with_new_version(self.model.message(row), self._bridge.model_name)
+        self._store.update_message(reply)
+        self.model.replace(row, reply)
+        return row
+
+    def _started(self, rid: int) -> None:
+        self.request_id = rid
+        self._save.start()
 
     def _add(self, msg: Message) -> int:
         position = len(self.model.messages())
@@ -152,9 +192,10 @@ class ChatSession(QObject):
 
     def _abandon(self) -> None:
         """Stop listening to the request in flight and mark its message stopped."""
-        if self.request_id is None:
+        if self.request_id is None and not self.waiting_for_model:
             return
-        self._bridge.cancel(self.request_id)
+        if self.request_id is not None:
+            self._bridge.cancel(self.request_id)
         self._end(MessageState.STOPPED, None, "")
 
     def _maybe_title(self, text: str) -> None:
@@ -176,6 +217,8 @@ class ChatSession(QObject):
         self.model.replace(self._row, msg)
         self._save.stop()
         self.request_id = self._row = None
+        self.waiting_for_model = False
+        self.waiting_changed.emit("")
         self.busy_changed.emit(False)
         self.conversation_changed.emit()
 
@@ -194,6 +237,29 @@ class ChatSession(QObject):
         if text:
             self.model.message(self._row).content = text
         self._end(_FINAL_STATE.get(reason, MessageState.DONE), stats, error)
+
+    def _on_bridge_load_progress(self, fraction: float, message: str) -> None:
+        if self.waiting_for_model:
+            self.waiting_changed.emit(f"Loading the model… {fraction:.0%}"
+                                      + (f" · {message}" if message else ""))
+
+    def _on_bridge_model_loaded(self, _name: str) -> None:
+        if not self.waiting_for_model:
+            return
+        self.waiting_for_model = False
+        msg = self.model.message(self._row)
+        msg.model = self._bridge.model_name
+        try:
+            rid = self._submit(self._row)     # the conversation before the waiting reply
+        except (TandemError, ValueError) as exc:
+            self._end(MessageState.ERROR, None, str(exc))
+            return
+        self._started(rid)
+        self.waiting_changed.emit("")
+
+    def _on_bridge_load_failed(self, message: str) -> None:
+        if self.waiting_for_model:
+            self._end(MessageState.ERROR, None, f"the model did not load: {message}")
 
     def _on_save_timeout(self) -> None:
         if self._row is not None:

@@ -15,11 +15,13 @@ class ConversationListModel(QAbstractListModel):
     IdRole = Qt.ItemDataRole.UserRole + 1
     SnippetRole = Qt.ItemDataRole.UserRole + 2
     ConversationRole = Qt.ItemDataRole.UserRole + 3
+    OpenRole = Qt.ItemDataRole.UserRole + 4       # shown in a pane now
 
     def __init__(self, store, parent=None):
         super().__init__(parent)
         self._store = store
         self._items: list[Conversation] = []
+        self._open: frozenset[int] = frozenset()
         self.search = ""
 
     def refresh(self, search: str | None = None) -> None:
@@ -28,6 +30,14 @@ class ConversationListModel(QAbstractListModel):
         self.beginResetModel()
         self._items = self._store.conversations(self.search)
         self.endResetModel()
+
+    def set_open_ids(self, ids) -> None:
+        """The conversations shown in panes (the sidebar marks them)."""
+        ids = frozenset(ids)
+        if ids != self._open:
+            self._open = ids
+            if self._items:
+                self.dataChanged.emit(self.index(0), self.index(len(self._items) - 1))
 
     def row_of(self, conv_id: int) -> int:
         return next((i for i, c in enumerate(self._items) if c.id == conv_id), -1)
@@ -48,7 +58,7 @@ class ConversationListModel(QAbstractListModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             return conv.snippet or conv.title
         return {self.IdRole: conv.id, self.SnippetRole: conv.snippet,
-                self.ConversationRole: conv}.get(role)
+                self.ConversationRole: conv, self.OpenRole: conv.id in self._open}.get(role)
 
     def flags(self, index):
         return super().flags(index) | Qt.ItemFlag.ItemIsEditable

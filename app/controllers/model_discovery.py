@@ -14,12 +14,34 @@ from engine.loading.hf_cache import hf_cache_dirs, repo_name, snapshots_newest_f
 class FoundModel:
     name: str
     path: str
-    source: str          # "Hugging Face cache" | "LM Studio" | "Recent"
+    source: str          # "Built-in" | "Recent" | "Hugging Face cache" | "LM Studio"
 
 
 def lmstudio_dirs() -> list[Path]:
     return _unique([Path.home() / ".lmstudio" / "models",
                     Path.home() / ".cache" / "lm-studio" / "models"])
+
+
+def builtin_model() -> FoundModel | None:
+    """The model Tandem ships with (engine/loading/default_model.py), if it is here."""
+    from engine.errors import DefaultModelMissingError
+    from engine.loading.default_model import default_model_path
+    try:
+        path = default_model_path()
+    except DefaultModelMissingError:
+        return None
+    return FoundModel(f"{path.stem if path.is_file() else path.name} (built-in)", str(path),
+                      "Built-in")
+
+
+def models_folders() -> list[Path]:
+    """Where model files live here, most likely first: where an open-file dialog starts."""
+    from engine.loading.default_model import models_dir
+    builtin = builtin_model()
+    found = [*hf_cache_dirs(), *lmstudio_dirs(), models_dir()]
+    if builtin is not None:
+        found.append(Path(builtin.path).parent)
+    return [p for p in _unique(found) if p.is_dir()]
 
 
 def find_models() -> list[FoundModel]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
+from app.status.activity import READING, Activity
+
 
 class ServerController(QObject):
     """Signals:
@@ -30,8 +32,13 @@ class ServerController(QObject):
         """API requests in flight."""
         return self.server.num_active if self.server is not None else 0
 
-    def is_api_request(self, request_id: int) -> bool:
-        return self.server is not None and request_id in self.server.routes.active
+    def activity(self) -> list[Activity]:
+        """The API requests in flight, for the status panel: sent, no token seen here
+        (the panel reads whether each is queued, reading or streaming from the engine)."""
+        if self.server is None:
+            return []
+        return [Activity(rid, f"API request {rid}", READING)
+                for rid in sorted(self.server.routes.active)]
 
     async def apply(self, enabled: bool, port: int) -> bool:
         """Start, stop or move the server to match the settings; False if it cannot listen."""

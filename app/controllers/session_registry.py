@@ -1,5 +1,5 @@
-"""The open conversations' ChatSessions, by conversation id; also maps engine
-request ids back to conversation titles for the status panel."""
+"""The open conversations' ChatSessions, by conversation id; also says which
+replies are in flight and what each is doing, for the status panel."""
 from __future__ import annotations
 
 import sqlite3
@@ -7,6 +7,7 @@ import sqlite3
 from PySide6.QtCore import QObject, Signal
 
 from app.controllers.chat_session import ChatSession
+from app.status.activity import Activity
 from app.storage.conversation import Conversation
 
 
@@ -22,7 +23,6 @@ class SessionRegistry(QObject):
         super().__init__(parent)
         self._store, self._bridge = store, bridge
         self._sessions: dict[int, ChatSession] = {}
-        self._request_titles: dict[int, str] = {}    # outlives the request, for the panel
 
     def create(self, settings) -> ChatSession | None:
         """None (and error emitted) when the database cannot take a new chat now."""
@@ -43,7 +43,6 @@ class SessionRegistry(QObject):
             session = ChatSession(conv, self._store, self._bridge, self)
             session.conversation_changed.connect(self.changed)
             session.error.connect(self.error)
-            session.busy_changed.connect(lambda busy, s=session: self._on_session_busy(s, busy))
             self._sessions[conv_id] = session
         return self._sessions[conv_id]
 
@@ -63,20 +62,10 @@ class SessionRegistry(QObject):
         self._store.delete_conversation(conv_id)
         self.changed.emit()
 
-    def _on_session_busy(self, session: ChatSession, busy: bool) -> None:
-        if busy and session.request_id is not None:
-            self._request_titles[session.request_id] = session.title
-
-    def num_streaming(self) -> int:
-        """Conversations with a reply in flight."""
-        return sum(1 for s in self._sessions.values() if s.busy)
-
-    def active_requests(self) -> list[int]:
-        """Request ids of the replies in flight (queued, reading or streaming)."""
-        return [s.request_id for s in self._sessions.values() if s.request_id is not None]
-
-    def title_of_request(self, request_id: int) -> str:
-        return self._request_titles.get(request_id, f"request {request_id}")
+    def activity(self) -> list[Activity]:
+        """The replies in flight and what each is doing, for the status panel."""
+        return [Activity(s.request_id, s.title, s.phase) for s in self._sessions.values()
+                if s.busy]
 
     def close_all(self) -> None:
         for session in self._sessions.values():

@@ -15,14 +15,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.status.activity import activity_lines, batch_text, merged
 from app.status.process_memory import format_bytes, resident_bytes
 from app.status.sparkline import Sparkline
 from app.status.status_text import (
-    DEGRADED_NOTE,
-    batch_text,
-    conversation_line,
     cpu_text,
     kernel_text,
+    kv_text,
     reading_text,
 )
 from app.status.step_stats import StepStats
@@ -33,7 +32,7 @@ _METRICS = [("decode", "Decode tok/s", "#4f6ef7"), ("prefill", "Prefill tok/s", 
             ("batch", "Batch size", "#f59e0b"), ("kv", "KV pages", "#8b5cf6"),
             ("memory", "Memory (RSS)", "#64748b"), ("mhz", "GPU MHz", "#ef4444"),
             ("watts", "GPU W", "#ec4899")]
-_CAPTIONED = ("batch", "mhz", "watts")
+_CAPTIONED = ("batch", "kv", "mhz", "watts")
 
 
 def _latest(telemetry):
@@ -65,21 +64,21 @@ class StatusPanel(QDockWidget):
     trace_toggled = Signal(bool)
     save_trace_requested = Signal()
 
-    def __init__(self, bridge, title_of=lambda rid: f"#{rid}", telemetry=None,
-                 num_streaming=lambda: 0, active_requests=lambda: (), parent=None):
-        """active_requests() -> ids of the requests in flight (sent, not finished)."""
+    def __init__(self, bridge, telemetry=None, activity=lambda: [], parent=None):
+        """activity() -> [Activity]: the replies in flight (chats and API requests),
+        in the app's words; the panel adds the engine's from the step events."""
         super().__init__("Status", parent)
         self.setObjectName("statusPanel")
         self.stats = StepStats()
         self.telemetry = telemetry
         self._bridge = bridge
-        self._title_of = title_of
-        self._num_streaming = num_streaming
-        self._active_requests = active_requests
+        self._activity = activity
         self.values: dict[str, QLabel] = {}
+        self.names: dict[str, QLabel] = {}
         self.captions: dict[str, QLabel] = {}
         self.sparklines: dict[str, Sparkline] = {}
         self.per_conversation = _label("idle", "perConversation")
+        self.per_conversation.setWordWrap(True)     # the degraded note is a sentence
         self.api_address = _label("API: off", "apiAddress")
         self.api_address.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.kernels = _label("kernels: no model", "kernelStatus")
@@ -113,11 +112,13 @@ class StatusPanel(QDockWidget):
             self.values[key] = _label("—", "metricValue")
             self.values[key].setAlignment(Qt.AlignmentFlag.AlignRight)
             self.sparklines[key] = Sparkline(color, SPARK_SAMPLES)
-            grid.addWidget(_label(label, "metricName"), row, 0)
+            self.names[key] = _label(label, "metricName")
+            grid.addWidget(self.names[key], row, 0)
             grid.addWidget(self.values[key], row, 1)
             if key in _CAPTIONED:
                 row += 1
                 self.captions[key] = _label("", "metricCaption")
+                self.captions[key].setWordWrap(True)   # the batch's phases can be many
                 grid.addWidget(self.captions[key], row, 0, 1, 2)
             grid.addWidget(self.sparklines[key], row + 1, 0, 1, 2)
             row += 2
@@ -127,7 +128,7 @@ class StatusPanel(QDockWidget):
         layout.addWidget(self.kernels)
         layout.addWidget(self.api_address)
         layout.addWidget(self.cpu)
-        layout.addWidget(_label("Streaming conversations", "sectionLabel"))
+        layout.addWidget(_label("Replies in flight", "sectionLabel"))
         layout.addWidget(self.per_conversation)
         layout.addStretch(1)
         buttons = QHBoxLayout()
@@ -139,6 +140,9 @@ class StatusPanel(QDockWidget):
 
     def value_text(self, key: str) -> str:
         return self.values[key].text()
+
+    def name_text(self, key: str) -> str:
+        return self.names[key].text()
 
     def caption_text(self, key: str) -> str:
         return self.captions[key].text()
@@ -194,17 +198,18 @@ class StatusPanel(QDockWidget):
     def _on_timer_timeout(self) -> None:
         snap = self.stats.snapshot()
         rss = resident_bytes()
-        streaming = self._num_streaming()
-        # A prefill-only step decodes no rows: while conversations stream, show the
-        # last decode batch rather than 0.
-        batch = snap.last_decode_batch if streaming else snap.batch_size
-        batch_value, batch_caption = batch_text(batch, streaming)
+        activities = self.activities()
+        # A prefill-only step decodes no rows: while replies stream, show the last
+        # decode batch rather than 0.
+        batch, batch_value, batch_caption = batch_text(snap.last_decode_batch, activities)
+        kv_value, kv_caption = kv_text(snap.kv_pages_used, snap.kv_pages_total,
+                                       getattr(self._bridge.engine, "kv_page_bytes", 0))
         reading = _latest(self.telemetry)
         text = reading_text(reading)
         shown = {"decode": (f"{snap.decode_tok_s:.1f}", snap.decode_tok_s),
                  "prefill": (f"{snap.prefill_tok_s:.0f}", snap.prefill_tok_s),
                  "batch": (batch_value, batch),
-                 "kv": (f"{snap.kv_pages_used} / {snap.kv_pages_total}", snap.kv_pages_used),
+                 "kv": (kv_value, snap.kv_pages_used),
                  "memory": (format_bytes(rss), rss),
                  "mhz": (text.mhz, getattr(reading, "gpu_mhz", None)),
                  "watts": (text.watts, getattr(reading, "gpu_watts", None))}
@@ -212,23 +217,20 @@ class StatusPanel(QDockWidget):
             self.values[key].setText(value_text)
             self.sparklines[key].append(value)
         self.captions["batch"].setText(batch_caption)
+        self.captions["kv"].setText(kv_caption)
+        self.names["mhz"].setText(text.mhz_name)
+        self.names["watts"].setText(text.watts_name)
         self.captions["mhz"].setText(text.mhz_caption)
         self.captions["watts"].setText(text.watts_caption)
         for key in ("mhz", "watts"):
             for widget in (self.values[key], self.captions[key], self.sparklines[key]):
                 widget.setToolTip(text.tooltip)
-        self._show_conversations(snap)
+        self.per_conversation.setText(activity_lines(activities, snap.per_request_tok_s,
+                                                     snap.degraded, _short))
 
-    def _show_conversations(self, snap) -> None:
-        """One line per conversation in flight: waiting, reading its prompt, or its rate;
-        and the ones that finished within the window, with their last rate."""
-        active = set(self._active_requests())
-        self.stats.forget(active)
-        rates = snap.per_request_tok_s
-        lines = [conversation_line(_short(self._title_of(rid)),
-                                   self.stats.phase(rid) if rid in active else "streaming",
-                                   rates.get(rid))
-                 for rid in sorted(active | set(rates))]
-        if snap.degraded:
-            lines.append(DEGRADED_NOTE)
-        self.per_conversation.setText("\n".join(lines) or "idle")
+    def activities(self) -> list:
+        """The replies in flight, each with one phase: the app's word merged with the
+        engine's (queued, reading its prompt, streaming)."""
+        flight = self._activity()
+        self.stats.forget({a.request_id for a in flight})
+        return [merged(a, self.stats.phase(a.request_id)) for a in flight]

@@ -24,6 +24,8 @@ class ReadingText:
     watts: str = NOT_AVAILABLE
     watts_caption: str = "no telemetry"
     tooltip: str = "GPU telemetry is not available in this build"
+    mhz_name: str = "GPU MHz"        # the row's name: what the sampler measures
+    watts_name: str = "GPU W"
 
 
 def reading_text(reading) -> ReadingText:
@@ -38,8 +40,10 @@ def reading_text(reading) -> ReadingText:
         watts_caption = f"{_power_label(reading)} · {source}"
     else:
         watts_caption = _note(reading.power_note) or "no power reading"
+    cpu = reading.mhz_label.startswith("CPU")      # the fallback sampler: a CPU clock
     return ReadingText(reading.mhz_text, mhz_caption, reading.watts_text, watts_caption,
-                       reading.tooltip)
+                       reading.tooltip, "CPU MHz" if cpu else "GPU MHz",
+                       "CPU W" if cpu else "GPU W")
 
 
 def _power_label(reading) -> str:
@@ -99,19 +103,13 @@ def cpu_text(blas: dict, weights: dict) -> KernelText:
                       "self-check failed" in blas.get("reason", ""))
 
 
-def batch_text(batch_size: int, num_streaming: int) -> tuple[str, str]:
-    """Value and caption for the batch row."""
-    streaming = f"{num_streaming} streaming conversation" + ("" if num_streaming == 1 else "s")
-    return str(batch_size), f"last decode batch · {streaming}"
-
-
-PHASE_WORDS = {"waiting": "waiting", "reading": "reading prompt"}
-DEGRADED_NOTE = ("streams slowed while a prompt is read: this machine cannot keep the "
-                 "reading pace beside it")
-
-
-def conversation_line(title: str, phase: str, tok_s: float | None) -> str:
-    """'Chat  waiting' while queued, 'Chat  reading prompt', then 'Chat  12.3 tok/s'."""
-    if phase in PHASE_WORDS:
-        return f"{title}  {PHASE_WORDS[phase]}"
-    return f"{title}  {tok_s or 0.0:.1f} tok/s"
+def kv_text(used: int, total: int, page_bytes: int) -> tuple[str, str]:
+    """Value and caption of the KV row: pages of the pool and the memory they are,
+    the pool being the KV cache memory Settings asks for (one scratch page aside)."""
+    if not total:
+        return "—", "no model"
+    value = f"{used} / {total} pages"
+    if not page_bytes:
+        return value, ""
+    mb = page_bytes / (1 << 20)
+    return value, f"{used * mb:.1f} of {total * mb:.0f} MB KV cache"

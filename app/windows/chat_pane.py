@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, Qt, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -10,9 +11,10 @@ from PySide6.QtWidgets import (
     QSizePolicy,
     QToolButton,
     QVBoxLayout,
+    QWidget,
 )
 
-from app.chat.chat_view import ChatView
+from app.chat.chat_view import READING_WIDTH, ChatView
 from app.chat.composer import Composer
 from app.controllers.chat_session import ChatSession
 from app.windows.pane_menu import pane_menu_button
@@ -48,6 +50,9 @@ class ChatPane(QFrame):
         self.composer = Composer("Message…")
         self.composer.setToolTip("Enter sends, Shift+Enter starts a new line")
         self.send_button = QPushButton("Send", objectName="sendButton")
+        # Escape stops this pane's reply while focus is anywhere in the pane.
+        self.stop_shortcut = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
+        self.stop_shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
         self._lay_out()
         self._connect()
         self._on_session_conversation_changed()
@@ -64,10 +69,15 @@ class ChatPane(QFrame):
         header.addWidget(self.settings_button)
         header.addWidget(self.menu_button)
         header.addWidget(self.close_button)
+        composer_row = QWidget(objectName="composerRow")
+        composer_row.setMaximumWidth(READING_WIDTH)     # lined up with the messages
+        row = QHBoxLayout(composer_row)
+        row.setContentsMargins(10, 6, 10, 10)
+        row.addWidget(self.composer, 1)
+        row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
         bottom = QHBoxLayout()
-        bottom.setContentsMargins(10, 6, 10, 10)
-        bottom.addWidget(self.composer, 1)
-        bottom.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
+        bottom.setContentsMargins(0, 0, 0, 0)
+        bottom.addWidget(composer_row)
         head = QFrame(objectName="paneHeader")
         head.setLayout(header)
         layout = QVBoxLayout(self)
@@ -84,6 +94,8 @@ class ChatPane(QFrame):
         self.composer.submitted.connect(self._on_composer_submitted)
         self.composer.installEventFilter(self)
         self.send_button.clicked.connect(self._on_send_button_clicked)
+        self.stop_shortcut.activated.connect(s.stop)
+        s.waiting_changed.connect(self.view.set_waiting_text)
         self.view.stop_requested.connect(lambda _row: s.stop())
         self.view.regenerate_requested.connect(s.regenerate)
         self.view.edit_submitted.connect(s.edit_and_resend)

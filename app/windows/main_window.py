@@ -55,9 +55,7 @@ class MainWindow(QMainWindow):
         self.sidebar = Sidebar(self.conversations)
         self.panes = PaneArea()
         self.broadcast = BroadcastBox()
-        self.status_panel = StatusPanel(bridge, self._title_of_request, telemetry,
-                                        num_streaming=self.sessions.num_streaming,
-                                        active_requests=self.sessions.active_requests)
+        self.status_panel = StatusPanel(bridge, telemetry, activity=self._activity)
         self._build_layout()
         build_menus(self)
         self._connect()
@@ -100,6 +98,8 @@ class MainWindow(QMainWindow):
         self.panes.pane_close_requested.connect(self.close_pane)
         self.panes.pane_settings_requested.connect(self._on_panes_pane_settings_requested)
         self.panes.pane_export_requested.connect(self.export_chat)
+        self.panes.active_changed.connect(self._on_panes_active_changed)
+        self.panes.panes_changed.connect(self._on_panes_panes_changed)
         self.broadcast.broadcast_requested.connect(self.broadcast_prompt)
         self.status_panel.trace_toggled.connect(self.trace.set_recording)
         self.status_panel.save_trace_requested.connect(self.save_trace_as)
@@ -184,6 +184,10 @@ class MainWindow(QMainWindow):
 
     def broadcast_prompt(self, text: str) -> int:
         panes = self.panes.panes()
+        if not panes:                 # nothing open: a new chat gets the prompt
+            panes = [self.new_conversation()]
+            self.statusBar().showMessage("No chat was open: sent the prompt to a new chat.",
+                                         8000)
         for pane in panes:
             pane.session.send(text)
         return len(panes)
@@ -225,10 +229,9 @@ class MainWindow(QMainWindow):
         """Start or stop the local API as Settings say; False if it cannot listen."""
         return await self.api.apply(self.settings.serve_api, self.settings.api_port)
 
-    def _title_of_request(self, request_id: int) -> str:
-        if self.api.is_api_request(request_id):
-            return f"API request {request_id}"
-        return self.sessions.title_of_request(request_id)
+    def _activity(self) -> list:
+        """Every reply in flight, for the status panel: the chats', then the API's."""
+        return self.sessions.activity() + self.api.activity()
 
     def show_about(self):
         """Help > About: the version, the model, the kernels, where data lives."""
@@ -283,7 +286,11 @@ class MainWindow(QMainWindow):
 
     def _on_bridge_load_progress(self, fraction: float, message: str) -> None:
         self.progress.setValue(int(fraction * 1000))
-        self.progress.setFormat(message)
+        # One line inside the bar: elide what does not fit rather than wrap and clip.
+        width = self.progress.width() - 12
+        self.progress.setFormat(self.progress.fontMetrics().elidedText(
+            message, Qt.TextElideMode.ElideMiddle, width).replace("%", "%%"))
+        self.progress.setToolTip(message)
 
     def _on_bridge_model_loaded(self, name: str) -> None:
         self.progress.hide()
@@ -298,6 +305,12 @@ class MainWindow(QMainWindow):
         if not current:         # nothing loaded, e.g. a bundled app without the built-in model
             button = self.error_box.addButton("Open model…", QMessageBox.ButtonRole.ActionRole)
             button.clicked.connect(self.open_model_dialog)
+
+    def _on_panes_active_changed(self, pane) -> None:
+        self.sidebar.select(pane.session.conversation.id if pane is not None else None)
+
+    def _on_panes_panes_changed(self) -> None:
+        self.conversations.set_open_ids(p.session.conversation.id for p in self.panes.panes())
 
     def _untouched(self, session) -> bool:
         return session.conversation.title == UNTOUCHED_TITLE and session.model.rowCount() == 0
@@ -326,5 +339,6 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event):
         save_window_state(self, self.store)
         self.trace.close()
-        self.sessions.close_all()
+        self.sessions.close_all()     # replies in flight are saved as stopped, text kept
+        self.bridge.close()           # cancel what runs and join the engine thread now
         super().closeEvent(event)

@@ -15,19 +15,27 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.controllers.model_discovery import FoundModel, find_models
+from app.controllers.model_discovery import (
+    FoundModel,
+    builtin_model,
+    find_models,
+    models_folders,
+)
 
 
 class ModelPicker(QDialog):
-    def __init__(self, recent: list[str], parent=None, found: list[FoundModel] | None = None):
+    def __init__(self, recent: list[str], parent=None, found: list[FoundModel] | None = None,
+                 builtin: FoundModel | None | bool = True):
         super().__init__(parent)
         self.setWindowTitle("Open model")
         self.resize(620, 440)
         self.chosen: str | None = None
         self.list = QListWidget(objectName="modelList")
-        models = [FoundModel(p.rstrip("/").split("/")[-1], p, "Recent") for p in recent]
+        builtin = builtin_model() if builtin is True else builtin
+        models = [builtin] if builtin else []          # the built-in model first
+        models += [FoundModel(p.rstrip("/").split("/")[-1], p, "Recent") for p in recent]
         models += find_models() if found is None else found
-        self._fill(models)
+        self._fill(_unique_paths(models))
         folder = QPushButton("Open folder…")
         gguf = QPushButton("Open .gguf file…")
         folder.clicked.connect(self._on_folder_clicked)
@@ -35,6 +43,10 @@ class ModelPicker(QDialog):
         self.list.itemDoubleClicked.connect(self._on_list_item_double_clicked)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Open
                                    | QDialogButtonBox.StandardButton.Cancel)
+        self.open_button = buttons.button(QDialogButtonBox.StandardButton.Open)
+        self.list.currentItemChanged.connect(self._on_list_current_item_changed)
+        self._on_list_current_item_changed(None)
+        self._select_first()
         buttons.accepted.connect(self._on_buttons_accepted)
         buttons.rejected.connect(self.reject)
         row = QHBoxLayout()
@@ -48,8 +60,11 @@ class ModelPicker(QDialog):
         layout.addLayout(row)
 
     def _fill(self, models: list[FoundModel]) -> None:
-        if not models:
-            self.list.addItem("No models found in the Hugging Face cache or LM Studio.")
+        if not models:        # a note, never a row one could select and "open"
+            note = QListWidgetItem("No models found in the Hugging Face cache or LM Studio: "
+                                   "open a folder or a .gguf file.")
+            note.setFlags(Qt.ItemFlag.NoItemFlags)
+            self.list.addItem(note)
         source = None
         for m in models:
             if m.source != source:
@@ -61,6 +76,12 @@ class ModelPicker(QDialog):
             item.setToolTip(m.path)
             item.setData(Qt.ItemDataRole.UserRole, m.path)
             self.list.addItem(item)
+
+    def _select_first(self) -> None:
+        for i in range(self.list.count()):
+            if self.list.item(i).data(Qt.ItemDataRole.UserRole):
+                self.list.setCurrentRow(i)
+                return
 
     def _choose(self, path: str | None) -> None:
         if path:
@@ -74,9 +95,29 @@ class ModelPicker(QDialog):
     def _on_list_item_double_clicked(self, item) -> None:
         self._choose(item.data(Qt.ItemDataRole.UserRole))
 
+    def _on_list_current_item_changed(self, item, _previous=None) -> None:
+        self.open_button.setEnabled(bool(item and item.data(Qt.ItemDataRole.UserRole)))
+
     def _on_folder_clicked(self) -> None:
-        self._choose(QFileDialog.getExistingDirectory(self, "Model folder"))
+        self._choose(QFileDialog.getExistingDirectory(self, "Model folder", start_folder()))
 
     def _on_gguf_clicked(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "GGUF model", "", "GGUF (*.gguf)")
+        path, _ = QFileDialog.getOpenFileName(self, "GGUF model", start_folder(),
+                                              "GGUF (*.gguf)")
         self._choose(path)
+
+
+def start_folder() -> str:
+    """Where the open dialogs start: the first models folder on this machine."""
+    folders = models_folders()
+    return str(folders[0]) if folders else ""
+
+
+def _unique_paths(models: list[FoundModel]) -> list[FoundModel]:
+    seen: set[str] = set()
+    out = []
+    for m in models:
+        if m.path not in seen:
+            seen.add(m.path)
+            out.append(m)
+    return out

@@ -17,8 +17,10 @@ class PaneArea(QStackedWidget):
         pane_close_requested(object): the ChatPane whose close button was pressed
         pane_settings_requested(object): the ChatPane whose settings button was pressed
         pane_export_requested(object, str): a ChatPane and "markdown" or "json"
+        active_changed(object): the active ChatPane, or None when no pane is left
     """
     panes_changed = Signal()
+    active_changed = Signal(object)
     pane_close_requested = Signal(object)
     pane_settings_requested = Signal(object)
     pane_export_requested = Signal(object, str)
@@ -79,6 +81,8 @@ class PaneArea(QStackedWidget):
             self.active = None
             if panes:
                 self.set_active(panes[-1])
+            else:
+                self.active_changed.emit(None)
         self._even_out()
         self._update_page()
 
@@ -88,6 +92,7 @@ class PaneArea(QStackedWidget):
         for p in self.panes():
             p.set_active(p is pane)
         self.active = pane
+        self.active_changed.emit(pane)
 
     def _even_out(self) -> None:
         n = self.splitter.count()

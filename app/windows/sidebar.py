@@ -49,14 +49,24 @@ class Sidebar(QFrame):
         self.new_button.clicked.connect(self.new_requested)
         self.search.textChanged.connect(lambda _t: self._search_delay.start())
         self._search_delay.timeout.connect(self._on_search_delay_timeout)
+        self.active_id: int | None = None
+        # A refresh (new message, rename, search) resets the model: highlight again.
+        model.modelReset.connect(self._show_active)
         self.list.clicked.connect(self._on_list_clicked)
         self.list.doubleClicked.connect(self._on_list_double_clicked)
         self.list.customContextMenuRequested.connect(self._on_list_custom_context_menu_requested)
 
-    def select(self, conv_id: int) -> None:
-        row = self.model.row_of(conv_id)
+    def select(self, conv_id: int | None) -> None:
+        """Highlight the active chat (the active pane's), now and after every refresh."""
+        self.active_id = conv_id
+        self._show_active()
+
+    def _show_active(self) -> None:
+        row = -1 if self.active_id is None else self.model.row_of(self.active_id)
         if row >= 0:
             self.list.setCurrentIndex(self.model.index(row))
+        else:
+            self.list.clearSelection()
 
     def rename(self, conv_id: int) -> None:
         row = self.model.row_of(conv_id)

@@ -29,7 +29,12 @@ def build_menus(window) -> None:
     file.addSeparator()
     _action(window, file, "Save trace as…", window.save_trace_as, "Ctrl+Shift+S")
     file.addSeparator()
-    _action(window, file, "Settings…", window.open_settings_dialog, QKeySequence.Preferences)
+    settings = _action(window, file, "Settings…", window.open_settings_dialog)
+    # The platform's own (Cmd+, on macOS) and Ctrl+, where the platform has none.
+    keys = list(QKeySequence.keyBindings(QKeySequence.Preferences))
+    if QKeySequence("Ctrl+,") not in keys:
+        keys.append(QKeySequence("Ctrl+,"))
+    settings.setShortcuts(keys)
     file.addSeparator()
     _action(window, file, "Quit", window.close, QKeySequence.Quit)
     model = bar.addMenu("&Model")

@@ -44,6 +44,7 @@ class Engine:
         # Each request's handle, until it finishes: it gets that request's events.
         self._handles: dict[int, RequestHandle] = {}
         self.num_pages = 0          # the KV pool's pages, once the model is loaded
+        self.kv_page_bytes = 0      # K and V bytes one page holds (pages x this = the pool)
         self._ids = itertools.count(1)
         self._closed = False
         # Submit and close from different threads (an API server, the app's model switch):
@@ -230,7 +231,9 @@ class Engine:
     def _serve(self, model, on_progress, quantize_bits) -> None:
         try:
             bundle = load_bundle(model, self.config, on_progress, quantize_bits)
-            self.num_pages = num_pages_for(self.config, bundle.model.cache_spec())
+            spec = bundle.model.cache_spec()
+            self.num_pages = num_pages_for(self.config, spec)
+            self.kv_page_bytes = self.config.page_size * spec.kv_bytes_per_token()
             loop = StepLoop(bundle.model, self.config, self._emit, self.num_pages)
             report = on_progress or (lambda p: None)
             if should_warm_up(self.config):

@@ -87,7 +87,9 @@ class StepLoop:
         previous, self._inflight = self._inflight, (plan, sampled, t0)
         if previous is not None:
             self._complete(previous, t_end=t0)
-        if not self._can_pipeline():
+        # Nothing left to run: read the last step now, or it would last until the next
+        # request arrives and span the idle time between (a step is not idle time).
+        if not self._can_pipeline() or not self.has_work:
             self.flush()
         self._current = None
 

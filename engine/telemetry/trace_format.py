@@ -42,7 +42,8 @@ class TraceFormatter:
         self.process_name = process_name
         self._open: dict[int, tuple[str, float]] = {}   # request id -> (span name, begin ts)
         self._first_token_seen: set[int] = set()
-        self._track_end = float("-inf")                 # end of the last X on the engine track
+        # A trace holds only what happened while recording: no slice starts earlier.
+        self._track_end = self.start_us                 # end of the last X on the engine track
         self._prev_step_end: float | None = None
         self._counters: dict[str, tuple[float, float]] = {}  # name -> (ts, value)
 
@@ -90,8 +91,11 @@ class TraceFormatter:
             for name in (DECODE_TOK_S, PREFILL_TOK_S, BATCH_SIZE):
                 out += self._counter(name, idle_ts, 0)
         self._prev_step_end = ev.t_end
+        if us(ev.t_end) <= self.start_us:
+            return out            # wholly before the recording began
         # Steps overlapped by async evaluation may start before the previous
-        # one ended; clamp so slices on the track nest instead of crossing.
+        # one ended, and the first may start before the recording: clamp so slices
+        # on the track nest instead of crossing, and begin inside the recording.
         raw_ts, end = us(ev.t_start), us(ev.t_end)
         ts = max(raw_ts, self._track_end)
         dur = max(0.0, round(end - ts, 3))

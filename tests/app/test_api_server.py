@@ -68,6 +68,11 @@ def test_gui_chat_and_api_stream_share_a_batch(make_window, run, wait_until):
         session = window.panes.panes()[0].session
         assert session.send("hello world")
         gui_id = session.request_id
+        # the panel lists both replies in flight; the engine has admitted neither yet
+        window.status_panel._on_timer_timeout()
+        (api_id,) = window.api.server.routes.active
+        assert window.status_panel.per_conversation.text().splitlines() == [
+            f"{session.title}  waiting", f"API request {api_id}  waiting"]
         gate.release.set()
         wait_until(lambda: not thread.is_alive() and not session.busy)
     finally:

@@ -8,6 +8,17 @@ import pytest
 from fixed_sampler import fixed_monitor
 
 from app.controllers.bridge import EngineBridge
+from app.status.activity import (
+    DEGRADED_NOTE,
+    QUEUED,
+    READING,
+    STREAMING,
+    WAITING_FOR_MODEL,
+    Activity,
+    activity_lines,
+    batch_text,
+    merged,
+)
 from app.status.status_panel import StatusPanel
 from app.status.status_text import cpu_text, kernel_text
 from engine.events import StepEvent
@@ -89,12 +100,34 @@ def test_kernel_text_without_gpu_backend():
 
 def test_prefill_only_step_does_not_zero_the_batch_while_streaming(qtbot):
     bridge = EngineBridge()
-    streaming = [3]
-    panel = StatusPanel(bridge, num_streaming=lambda: streaming[0])
+    flight = [Activity(i, f"chat {i}", STREAMING) for i in (1, 2, 3)]
+    flight.append(Activity(4, "chat 4", READING))
+    panel = StatusPanel(bridge, activity=lambda: flight)
     qtbot.addWidget(panel)
     now = time.perf_counter()
     bridge.step.emit(StepEvent(1, now, now, "decode", (1, 2, 3), batch_size=3))
     bridge.step.emit(StepEvent(2, now, now, "prefill", (), prefill_request_ids=(4,),
                                prefill_tokens=256, batch_size=0))
     qtbot.waitUntil(lambda: panel.stats.num_steps == 2 and panel.value_text("batch") == "3")
-    assert panel.caption_text("batch") == "last decode batch · 3 streaming conversations"
+    assert panel.caption_text("batch") == "decode batch · 3 streaming · 1 reading prompt"
+    assert panel.per_conversation.text().splitlines()[-1] == "chat 4  reading prompt"
+
+
+def test_one_phase_per_reply_from_the_app_and_the_engine():
+    loading = Activity(None, "a", WAITING_FOR_MODEL)
+    sent = Activity(7, "b", READING)            # the app knows it was sent, no more
+    tokens = Activity(8, "c", STREAMING)        # its tokens already reached the window
+    assert merged(loading, "waiting") == loading
+    assert merged(sent, "waiting").phase == QUEUED
+    assert merged(sent, "reading").phase == READING
+    assert merged(sent, "streaming").phase == STREAMING
+    assert merged(tokens, "waiting").phase == STREAMING
+    flight = [merged(sent, "waiting"), loading, tokens]
+    assert batch_text(4, flight) == (1, "1", "decode batch · 1 streaming · 1 waiting · "
+                                             "1 waiting for the model")
+    assert activity_lines(flight, {8: 12.34}).splitlines() == [
+        "b  waiting", "a  waiting for the model", "c  12.3 tok/s"]
+    assert activity_lines([], {}, degraded=True) == DEGRADED_NOTE
+    assert activity_lines([], {}) == "idle"
+    with pytest.raises(ValueError):
+        Activity(1, "d", "thinking")

@@ -9,8 +9,8 @@ from PySide6.QtCore import QObject, Signal
 
 from app.controllers.bridge import EngineBridge
 from app.controllers.chat_session import ChatSession
+from app.status.activity import DEGRADED_NOTE, READING, Activity
 from app.status.status_panel import StatusPanel
-from app.status.status_text import DEGRADED_NOTE
 from app.storage.conversation import Conversation
 from app.storage.store import Store
 from engine.events import RequestStats, StepEvent
@@ -20,7 +20,11 @@ class ScriptedBridge(QObject):
     """The bridge's signals and verbs; the test plays the engine's part."""
     token_received = Signal(int, str, int)
     request_finished = Signal(int, str, object, str, str)
+    load_progress = Signal(float, str)
+    model_loaded = Signal(str)
+    load_failed = Signal(str)
     model_name = "scripted"
+    engine, loading = None, False   # not loading: sends are submitted at once
 
     def __init__(self):
         super().__init__()
@@ -41,9 +45,9 @@ def _step(n, **kw):
 
 def test_a_queued_prompt_reads_waiting_then_reading_then_its_rate(qtbot):
     bridge = EngineBridge()
-    active = [1, 2]
-    panel = StatusPanel(bridge, title_of=lambda rid: f"Chat {rid}",
-                        num_streaming=lambda: len(active), active_requests=lambda: active)
+    # both sent, no token here yet: the app alone cannot tell queued from reading
+    active = [Activity(rid, f"Chat {rid}", READING) for rid in (1, 2)]
+    panel = StatusPanel(bridge, activity=lambda: active)
     qtbot.addWidget(panel)
     # 2 was sent while 1 streams; no step has mentioned it yet: it is queued
     bridge.step.emit(_step(1, decode_request_ids=(1,), batch_size=1))
@@ -62,7 +66,8 @@ def test_a_queued_prompt_reads_waiting_then_reading_then_its_rate(qtbot):
 
 def test_the_degraded_prompt_reading_is_said(qtbot):
     bridge = EngineBridge()
-    panel = StatusPanel(bridge, active_requests=lambda: [1, 2])
+    panel = StatusPanel(bridge, activity=lambda: [Activity(rid, f"Chat {rid}", READING)
+                                                  for rid in (1, 2)])
     qtbot.addWidget(panel)
     bridge.step.emit(_step(1, kind="mixed", decode_request_ids=(1,), batch_size=1,
                            prefill_request_ids=(2,), prefill_tokens=16, degraded=True))

@@ -119,12 +119,14 @@ def test_dropped_recorder_still_leaves_a_valid_file(tmp_path):
 def test_interpreter_exit_without_stop_leaves_a_valid_file(tmp_path):
     path = tmp_path / "atexit.json"
     script = textwrap.dedent(f"""
+        import time
         from engine.events import StepEvent, SubmittedEvent
         from engine.telemetry import TraceRecorder
         rec = TraceRecorder({str(path)!r}, flush_interval_s=3600)
         rec.start()
-        rec.on_event(SubmittedEvent(request_id=1, t=1.0, prompt_tokens=3))
-        rec.on_event(StepEvent(step=0, t_start=1.0, t_end=1.01, kind="prefill",
+        t = time.perf_counter()       # events after the recording began
+        rec.on_event(SubmittedEvent(request_id=1, t=t, prompt_tokens=3))
+        rec.on_event(StepEvent(step=0, t_start=t, t_end=t + 0.01, kind="prefill",
                                prefill_request_ids=(1,), prefill_tokens=3))
         # no stop(): the app was closed mid-recording
     """)
