@@ -24,6 +24,10 @@ class EngineConfig:
     # Finished turns kept (pages and recurrent state) for each conversation's next turn.
     prefix_cache: bool = True
     num_cached_turns: int = 8       # extra state slots they may hold
+    # Kept turns are also written to this folder, so conversations resume after a
+    # restart without re-reading their history (None: memory only).
+    cache_dir: str | None = None
+    disk_cache_mb: int = 4096       # the folder's byte budget (least recently used go)
 
     def __post_init__(self):
         for name in ("max_num_seqs", "page_size", "prefill_chunk", "max_context"):
@@ -34,6 +38,12 @@ class EngineConfig:
                                               or self.kv_budget_mb < 1):
             raise ValueError("EngineConfig.kv_budget_mb must be a whole number of MB >= 1, "
                              "or None to size the KV cache from free memory")
+        if (isinstance(self.disk_cache_mb, bool) or not isinstance(self.disk_cache_mb, int)
+                or self.disk_cache_mb < 1):
+            raise ValueError("EngineConfig.disk_cache_mb must be a whole number of MB >= 1")
+        if self.cache_dir is not None and not str(self.cache_dir).strip():
+            raise ValueError("EngineConfig.cache_dir must be a folder, or None to keep the "
+                             "prompt cache in memory only")
         if self.max_decode_slowdown <= 0:
             raise ValueError("EngineConfig.max_decode_slowdown must be > 0")
         if self.num_pages is not None and self.num_pages < 2:

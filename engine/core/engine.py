@@ -16,15 +16,23 @@ from pathlib import Path
 
 from engine.arith import ceil_div
 from engine.cache.kv_budget import num_pages_for
+from engine.cache.model_identity import open_disk_cache
 from engine.config import EngineConfig
-from engine.core.inbox import Cancel, Close, Logits, Message, Submit
+from engine.core.inbox import CacheNotice, Cancel, Close, Logits, Message, Submit
 from engine.core.mlx_threads import clear_thread_streams
 from engine.core.output_stream import OutputStream
 from engine.core.sampler import RowSampler
 from engine.core.sequence import Sequence
 from engine.core.step_loop import Request, StepLoop
 from engine.errors import EngineClosedError, PromptTooLongError
-from engine.events import ErrorEvent, FinishedEvent, LoadProgress, SubmittedEvent, TokenEvent
+from engine.events import (
+    CacheNoticeEvent,
+    ErrorEvent,
+    FinishedEvent,
+    LoadProgress,
+    SubmittedEvent,
+    TokenEvent,
+)
 from engine.handle import Completion, RequestHandle
 from engine.loading.model_bundle import ModelBundle, load_bundle
 from engine.sampling_params import SamplingParams
@@ -175,7 +183,8 @@ class Engine:
         try:
             bundle = load_bundle(model, self.config, on_progress, quantize_bits)
             self.num_pages = num_pages_for(self.config, bundle.model.cache_spec())
-            loop = StepLoop(bundle.model, self.config, self._emit, self.num_pages)
+            loop = StepLoop(bundle.model, self.config, self._emit, self.num_pages,
+                            disk_cache=self._disk_opener(bundle, quantize_bits))
         except BaseException as e:
             self._loaded.set_exception(e)
             return
@@ -188,7 +197,30 @@ class Engine:
             except Exception as e:   # keep serving: fail what was running, say why
                 traceback.print_exc()
                 loop.fail_all(f"engine step failed: {e}")
+        self._close_disk_cache(loop)
+
+    def _disk_opener(self, bundle: ModelBundle, quantize_bits: int | None):
+        """Opens the disk cache (EngineConfig.cache_dir) for the loaded model's layout."""
+        recurrent = bool(bundle.model.cache_spec().state_layers)
+        notify = self._send_notice
+        return lambda schema: open_disk_cache(self.config, bundle.path, bundle.config,
+                                              quantize_bits, schema, recurrent, notify)
+
+    def _send_notice(self, message: str) -> None:
+        self._send(CacheNotice(message))   # listeners hear it on the engine thread
+
+    @staticmethod
+    def _close_disk_cache(loop: StepLoop) -> None:
+        """Write the turns kept since the last step, fail what still runs, then let the
+        disk cache's writer finish."""
+        if loop.disk is not None:
+            try:
+                loop.save_kept_turns()
+            except Exception:     # closing must not fail because of the cache
+                traceback.print_exc()
         loop.fail_all("engine closed")
+        if loop.disk is not None:
+            loop.disk.close()
 
     def _drain(self, loop: StepLoop, block: bool) -> bool:
         """Apply queued messages; False once closing."""
@@ -210,6 +242,8 @@ class Engine:
             loop.add(message.request)
         elif isinstance(message, Cancel):
             loop.cancel(message.request_id)
+        elif isinstance(message, CacheNotice):
+            self._emit(CacheNoticeEvent(message.message))
         elif isinstance(message, Logits):
             try:
                 message.future.set_result(loop.runner.full_logits(list(message.token_ids)))

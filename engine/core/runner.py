@@ -11,6 +11,7 @@ from engine.arith import ceil_div
 from engine.cache.cache_manager import DeviceCopies
 from engine.config import EngineConfig
 from engine.core.batch_view import BatchView
+from engine.core.disk_transfer import gather_save, write_load
 from engine.core.sequence import Sequence
 from engine.models.base import ModelCache
 
@@ -97,12 +98,16 @@ class Runner:
         logits, _ = self.forward(tokens, self.build_view(rows, T))
         return logits[:, -1, :]
 
-    def copy(self, copies: DeviceCopies) -> None:
-        """A plan's device-side copies, queued before its forward (lazy)."""
+    def copy(self, copies: DeviceCopies) -> list[tuple]:
+        """A plan's device-side copies, queued before its forward (lazy). Returns each
+        DiskSave with its gathered arrays (evaluate them with the step)."""
         if copies.pages:
             self.copy_pages(copies.pages)
         for src, dst in copies.states:
             self.copy_state_slot(src, dst)
+        for load in copies.loads:
+            write_load(self.cache, load)
+        return [(save, gather_save(self.cache, save)) for save in copies.saves]
 
     def copy_pages(self, pairs: list[tuple[int, int]]) -> None:
         """Copy whole KV pages (src -> dst) in every attention layer (copy on write)."""

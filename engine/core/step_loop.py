@@ -11,6 +11,7 @@ import mlx.core as mx
 
 from engine.cache.cache_manager import CacheManager
 from engine.config import EngineConfig
+from engine.core.disk_transfer import schema, to_numpy
 from engine.core.output_stream import OutputStream
 from engine.core.prefill_budget import PrefillBudget
 from engine.core.runner import Runner
@@ -29,16 +30,22 @@ class Request:
 
 class StepLoop:
     def __init__(self, model, config: EngineConfig, emit: Callable[[object], None],
-                 num_pages: int):
-        """num_pages: the KV pool's size, page 0 included (kv_budget.num_pages_for)."""
+                 num_pages: int, disk_cache=None):
+        """num_pages: the KV pool's size, page 0 included (kv_budget.num_pages_for).
+        disk_cache: a DiskCache kept turns are written to and read back from, or a
+        function of the cache schema (disk_transfer.schema) that opens one."""
         self.config = config
         self.runner = Runner(model, config, num_pages)
+        self.schema = schema(self.runner.cache)
+        if callable(disk_cache):
+            disk_cache = disk_cache(self.schema)
+        self.disk = disk_cache
         # Recurrent states cannot be rewound: such models reuse whole kept turns only.
         recurrent = bool(model.cache_spec().state_layers)
         self.cache = CacheManager(
             num_pages, config.page_size, config.num_state_slots,
             keep_turns=config.num_cached_turns if config.prefix_cache else None,
-            exact_prefix_only=recurrent)
+            exact_prefix_only=recurrent, disk=disk_cache)
         self.scheduler = Scheduler(config, self.cache)
         self.requests: dict[int, Request] = {}
         self.emit = emit          # every event, once (Engine._emit routes it)
@@ -49,7 +56,8 @@ class StepLoop:
 
     @property
     def has_work(self) -> bool:
-        return self.scheduler.has_work
+        """Requests to run, or kept turns still to gather for the disk cache."""
+        return self.scheduler.has_work or self.cache.has_pending_saves
 
     def add(self, request: Request) -> None:
         self.requests[request.seq.request_id] = request
@@ -67,13 +75,14 @@ class StepLoop:
     def step(self) -> None:
         """Queue step n on the device, then read and post-process step n-1 while it runs."""
         plan = self._plan()
-        self.runner.copy(plan.copies)   # even for an empty plan: they are due now
+        saves = self.runner.copy(plan.copies)   # even for an empty plan: they are due now
         if plan.is_empty:
             self.flush()
+            self._hand_to_disk(saves)
             return
         t0 = time.perf_counter()
-        sampled = self._run(plan)
-        previous, self._inflight = self._inflight, (plan, sampled, t0)
+        sampled = self._run(plan, [a for _, arrays in saves for a in arrays.values()])
+        previous, self._inflight = self._inflight, (plan, sampled, t0, saves)
         if previous is not None:
             self._complete(previous, t_end=t0)
         if not self._can_pipeline():
@@ -101,15 +110,31 @@ class StepLoop:
         # The repetition penalty needs every earlier token on the host before sampling.
         return all(r.sampler.params.repetition_penalty == 1.0 for r in self.requests.values())
 
+    def save_kept_turns(self) -> None:
+        """Gather kept turns not yet written and hand them to the disk cache (closing)."""
+        self.flush()
+        self._hand_to_disk(self.runner.copy(self.cache.take_copies()))
+
+    def _hand_to_disk(self, saves) -> None:
+        """Numpy copies of evaluated gathered saves (a memcpy here; the writer thread
+        does the file work)."""
+        if not saves or self.disk is None:
+            return
+        mx.eval([a for _, arrays in saves for a in arrays.values()])
+        for save, arrays in saves:
+            self.disk.save(save.ids, to_numpy(arrays, self.schema))
+
     def _complete(self, inflight, t_end: float | None) -> None:
-        plan, sampled, t0 = inflight
+        plan, sampled, t0, saves = inflight
+        self._hand_to_disk(saves)          # evaluated with that step
         self._postprocess(plan, sampled)
         # A step lasts until the next one starts: the cadence a stream sees.
         self._emit_step(plan, t0, t_end or time.perf_counter())
 
     # -- run ----------------------------------------------------------------
-    def _run(self, plan: StepPlan) -> list[tuple[Request, mx.array, int]]:
-        """Queue the step's forwards on the device; returns (request, ids, row) to read."""
+    def _run(self, plan: StepPlan, extra: list[mx.array]) -> list[tuple[Request, mx.array, int]]:
+        """Queue the step's forwards on the device (and `extra` arrays to evaluate with
+        them); returns (request, ids, row) to read."""
         out = []
         if plan.decode:
             reqs = [self.requests[s.request_id] for s in plan.decode]
@@ -121,7 +146,7 @@ class StepLoop:
             s.num_computed = s.num_tokens
         for req, ids, row in out:
             req.seq.pending.append((ids, row))
-        mx.async_eval([ids for _, ids, _ in out] + self.runner.cache_arrays())
+        mx.async_eval([ids for _, ids, _ in out] + self.runner.cache_arrays() + extra)
         return out
 
     def _run_prefill(self, chunks) -> list[tuple[Request, mx.array, int]]:
