@@ -145,6 +145,7 @@ class ChatSession(QObject):
         if stats is not None:
             msg.ttft_s, msg.decode_tok_s = stats.ttft_s, stats.decode_tok_s
             msg.num_tokens, msg.prompt_tokens = stats.generated_tokens, stats.prompt_tokens
+            msg.cached_tokens = stats.cached_tokens
         self._store.update_message(msg)
         self.model.replace(self._row, msg)
         self._save.stop()

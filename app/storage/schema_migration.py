@@ -17,6 +17,20 @@ _NEW_TABLE = """CREATE TABLE conversations_new (
     created_at REAL NOT NULL, updated_at REAL NOT NULL)"""
 
 
+# Message columns added after the first release: name -> SQL type (NULL in old rows).
+_ADDED_MESSAGE_COLUMNS = {"cached_tokens": "INTEGER"}
+
+
+def add_missing_message_columns(db: sqlite3.Connection) -> list[str]:
+    """Add the message columns an older database lacks; returns their names."""
+    have = {r[1] for r in db.execute("PRAGMA table_info(messages)")}
+    added = [c for c in _ADDED_MESSAGE_COLUMNS if c not in have]
+    with db:
+        for name in added:
+            db.execute(f"ALTER TABLE messages ADD COLUMN {name} {_ADDED_MESSAGE_COLUMNS[name]}")
+    return added
+
+
 def migrate_settings_column(db: sqlite3.Connection) -> bool:
     """True if the table was migrated; False if there was nothing to do."""
     columns = [r[1] for r in db.execute("PRAGMA table_info(conversations)")]

@@ -21,6 +21,7 @@ from app.controllers.session_registry import SessionRegistry
 from app.status.status_panel import StatusPanel
 from app.status.trace_controller import TraceController
 from app.storage.app_settings import ENGINE_LIMITS, AppSettings
+from app.storage.data_dir import prompt_cache_dir
 from app.storage.store import UNTOUCHED_TITLE
 from app.windows.broadcast_box import BroadcastBox
 from app.windows.pane_area import PaneArea
@@ -36,6 +37,7 @@ class MainWindow(QMainWindow):
         self.resize(1280, 800)
         self.store, self.bridge = store, bridge
         self.settings = AppSettings.from_dict(store.get_setting("settings", {}))
+        self.prompt_cache = prompt_cache_dir(store.path.parent)
         self.sessions = SessionRegistry(store, bridge, self)
         self.trace = TraceController(bridge, store.path.parent, telemetry, path=trace_path,
                                      parent=self)
@@ -92,6 +94,7 @@ class MainWindow(QMainWindow):
         self.bridge.load_progress.connect(self._on_bridge_load_progress)
         self.bridge.model_loaded.connect(self._on_bridge_model_loaded)
         self.bridge.load_failed.connect(self._on_bridge_load_failed)
+        self.bridge.cache_notice.connect(self._on_bridge_cache_notice)
 
     # conversations and panes
     def new_conversation(self, new_pane: bool = True):
@@ -164,7 +167,8 @@ class MainWindow(QMainWindow):
             await self.load_model(picker.chosen)
 
     async def load_model(self, path: str | None) -> bool:
-        ok = await self.bridge.load_model(path, self.settings.engine_config())
+        ok = await self.bridge.load_model(path, self.settings.engine_config(
+            str(self.prompt_cache)))
         if ok and path:
             recent = [path] + [p for p in self.store.get_setting("recent_models", []) if p != path]
             self.store.set_setting("recent_models", recent[:10])
@@ -174,7 +178,7 @@ class MainWindow(QMainWindow):
     @asyncSlot()
     async def open_settings_dialog(self) -> None:
         from app.windows.settings_dialog import SettingsDialog
-        dialog = SettingsDialog(self.settings, self)
+        dialog = SettingsDialog(self.settings, self, cache_dir=self.prompt_cache)
         if dialog.exec():
             old, self.settings = self.settings, dialog.settings()
             self.store.set_setting("settings", self.settings.to_dict())
@@ -185,6 +189,9 @@ class MainWindow(QMainWindow):
                 self.settings = dataclasses.replace(
                     self.settings, **{k: getattr(old, k) for k in ENGINE_LIMITS})
                 self.store.set_setting("settings", self.settings.to_dict())
+
+    def _on_bridge_cache_notice(self, message: str) -> None:
+        self.show_error(message, "Prompt cache")
 
     def show_error(self, message: str, title: str = "Tandem") -> None:
         """Non-modal, so streaming and the event loop go on."""
