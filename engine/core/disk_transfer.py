@@ -56,9 +56,34 @@ def gather_save(cache: ModelCache, save: DiskSave) -> dict[str, mx.array]:
     return out
 
 
-def to_numpy(arrays: dict[str, mx.array], schema: dict[str, tuple]) -> dict[str, Tensor]:
-    """Host copies of evaluated gathered arrays, for the writer thread."""
-    return {k: Tensor(schema[k][0], np.array(a, copy=True)) for k, a in arrays.items()}
+class HostCopies:
+    """Gathered saves waiting to be copied to the host and handed to the disk cache, a
+    few megabytes per step so that a long conversation's save never stalls a decode
+    step (the copies are memcpys on the engine thread; the file work is the writer's)."""
+
+    def __init__(self, disk, schema: dict[str, tuple]):
+        self.disk, self.schema = disk, schema
+        self._todo: list[tuple] = []     # (save, {name: evaluated mx array}, {name: Tensor})
+
+    def __bool__(self) -> bool:
+        return bool(self._todo)
+
+    def add(self, saves: list[tuple]) -> None:
+        """(DiskSave, gathered arrays) pairs whose step has been evaluated."""
+        self._todo += [(save, dict(arrays), {}) for save, arrays in saves]
+
+    def pump(self, max_bytes: float) -> None:
+        """Copy up to max_bytes (at least one tensor); hand over every finished save."""
+        done = 0
+        while self._todo and done < max_bytes:
+            save, arrays, host = self._todo[0]
+            name, a = next(iter(arrays.items()))
+            del arrays[name]
+            host[name] = Tensor(self.schema[name][0], np.array(a, copy=True))
+            done += a.nbytes
+            if not arrays:
+                self._todo.pop(0)
+                self.disk.save(save.ids, host)
 
 
 def schema(cache: ModelCache) -> dict[str, tuple[str, tuple[int, ...]]]:

@@ -11,7 +11,7 @@ import mlx.core as mx
 
 from engine.cache.cache_manager import CacheManager
 from engine.config import EngineConfig
-from engine.core.disk_transfer import schema, to_numpy
+from engine.core.disk_transfer import HostCopies, schema
 from engine.core.output_stream import OutputStream
 from engine.core.prefill_budget import PrefillBudget
 from engine.core.runner import Runner
@@ -19,6 +19,9 @@ from engine.core.sampler import RowSampler, sample_batch
 from engine.core.scheduler import Scheduler, StepPlan
 from engine.core.sequence import Sequence
 from engine.events import FinishedEvent, RequestStats, StepEvent, TokenEvent
+
+# Bytes of kept turns copied to the host per busy step (~10 ms of memcpy).
+HOST_COPY_BYTES = 32 << 20
 
 
 class Request:
@@ -43,6 +46,7 @@ class StepLoop:
         if callable(disk_cache):
             disk_cache = disk_cache(self.schema)
         self.disk = disk_cache
+        self.host_copies = HostCopies(disk_cache, self.schema)
         # Recurrent states cannot be rewound: such models reuse whole kept turns only.
         recurrent = bool(model.cache_spec().state_layers)
         self.cache = CacheManager(
@@ -59,8 +63,8 @@ class StepLoop:
 
     @property
     def has_work(self) -> bool:
-        """Requests to run, or kept turns still to gather for the disk cache."""
-        return self.scheduler.has_work or self.cache.has_pending_saves
+        """Requests to run, or kept turns still to gather or copy for the disk cache."""
+        return self.scheduler.has_work or self.cache.has_pending_saves or bool(self.host_copies)
 
     def add(self, request: Request) -> None:
         self.requests[request.seq.request_id] = request
@@ -82,6 +86,7 @@ class StepLoop:
         if plan.is_empty:
             self.flush()
             self._hand_to_disk(saves)
+            self.host_copies.pump(float("inf"))     # idle: nothing to stall
             return
         t0 = time.perf_counter()
         sampled = self._run(plan, [a for _, arrays in saves for a in arrays.values()])
@@ -90,6 +95,7 @@ class StepLoop:
             self._complete(previous, t_end=t0)
         if not self._can_pipeline():
             self.flush()
+        self.host_copies.pump(HOST_COPY_BYTES)
 
     def _plan(self) -> StepPlan:
         """The scheduler's plan; when it must preempt while step n-1's tokens are still
@@ -117,15 +123,14 @@ class StepLoop:
         """Gather kept turns not yet written and hand them to the disk cache (closing)."""
         self.flush()
         self._hand_to_disk(self.runner.copy(self.cache.take_copies()))
+        self.host_copies.pump(float("inf"))
 
     def _hand_to_disk(self, saves) -> None:
-        """Numpy copies of evaluated gathered saves (a memcpy here; the writer thread
-        does the file work)."""
+        """Queue evaluated gathered saves for their host copies (HostCopies)."""
         if not saves or self.disk is None:
             return
         mx.eval([a for _, arrays in saves for a in arrays.values()])
-        for save, arrays in saves:
-            self.disk.save(save.ids, to_numpy(arrays, self.schema))
+        self.host_copies.add(saves)
 
     def _complete(self, inflight, t_end: float | None) -> None:
         plan, sampled, t0, saves = inflight

@@ -212,3 +212,26 @@ def test_a_turn_is_saved_as_it_was_kept_even_when_the_next_turn_overwrites_it(tm
     h2, seq = next_turn(model, tmp_path, prompt)
     assert seq.num_cached >= len(TURN1) + len(first.output_ids) - 1
     assert_same_as_scratch(model, h2, seq, prompt)
+
+
+def test_a_save_copied_to_the_host_one_tensor_per_step_is_the_same(tmp_path, monkeypatch):
+    """Long conversations are copied to the host a few MB per busy step: the pieces of a
+    save taken over several steps (while another request decodes) make the same entry."""
+    from engine.core import step_loop
+    monkeypatch.setattr(step_loop, "HOST_COPY_BYTES", 1)
+    model = MODELS["llama"]()
+    disk = DiskCache(tmp_path, KEY, 1 << 30)
+    h = Harness(model, disk=disk)
+    first = h.add(1, TURN1, 5)
+    h.add(5, NEW_MESSAGE, 30)                 # keeps decoding while turn 1's save is copied
+    while not first.is_finished:
+        h.loop.step()
+    h.loop.step()                             # gathers the save (evaluated with the step)
+    h.loop.step()                             # reads that step back: one tensor copied
+    assert h.loop.host_copies and not list_files(tmp_path)   # the rest: later steps
+    h.run()
+    disk.close()
+    prompt = follow_up(model, first)
+    h2, seq = next_turn(model, tmp_path, prompt)
+    assert seq.num_cached >= len(TURN1) + len(first.output_ids) - 1
+    assert_same_as_scratch(model, h2, seq, prompt)
