@@ -29,7 +29,7 @@ def token_rows(pages: list[int], num_tokens: int, page_size: int) -> mx.array:
 def write_load(cache: ModelCache, load: DiskLoad) -> None:
     """Put a payload's K/V into its pages and its states into its slot (lazy)."""
     tensors = load.payload.tensors
-    rows = token_rows(load.pages, load.payload.num_tokens, cache.page_size)
+    rows = _rows_or_slice(load.pages, load.payload.num_tokens, cache.page_size)
     for i, pair in enumerate(cache.kv):
         for j, part in enumerate("kv"):
             pair[j][rows] = _device(tensors[f"kv.{i}.{part}"], pair[j].dtype)
@@ -40,6 +40,15 @@ def write_load(cache: ModelCache, load: DiskLoad) -> None:
         for j, arr in enumerate(layer):
             arr[slot] = _device(tensors[f"state.{i}.{j}"], arr.dtype)[None]
             layer[j] = arr
+
+
+def _rows_or_slice(pages: list[int], num_tokens: int, page_size: int):
+    """A slice when the pages are consecutive (fresh pages usually are: a slice update
+    is cheaper than a scatter), else the rows."""
+    first = pages[0] if pages else 0
+    if pages != list(range(first, first + len(pages))):
+        return token_rows(pages, num_tokens, page_size)
+    return slice(first * page_size, first * page_size + num_tokens)
 
 
 def gather_save(cache: ModelCache, save: DiskSave) -> dict[str, mx.array]:

@@ -235,3 +235,25 @@ def test_a_save_copied_to_the_host_one_tensor_per_step_is_the_same(tmp_path, mon
     h2, seq = next_turn(model, tmp_path, prompt)
     assert seq.num_cached >= len(TURN1) + len(first.output_ids) - 1
     assert_same_as_scratch(model, h2, seq, prompt)
+
+
+def test_entries_read_into_scattered_pages_are_the_same(tmp_path):
+    """Fresh pages are usually consecutive (written with one slice); pages left
+    scattered by earlier turns take the row-by-row path: both give the same logits."""
+    model = MODELS["llama"]()
+    first, _ = first_turn(model, tmp_path)
+    disk = DiskCache(tmp_path, KEY, 1 << 30)
+    h = Harness(model, disk=disk, prefix_cache=True)
+    for i in range(4):                        # short turns kept in memory, 2 pages each
+        h.add(20 + i, [3 + i] * 5, 1)
+        h.run()
+    h.loop.cache.evict_lru()                  # the two oldest go: their pages are
+    h.loop.cache.evict_lru()                  # handed out first, in reverse order
+    prompt = follow_up(model, first)
+    seq = h.add(2, prompt, 6)
+    h.loop.step()                             # admitted: the entry is read into its pages
+    assert seq.pages != list(range(seq.pages[0], seq.pages[0] + len(seq.pages)))
+    h.run()
+    assert seq.num_cached >= len(TURN1) + len(first.output_ids) - 1
+    assert_same_as_scratch(model, h, seq, prompt)
+    disk.close()
