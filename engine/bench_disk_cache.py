@@ -1,21 +1,23 @@
 """Time to first token of a conversation's next turn after a restart, with and without
 the disk prompt cache, against the same turn with the in-memory cache.
 
-    PYTHONPATH=. python -m engine.bench_disk_cache [--model M] [--history 1200]
+    PYTHONPATH=. python -m engine.bench_disk_cache [--model M] [--history 1000] [--rounds 3]
 
 Each phase runs in its own process (a restart is a new process):
   warm     turn 1 of a conversation of --history tokens; once its cache entry is on
-           disk the folder is copied (the disk as a restart after turn 1 finds it),
-           then turn 2 in the same engine (the in-memory prefix cache);
-  disk     a new process with the copied cache folder: turn 2 only;
-  scratch  a new process without a cache folder: turn 2 only (the whole history is read).
-Prints one JSON line per phase and a summary (docs/PERFORMANCE.md).
+           disk the folder is copied (the disk as a restart after turn 1 finds it);
+           then --rounds variants of turn 2 in the same engine (the in-memory cache;
+           each variant differs only in its last message, so each reuses the history);
+  disk     --rounds new processes, each on a fresh copy of that folder: one variant;
+  scratch  a new process without a cache folder: variant 0 (the history read in full).
+Prints one JSON line per measurement and a summary of medians (docs/PERFORMANCE.md).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,46 +37,46 @@ def _history(tokenizer, n: int) -> list[dict]:
     return [{"role": "user", "content": text}]
 
 
-def _turns(tokenizer, n: int) -> tuple[list[int], list[dict]]:
-    """Turn 1's prompt ids, and turn 2's messages without the answer (added later)."""
-    history = _history(tokenizer, n)
-    return tokenizer.encode_prompt(history), history
-
-
-def _turn2(tokenizer, history: list[dict], answer: str) -> list[int]:
+def _turn2(tokenizer, history: list[dict], answer: str, variant: int) -> list[int]:
     return tokenizer.encode_prompt(history + [
         {"role": "assistant", "content": answer},
-        {"role": "user", "content": "Now say that again in one short sentence."}])
+        {"role": "user", "content": f"Now say that again in one short sentence ({variant})."}])
 
 
 def _ttft(engine, prompt: list[int], max_tokens: int) -> dict:
     from engine import SamplingParams
-    t0 = time.perf_counter()
     out = engine.submit(prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0)).result()
-    return {"ttft_s": out.stats.ttft_s, "wall_s": time.perf_counter() - t0,
-            "prompt_tokens": out.stats.prompt_tokens, "reused": out.stats.cached_tokens,
-            "text": out.text}
+    return {"ttft_s": out.stats.ttft_s, "prompt_tokens": out.stats.prompt_tokens,
+            "reused": out.stats.cached_tokens, "text": out.text}
 
 
-def run_phase(args) -> dict:
+def run_phase(args) -> list[dict]:
     from engine import Engine, EngineConfig
     work = Path(args.workdir)
-    cache = {"warm": work / "cache", "disk": work / "after-turn-1", "scratch": None}[args.phase]
+    cache = {"warm": work / "cache", "disk": work / f"disk-{args.variant}",
+             "scratch": None}[args.phase]
+    if args.phase == "disk":
+        shutil.copytree(work / "after-turn-1", cache)
     cfg = EngineConfig(cache_dir=str(cache) if cache else None,
                        max_context=max(8192, 2 * args.history))
     with Engine.load(args.model, cfg) as engine:
-        first, history = _turns(engine.tokenizer, args.history)
-        answer_file = work / "answer.txt"
+        history = _history(engine.tokenizer, args.history)
+        n_history = len(engine.tokenizer.encode_prompt(history))
         if args.phase == "warm":
-            answer = _ttft(engine, first, args.answer_tokens)["text"]
-            with open(answer_file, "w") as f:
-                f.write(answer)
+            answer = _ttft(engine, engine.tokenizer.encode_prompt(history),
+                           args.answer_tokens)["text"]
+            (work / "answer.txt").write_text(answer)
             _copy_when_written(cache, work / "after-turn-1")
+            variants = range(args.rounds)
         else:
-            answer = open(answer_file).read()
-        result = _ttft(engine, _turn2(engine.tokenizer, history, answer), 1)
-    result.pop("text")
-    return {"phase": args.phase, "history_tokens": len(first), **result}
+            answer = (work / "answer.txt").read_text()
+            variants = [args.variant]
+        out = []
+        for v in variants:
+            r = _ttft(engine, _turn2(engine.tokenizer, history, answer, v), 1)
+            r.pop("text")
+            out.append({"phase": args.phase, "variant": v, "history_tokens": n_history, **r})
+    return out
 
 
 def _copy_when_written(folder: Path, to: Path, timeout: float = 120.0) -> None:
@@ -92,35 +94,44 @@ def _copy_when_written(folder: Path, to: Path, timeout: float = 120.0) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None, help="model folder or .gguf (default: built-in)")
-    p.add_argument("--history", type=int, default=1200, help="turn 1's prompt tokens")
+    p.add_argument("--history", type=int, default=1000, help="turn 1's prompt tokens")
     p.add_argument("--answer-tokens", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=3, help="turn-2 measurements per cache")
     p.add_argument("--phase", choices=("warm", "disk", "scratch"), default=None)
+    p.add_argument("--variant", type=int, default=0, help="(disk) which turn 2")
     p.add_argument("--workdir", default=None, help="(phases) the shared scratch folder")
     args = p.parse_args(argv)
     if args.phase:
-        print(json.dumps(run_phase(args)), flush=True)
+        for line in run_phase(args):
+            print(json.dumps(line), flush=True)
         return 0
     with tempfile.TemporaryDirectory(prefix="tandem-disk-bench-") as folder:
-        results = {ph: _subprocess(args, ph, folder) for ph in ("warm", "disk", "scratch")}
-    mem, disk, scratch = (results[k]["ttft_s"] for k in ("warm", "disk", "scratch"))
-    print(f"history {results['warm']['history_tokens']} tokens, turn 2 "
-          f"{results['disk']['prompt_tokens']} tokens: TTFT in memory {mem:.3f} s "
-          f"(reused {results['warm']['reused']}), after restart with disk {disk:.3f} s "
-          f"(reused {results['disk']['reused']}), after restart without {scratch:.3f} s; "
-          f"disk/memory {disk / mem:.2f}x, scratch/disk {scratch / disk:.1f}x")
+        mem = _subprocess(args, folder, "warm")
+        disk = [r for v in range(args.rounds) for r in _subprocess(args, folder, "disk", v)]
+        scratch = _subprocess(args, folder, "scratch")
+    _summary(mem, disk, scratch)
     return 0
 
 
-def _subprocess(args, phase: str, folder: str) -> dict:
+def _summary(mem: list[dict], disk: list[dict], scratch: list[dict]) -> None:
+    m, d, s = (statistics.median(r["ttft_s"] for r in rs) for rs in (mem, disk, scratch))
+    print(f"history {mem[0]['history_tokens']} tokens, turn 2 {disk[0]['prompt_tokens']} "
+          f"tokens; median TTFT: in memory {m:.3f} s (reused {mem[0]['reused']}), after a "
+          f"restart with the disk cache {d:.3f} s (reused {disk[0]['reused']}), after a "
+          f"restart without {s:.3f} s; disk/memory {d / m:.2f}x, without/disk {s / d:.1f}x")
+
+
+def _subprocess(args, folder: str, phase: str, variant: int = 0) -> list[dict]:
     cmd = [sys.executable, "-m", "engine.bench_disk_cache", "--phase", phase,
-           "--workdir", folder, "--history", str(args.history),
-           "--answer-tokens", str(args.answer_tokens)]
+           "--workdir", folder, "--history", str(args.history), "--rounds", str(args.rounds),
+           "--answer-tokens", str(args.answer_tokens), "--variant", str(variant)]
     if args.model:
         cmd += ["--model", args.model]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    line = json.loads(out.strip().splitlines()[-1])
-    print(json.dumps(line), flush=True)
-    return line
+    lines = [json.loads(x) for x in out.strip().splitlines() if x.startswith("{")]
+    for line in lines:
+        print(json.dumps(line), flush=True)
+    return lines
 
 
 if __name__ == "__main__":
