@@ -116,8 +116,7 @@ def test_a_truncated_file_is_deleted_when_the_folder_is_scanned(tmp_path):
     disk.close()
 
 
-def test_another_models_files_are_kept_but_never_read(tmp_path):
-    model = MODELS["llama"]()
+def test_another_models_files_are_kept_but_never_read(model, tmp_path):
     first, _ = first_turn(model, tmp_path, key="b" * 64)
     prompt = follow_up(model, first)
     h, seq = next_turn(model, tmp_path, prompt)
@@ -137,8 +136,7 @@ def test_a_file_claiming_another_model_under_this_models_name_is_deleted(tmp_pat
     assert not (tmp_path / path.name.replace(KEY[:16], "c" * 16)).exists()
 
 
-def test_files_of_another_format_version_are_deleted(tmp_path, monkeypatch):
-    model = MODELS["llama"]()
+def test_files_of_another_format_version_are_deleted(model, tmp_path, monkeypatch):
     first, _ = first_turn(model, tmp_path)
     old = {p for p, _, _ in list_files(tmp_path)}
     monkeypatch.setattr(disk_format, "FORMAT_VERSION", disk_format.FORMAT_VERSION + 1)
