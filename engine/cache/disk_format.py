@@ -10,6 +10,7 @@ truncated, corrupted or foreign file is refused, never read into the cache.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import struct
@@ -134,7 +135,6 @@ def read_entry(path: str, model_key: str) -> dict[str, Tensor]:
             blob = f.read()
     except OSError as e:
         raise BadEntry(f"cannot read: {e}") from None
-    import io
     header, start = read_header(io.BytesIO(blob), len(blob))
     check_header(header, len(blob) - start, model_key)
     data = memoryview(blob)[start:]
