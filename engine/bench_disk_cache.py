@@ -6,9 +6,11 @@ the disk prompt cache, against the same turn with the in-memory cache.
 Each phase runs in its own process (a restart is a new process):
   warm     turn 1 of a conversation of --history tokens; once its cache entry is on
            disk the folder is copied (the disk as a restart after turn 1 finds it);
-           then --rounds variants of turn 2 in the same engine (the in-memory cache;
-           each variant differs only in its last message, so each reuses the history);
-  disk     --rounds new processes, each on a fresh copy of that folder: one variant;
+           then turn 2 in the same engine (the in-memory cache);
+  memory   (rounds 2..) a new process on a fresh copy of that folder re-creates the
+           state after turn 1 (turn 1's ids read back from disk), then turn 2 from
+           memory: more in-memory samples without re-reading the history each time;
+  disk     --rounds new processes, each on a fresh copy of that folder: turn 2;
   scratch  a new process without a cache folder: variant 0 (the history read in full).
 Prints one JSON line per measurement and a summary of medians (docs/PERFORMANCE.md).
 """
@@ -47,36 +49,33 @@ def _ttft(engine, prompt: list[int], max_tokens: int) -> dict:
     from engine import SamplingParams
     out = engine.submit(prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0)).result()
     return {"ttft_s": out.stats.ttft_s, "prompt_tokens": out.stats.prompt_tokens,
-            "reused": out.stats.cached_tokens, "text": out.text}
+            "reused": out.stats.cached_tokens, "text": out.text,
+            "token_ids": list(out.token_ids)}
 
 
 def run_phase(args) -> list[dict]:
     from engine import Engine, EngineConfig
     work = Path(args.workdir)
-    cache = {"warm": work / "cache", "disk": work / f"disk-{args.variant}",
-             "scratch": None}[args.phase]
-    if args.phase == "disk":
+    cache = {"warm": work / "cache", "scratch": None}.get(
+        args.phase, work / f"{args.phase}-{args.variant}")
+    if args.phase in ("disk", "memory"):
         shutil.copytree(work / "after-turn-1", cache)
     cfg = EngineConfig(cache_dir=str(cache) if cache else None,
                        max_context=max(8192, 2 * args.history))
     with Engine.load(args.model, cfg) as engine:
         history = _history(engine.tokenizer, args.history)
         n_history = len(engine.tokenizer.encode_prompt(history))
+        turn1 = engine.tokenizer.encode_prompt(history)
         if args.phase == "warm":
-            answer = _ttft(engine, engine.tokenizer.encode_prompt(history),
-                           args.answer_tokens)["text"]
-            (work / "answer.txt").write_text(answer)
+            first = _ttft(engine, turn1, args.answer_tokens)
+            (work / "answer.json").write_text(json.dumps(first))
             _copy_when_written(cache, work / "after-turn-1")
-            variants = range(args.rounds)
-        else:
-            answer = (work / "answer.txt").read_text()
-            variants = [args.variant]
-        out = []
-        for v in variants:
-            r = _ttft(engine, _turn2(engine.tokenizer, history, answer, v), 1)
-            r.pop("text")
-            out.append({"phase": args.phase, "variant": v, "history_tokens": n_history, **r})
-    return out
+        first = json.loads((work / "answer.json").read_text())
+        if args.phase == "memory":     # turn 1's K/V back in the pool, as after turn 1
+            _ttft(engine, turn1 + first["token_ids"], 1)
+        r = _ttft(engine, _turn2(engine.tokenizer, history, first["text"], args.variant), 1)
+    del r["text"], r["token_ids"]
+    return [{"phase": args.phase, "variant": args.variant, "history_tokens": n_history, **r}]
 
 
 def _copy_when_written(folder: Path, to: Path, timeout: float = 120.0) -> None:
@@ -97,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--history", type=int, default=1000, help="turn 1's prompt tokens")
     p.add_argument("--answer-tokens", type=int, default=32)
     p.add_argument("--rounds", type=int, default=3, help="turn-2 measurements per cache")
-    p.add_argument("--phase", choices=("warm", "disk", "scratch"), default=None)
+    p.add_argument("--phase", choices=("warm", "memory", "disk", "scratch"), default=None)
     p.add_argument("--variant", type=int, default=0, help="(disk) which turn 2")
     p.add_argument("--workdir", default=None, help="(phases) the shared scratch folder")
     args = p.parse_args(argv)
@@ -107,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="tandem-disk-bench-") as folder:
         mem = _subprocess(args, folder, "warm")
+        mem += [r for v in range(1, args.rounds) for r in _subprocess(args, folder, "memory", v)]
         disk = [r for v in range(args.rounds) for r in _subprocess(args, folder, "disk", v)]
         scratch = _subprocess(args, folder, "scratch")
     _summary(mem, disk, scratch)
