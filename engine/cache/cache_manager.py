@@ -20,8 +20,8 @@ With a disk cache (disk_cache.py), a prompt that continues a turn kept on disk l
 than any kept in memory gets fresh pages and a slot here, and the arrays read back
 go into them by a DiskLoad in the plan's copies; a turn kept in memory is also
 written to disk by a DiskSave there (the runner gathers its pages and state before
-any later forward can overwrite them; the step loop hands numpy copies to the disk
-cache's writer). Pages never change hands outside this class.
+the plan's other copies, loads and forward can overwrite them; the step loop hands
+numpy copies to the disk cache's writer). Pages never change hands outside this class.
 """
 from __future__ import annotations
 

@@ -51,17 +51,18 @@ def _rows_or_slice(pages: list[int], num_tokens: int, page_size: int):
     return slice(first * page_size, first * page_size + num_tokens)
 
 
-def gather_save(cache: ModelCache, save: DiskSave) -> dict[str, mx.array]:
-    """A kept turn's K/V [n, H, D] per layer and its slot's states (lazy)."""
+def gather_save(cache: ModelCache, save: DiskSave, slot: int | None) -> dict[str, mx.array]:
+    """A kept turn's K/V [n, H, D] per layer and the states of `slot` (its own, or the
+    running sequence's its snapshot copy reads) (lazy)."""
     rows = token_rows(save.pages, len(save.ids), cache.page_size)
     out = {}
     for i, pair in enumerate(cache.kv):
         for j, part in enumerate("kv"):
             out[f"kv.{i}.{part}"] = _host_view(pair[j][rows])
-    if save.slot is not None:
+    if slot is not None:
         for i, layer in enumerate(cache.states):
             for j, arr in enumerate(layer):
-                out[f"state.{i}.{j}"] = _host_view(arr[save.slot])
+                out[f"state.{i}.{j}"] = _host_view(arr[slot])
     return out
 
 

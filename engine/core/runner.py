@@ -100,14 +100,22 @@ class Runner:
 
     def copy(self, copies: DeviceCopies) -> list[tuple]:
         """A plan's device-side copies, queued before its forward (lazy). Returns each
-        DiskSave with its gathered arrays (evaluate them with the step)."""
+        DiskSave with its gathered arrays (evaluate them with the step).
+
+        Saves are gathered first: a kept turn evicted while planning may have had its
+        pages and slot handed out again, and this plan's copies and loads write into
+        them. A snapshot's state is read from the slot its copy comes from.
+        """
+        snapshot_source = {dst: src for src, dst in copies.states}
+        saves = [(save, gather_save(self.cache, save, snapshot_source.get(save.slot, save.slot)))
+                 for save in copies.saves]
         if copies.pages:
             self.copy_pages(copies.pages)
         for src, dst in copies.states:
             self.copy_state_slot(src, dst)
         for load in copies.loads:
             write_load(self.cache, load)
-        return [(save, gather_save(self.cache, save)) for save in copies.saves]
+        return saves
 
     def copy_pages(self, pairs: list[tuple[int, int]]) -> None:
         """Copy whole KV pages (src -> dst) in every attention layer (copy on write)."""

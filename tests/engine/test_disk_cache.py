@@ -255,3 +255,24 @@ def test_entries_read_into_scattered_pages_are_the_same(tmp_path):
     assert seq.num_cached >= len(TURN1) + len(first.output_ids) - 1
     assert_same_as_scratch(model, h, seq, prompt)
     disk.close()
+
+
+def test_a_save_is_gathered_before_its_pages_are_handed_out_again(tmp_path):
+    """A turn kept (its save pending) and evicted at once for a prompt read from disk
+    into the same pages: the save is gathered before that plan's loads and copies."""
+    model = MODELS["llama"]()
+    first, _ = first_turn(model, tmp_path)                    # entry E1 on disk
+    disk = DiskCache(tmp_path, KEY, 1 << 30)
+    h = Harness(model, disk=disk, num_pages=13)               # 12 pages: one turn at a time
+    other_prompt = RNG.integers(0, 320, len(TURN1)).tolist()
+    other = h.add(7, other_prompt, 5)
+    while not other.is_finished:
+        h.loop.step()
+    resumed = h.add(2, follow_up(model, first), 6)           # evicts `other`, reads E1
+    h.run()
+    assert resumed.num_cached > 0
+    disk.close()
+    prompt = other_prompt + other.output_ids + NEW_MESSAGE
+    h2, seq = next_turn(model, tmp_path, prompt)
+    assert seq.num_cached >= len(other_prompt) + len(other.output_ids) - 1
+    assert_same_as_scratch(model, h2, seq, prompt)
