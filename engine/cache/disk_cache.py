@@ -125,9 +125,16 @@ class DiskCache:
                 raise BadEntry(f"tensor {name!r} has the wrong shape or dtype")
 
     def has(self, ids: tuple[int, ...]) -> bool:
+        """Written or queued (a file deleted behind the index, by Settings' Clear, is not)."""
         name = self.name_for(ids)
         with self._lock:
-            return name in self._entries or name in self._queued
+            if name in self._queued:
+                return True
+            known = name in self._entries
+        if known and not (self.folder / name).exists():
+            self._drop(name, delete=False)
+            return False
+        return known
 
     def save(self, ids: tuple[int, ...], tensors: dict[str, Tensor]) -> None:
         """Queue a kept turn's arrays (numpy copies: the writer never touches mx)."""

@@ -276,3 +276,24 @@ def test_a_save_is_gathered_before_its_pages_are_handed_out_again(tmp_path):
     h2, seq = next_turn(model, tmp_path, prompt)
     assert seq.num_cached >= len(other_prompt) + len(other.output_ids) - 1
     assert_same_as_scratch(model, h2, seq, prompt)
+
+
+def test_after_the_folder_is_cleared_a_running_engine_misses_and_writes_again(tmp_path):
+    model = MODELS["llama"]()
+    disk = DiskCache(tmp_path, KEY, 1 << 30)
+    h = Harness(model, disk=disk)
+    h.add(1, TURN1, 5)
+    h.run()
+    disk.wait()
+    assert list_files(tmp_path)
+    disk_cache.clear_folder(tmp_path)                      # Settings' Clear button
+    h.loop.cache.clear()                                   # (and nothing kept in memory)
+    seq = h.add(2, TURN1 + NEW_MESSAGE, 3)
+    h.run()
+    disk.wait()
+    assert seq.num_cached == 0 and seq.output_ids
+    h.add(3, TURN1, 5)                                     # the same turn again: rewritten
+    h.run()
+    disk.wait()
+    assert len(list_files(tmp_path)) == 2                  # turn 2's and turn 1's again
+    disk.close()
