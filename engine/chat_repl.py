@@ -147,8 +147,10 @@ class ChatRepl:
         marker = self.stop_marker(ev)
         if marker:
             self._say(marker)
+        reused = (f", reused {s.cached_tokens:,} of {s.prompt_tokens:,} prompt tokens"
+                  if s.cached_tokens else "")
         print(f"  [{s.generated_tokens} tokens, {s.decode_tok_s:.1f} tok/s, "
-              f"ttft {s.ttft_s * 1000:.0f} ms]", file=self._err)
+              f"ttft {s.ttft_s * 1000:.0f} ms{reused}]", file=self._err)
         return ev.text
 
     def stop_marker(self, ev: FinishedEvent) -> str:

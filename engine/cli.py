@@ -10,15 +10,25 @@ from engine.sampling_args import add_sampling_arguments, sampling_params_from_ar
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="MLX/HF folder or .gguf (default: built-in)")
+    p.add_argument("--cache-dir", default=None,
+                   help="keep finished turns' prompt cache in this folder, so a conversation "
+                        "resumes after a restart without re-reading its history")
+    p.add_argument("--disk-cache-mb", type=int, default=EngineConfig.disk_cache_mb,
+                   help="the --cache-dir folder's budget in MB (least recently used go)")
     add_sampling_arguments(p)
+
+
+def engine_config(args) -> EngineConfig:
+    """The engine limits the command line sets."""
+    return EngineConfig(cache_dir=args.cache_dir, disk_cache_mb=args.disk_cache_mb)
 
 
 def _load(args, config: EngineConfig | None = None) -> Engine | None:
     """The engine, or None after telling the user what went wrong."""
     print(f"Loading {args.model or 'the built-in model'}...", file=sys.stderr)
     try:
-        engine = Engine.load(args.model, config)
-    except TandemError as e:
+        engine = Engine.load(args.model, config or engine_config(args))
+    except (TandemError, ValueError) as e:     # ValueError: a bad --disk-cache-mb
         print(f"error: {e}", file=sys.stderr)
         return None
     print(describe_cpu(engine.blas_status, engine.weights_status), file=sys.stderr)

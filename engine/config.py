@@ -39,6 +39,10 @@ class EngineConfig:
     # Run every fixed decode/prefill shape once at load (engine/core/warm_up.py), so MLX
     # compiles their kernels then; None: on a GPU only (the CPU compiles nothing per shape).
     warm_up: bool | None = None
+    # Kept turns are also written to this folder, so conversations resume after a
+    # restart without re-reading their history (None: memory only).
+    cache_dir: str | None = None
+    disk_cache_mb: int = 4096       # the folder's byte budget (least recently used go)
 
     def __post_init__(self):
         for name in ("max_num_seqs", "page_size", "prefill_chunk", "max_context",
@@ -53,6 +57,12 @@ class EngineConfig:
         if not self.min_stream_tok_s >= 0:
             raise ValueError("EngineConfig.min_stream_tok_s must be >= 0 tokens per second "
                              "(0 turns the reading-pace floor off)")
+        if (isinstance(self.disk_cache_mb, bool) or not isinstance(self.disk_cache_mb, int)
+                or self.disk_cache_mb < 1):
+            raise ValueError("EngineConfig.disk_cache_mb must be a whole number of MB >= 1")
+        if self.cache_dir is not None and not str(self.cache_dir).strip():
+            raise ValueError("EngineConfig.cache_dir must be a folder, or None to keep the "
+                             "prompt cache in memory only")
         if self.max_decode_slowdown <= 0:
             raise ValueError("EngineConfig.max_decode_slowdown must be > 0")
         if self.cpu_weights not in ("auto", "dense", "quantized"):

@@ -83,3 +83,10 @@ class SubmittedEvent:
     request_id: int
     t: float                   # time.perf_counter() seconds
     prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class CacheNoticeEvent:
+    """Something the user should know about the prompt cache (e.g. the disk cache
+    stopped writing because the disk is full); the engine keeps working."""
+    message: str

@@ -38,6 +38,9 @@ def stats_text(msg: Message) -> str:
         parts.append(f"{msg.decode_tok_s:.1f} tok/s")
     if msg.num_tokens:
         parts.append(f"{msg.num_tokens} tokens")
+    if msg.cached_tokens and msg.prompt_tokens and not msg.is_streaming:
+        # The conversation's history came from the prompt cache (memory or disk).
+        parts.append(f"reused {msg.cached_tokens:,} of {msg.prompt_tokens:,} prompt tokens")
     if msg.is_streaming:      # the same words as the status panel's list
         parts.append("streaming…" if msg.num_tokens else "reading prompt…")
     if msg.state in _BADGES:

@@ -9,6 +9,7 @@ import functools
 from PySide6.QtCore import QObject, Signal, Slot
 
 from engine.events import (
+    CacheNoticeEvent,
     ErrorEvent,
     FinishedEvent,
     LoadProgress,
@@ -36,6 +37,8 @@ class EngineBridge(QObject):
             "length", "cancelled", "error"), RequestStats or None, the whole text
             ("" if unknown), error message
         step(object): a StepEvent
+        cache_notice(str): something about the prompt cache to tell the user (e.g.
+            the disk is full: it is no longer written; the engine goes on)
     """
     load_started = Signal(str)
     load_progress = Signal(float, str)
@@ -46,6 +49,7 @@ class EngineBridge(QObject):
     token_received = Signal(int, str, int)
     request_finished = Signal(int, str, object, str, str)
     step = Signal(object)
+    cache_notice = Signal(str)
     _engine_event = Signal(object)     # engine thread -> GUI thread
     _progress_posted = Signal(object)  # loader thread -> GUI thread
 
@@ -198,3 +202,5 @@ class EngineBridge(QObject):
             self.step.emit(event)
         elif isinstance(event, SubmittedEvent):
             self.request_submitted.emit(event.request_id, event.prompt_tokens)
+        elif isinstance(event, CacheNoticeEvent):
+            self.cache_notice.emit(event.message)

@@ -213,6 +213,7 @@ class ChatSession(QObject):
             msg.ttft_s = stats.ttft_s if msg.ttft_s is None else msg.ttft_s
             msg.decode_tok_s = stats.decode_tok_s
             msg.num_tokens, msg.prompt_tokens = stats.generated_tokens, stats.prompt_tokens
+            msg.cached_tokens = stats.cached_tokens
         self._store.update_message(msg)
         self.model.replace(self._row, msg)
         self._save.stop()

@@ -11,7 +11,7 @@ from typing import Any
 from engine.config import EngineConfig
 from engine.settings_spec import BY_NAME, chat_defaults, check_settings, settings_or_defaults
 
-ENGINE_LIMITS = ("max_num_seqs", "kv_budget_mb", "prefill_chunk")
+ENGINE_LIMITS = ("max_num_seqs", "kv_budget_mb", "prefill_chunk", "disk_cache_mb")
 API_SETTINGS = ("serve_api", "api_port")
 # A smaller KV cache holds a few pages: replies get cut after a few dozen tokens and
 # prompts refused (issue 17 item 3), so the Settings never offer it.
@@ -27,6 +27,8 @@ class AppSettings:
     max_num_seqs: int = EngineConfig.max_num_seqs
     kv_budget_mb: int | None = EngineConfig.kv_budget_mb    # None = sized from free memory
     prefill_chunk: int = EngineConfig.prefill_chunk
+    # The prompt cache folder's budget; 0 = conversations are not cached on disk.
+    disk_cache_mb: int = EngineConfig.disk_cache_mb
     # appearance (applied at once)
     theme: str = "system"
     font_size: int = 13
@@ -51,8 +53,13 @@ class AppSettings:
                              f"not {self.font_size!r}")
         object.__setattr__(self, "chat", {**chat_defaults(), **check_settings(self.chat)})
 
-    def engine_config(self) -> EngineConfig:
-        return EngineConfig(**{k: getattr(self, k) for k in ENGINE_LIMITS})
+    def engine_config(self, cache_dir: str | None = None) -> EngineConfig:
+        """The limits as an EngineConfig; cache_dir: the prompt cache folder (used
+        unless the disk cache is off)."""
+        limits = {k: getattr(self, k) for k in ENGINE_LIMITS}
+        if not self.disk_cache_mb:
+            limits["disk_cache_mb"], cache_dir = EngineConfig.disk_cache_mb, None
+        return EngineConfig(**limits, cache_dir=cache_dir)
 
     def with_chat(self, **values) -> AppSettings:
         """These settings with some new-conversation defaults changed."""

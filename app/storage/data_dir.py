@@ -19,6 +19,16 @@ def app_folder_name() -> str:
     return "Tandem" if getattr(sys, "frozen", False) else "Tandem-dev"
 
 
+def prompt_cache_dir(data_folder: Path) -> Path:
+    """Where the engine keeps conversations' prompt cache on disk: the user's cache
+    folder (platformdirs.user_cache_dir), or inside a data folder given explicitly
+    (tests, portable installs) so that one never writes into the other."""
+    default = Path(platformdirs.user_data_dir(app_folder_name(), appauthor=False))
+    if Path(data_folder).expanduser().resolve() != default.expanduser().resolve():
+        return Path(data_folder) / "prompt-cache"
+    return Path(platformdirs.user_cache_dir(app_folder_name(), appauthor=False)) / "prompt-cache"
+
+
 def data_dir(override: str | os.PathLike | None = None) -> Path:
     chosen = (override or os.environ.get(ENV_VAR)
               or platformdirs.user_data_dir(app_folder_name(), appauthor=False))

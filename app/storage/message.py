@@ -25,6 +25,7 @@ class Message:
     decode_tok_s: float | None = None
     num_tokens: int | None = None
     prompt_tokens: int | None = None
+    cached_tokens: int | None = None       # prompt tokens reused from the prompt cache
     model: str = ""
     error: str = ""
     created_at: float = field(default_factory=time.time)

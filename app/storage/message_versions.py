@@ -10,7 +10,10 @@ from __future__ import annotations
 from app.storage.message import Message, MessageState
 
 VERSION_FIELDS = ("content", "state", "ttft_s", "decode_tok_s", "num_tokens", "prompt_tokens",
-                  "model", "error", "created_at")
+                  "cached_tokens", "model", "error", "created_at")
+# Fields versions stored by an older release may lack: None (not known), so a version
+# never shows another one's value.
+_OPTIONAL_FIELDS = ("cached_tokens",)
 
 
 def version_record(msg: Message) -> dict:
@@ -52,4 +55,5 @@ def records_from_json(data) -> list[dict]:
     """Stored versions, keeping only known fields; anything malformed reads as none."""
     if not isinstance(data, list) or not all(isinstance(v, dict) for v in data):
         return []
-    return [{k: v.get(k) for k in VERSION_FIELDS if k in v} for v in data]
+    return [{k: v.get(k) for k in VERSION_FIELDS if k in v or k in _OPTIONAL_FIELDS}
+            for v in data]

@@ -1,8 +1,9 @@
 """Brings databases written by older versions up to the current schema.
 
-add_message_versions: messages written before Regenerate kept earlier answers get
-the `versions` (JSON list) and `version` (selected index) columns; each keeps its one
-answer as it was.
+add_missing_message_columns: messages written before a column was added get it:
+`versions` (JSON list) and `version` (selected index) from when Regenerate began to
+keep earlier answers (each old message keeps its one answer as it was), and
+`cached_tokens` (prompt tokens reused from the prompt cache; NULL: not known).
 
 migrate_settings_column: moves conversations written before the JSON settings column into it.
 
@@ -21,6 +22,22 @@ from engine.settings_spec import BY_NAME
 _NEW_TABLE = """CREATE TABLE conversations_new (
     id INTEGER PRIMARY KEY, title TEXT NOT NULL, settings TEXT NOT NULL DEFAULT '{}',
     created_at REAL NOT NULL, updated_at REAL NOT NULL)"""
+
+
+# Message columns added after the first release: name -> SQL type and default.
+_ADDED_MESSAGE_COLUMNS = {"versions": "TEXT NOT NULL DEFAULT '[]'",
+                          "version": "INTEGER NOT NULL DEFAULT 0",
+                          "cached_tokens": "INTEGER"}
+
+
+def add_missing_message_columns(db: sqlite3.Connection) -> list[str]:
+    """Add the message columns an older database lacks; returns their names."""
+    have = {r[1] for r in db.execute("PRAGMA table_info(messages)")}
+    added = [c for c in _ADDED_MESSAGE_COLUMNS if c not in have]
+    with db:
+        for name in added:
+            db.execute(f"ALTER TABLE messages ADD COLUMN {name} {_ADDED_MESSAGE_COLUMNS[name]}")
+    return added
 
 
 def migrate_settings_column(db: sqlite3.Connection) -> bool:
@@ -51,13 +68,3 @@ def migrate_settings_column(db: sqlite3.Connection) -> bool:
         db.execute("PRAGMA foreign_keys=ON")
     return True
 
-
-def add_message_versions(db: sqlite3.Connection) -> bool:
-    """True if the columns were added; False if the table already had them."""
-    columns = [r[1] for r in db.execute("PRAGMA table_info(messages)")]
-    if "versions" in columns:
-        return False
-    with db:
-        db.execute("ALTER TABLE messages ADD COLUMN versions TEXT NOT NULL DEFAULT '[]'")
-        db.execute("ALTER TABLE messages ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
-    return True

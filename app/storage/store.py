@@ -10,7 +10,7 @@ from pathlib import Path
 from app.storage.conversation import Conversation
 from app.storage.message import Message, MessageState
 from app.storage.message_versions import records_from_json, synced_versions
-from app.storage.schema_migration import add_message_versions, migrate_settings_column
+from app.storage.schema_migration import add_missing_message_columns, migrate_settings_column
 from engine.settings_spec import settings_or_defaults
 
 _SCHEMA = """
@@ -24,7 +24,7 @@ CREATE TABLE IF NOT EXISTS messages (
     state TEXT NOT NULL, ttft_s REAL, decode_tok_s REAL, num_tokens INTEGER,
     prompt_tokens INTEGER, model TEXT NOT NULL DEFAULT '', error TEXT NOT NULL DEFAULT '',
     created_at REAL NOT NULL, versions TEXT NOT NULL DEFAULT '[]',
-    version INTEGER NOT NULL DEFAULT 0);
+    version INTEGER NOT NULL DEFAULT 0, cached_tokens INTEGER);
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, position);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 # setting needs no schema change; a stored one the spec no longer has is ignored.
 _CONV_COLS = "title, settings, created_at, updated_at"
 _MSG_COLS = ("role, content, state, ttft_s, decode_tok_s, num_tokens, prompt_tokens, model, "
-             "error, created_at, versions, version")
+             "error, created_at, versions, version, cached_tokens")
 
 
 UNTOUCHED_TITLE = Conversation().title
@@ -74,7 +74,8 @@ class Store:
         self._db.execute("PRAGMA foreign_keys=ON")
         migrate_settings_column(self._db)      # databases written before the JSON column
         self._db.executescript(_SCHEMA)
-        add_message_versions(self._db)         # databases written before Regenerate kept answers
+        # Databases written before Regenerate kept answers or the reused-tokens stat.
+        add_missing_message_columns(self._db)
         self.num_interrupted = self._mark_interrupted()
 
     def _check_integrity(self) -> None:
@@ -164,7 +165,8 @@ class Store:
         with self._db:
             cur = self._db.execute(
                 f"INSERT INTO messages (conversation_id, position, {_MSG_COLS}) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", (conv_id, position, *_msg_values(msg)))
+                f"VALUES (?,?{',?' * len(_msg_values(msg))})",
+                (conv_id, position, *_msg_values(msg)))
             self._db.execute("UPDATE conversations SET updated_at=? WHERE id=?",
                              (time.time(), conv_id))
         return cur.lastrowid
@@ -212,7 +214,7 @@ def _settings_from_json(text: str) -> dict:
 def _msg_values(m: Message) -> tuple:
     return (m.role, m.content, m.state, m.ttft_s, m.decode_tok_s, m.num_tokens,
             m.prompt_tokens, m.model, m.error, m.created_at, json.dumps(synced_versions(m)),
-            m.version)
+            m.version, m.cached_tokens)
 
 
 def _message_from_row(row) -> Message:
@@ -224,7 +226,7 @@ def _message_from_row(row) -> Message:
     return Message(id=row[0], role=row[1], content=row[2], state=row[3], ttft_s=row[4],
                    decode_tok_s=row[5], num_tokens=row[6], prompt_tokens=row[7],
                    model=row[8], error=row[9], created_at=row[10], versions=versions,
-                   version=version)
+                   version=version, cached_tokens=row[13])
 
 
 def _memory_copy(path: Path) -> sqlite3.Connection:

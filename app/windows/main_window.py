@@ -25,6 +25,7 @@ from app.controllers.store_guard import StoreGuard
 from app.status.status_panel import StatusPanel
 from app.status.trace_controller import TraceController
 from app.storage.app_settings import ENGINE_LIMITS, AppSettings
+from app.storage.data_dir import prompt_cache_dir
 from app.storage.store import UNTOUCHED_TITLE
 from app.windows.broadcast_box import BroadcastBox
 from app.windows.export_dialog import export_conversation
@@ -45,6 +46,7 @@ class MainWindow(QMainWindow):
         self.settings = AppSettings.from_dict(store.get_setting("settings", {}))
         self.appearance = appearance_for(QApplication.instance())
         self.appearance.apply(self.settings.theme, self.settings.font_size)
+        self.prompt_cache = prompt_cache_dir(store.path.parent)
         self.sessions = SessionRegistry(store, bridge, self)
         self.api = ServerController(bridge, self)
         self.trace = TraceController(bridge, store.path.parent, telemetry, path=trace_path,
@@ -111,6 +113,7 @@ class MainWindow(QMainWindow):
         self.bridge.load_progress.connect(self._on_bridge_load_progress)
         self.bridge.model_loaded.connect(self._on_bridge_model_loaded)
         self.bridge.load_failed.connect(self._on_bridge_load_failed)
+        self.bridge.cache_notice.connect(self._on_bridge_cache_notice)
         self.api.address_changed.connect(self.status_panel.show_api)
         self.api.error.connect(lambda text: self.show_error(text, "Could not start the API"))
 
@@ -201,7 +204,8 @@ class MainWindow(QMainWindow):
             await self.load_model(picker.chosen)
 
     async def load_model(self, path: str | None) -> bool:
-        ok = await self.bridge.load_model(path, self.settings.engine_config())
+        ok = await self.bridge.load_model(path, self.settings.engine_config(
+            str(self.prompt_cache)))
         if ok and path:
             recent = [path] + [p for p in self.store.get_setting("recent_models", []) if p != path]
             self.store.set_setting("recent_models", recent[:10])
@@ -211,7 +215,7 @@ class MainWindow(QMainWindow):
     @asyncSlot()
     async def open_settings_dialog(self) -> None:
         from app.windows.settings_dialog import SettingsDialog
-        dialog = SettingsDialog(self.settings, self)
+        dialog = SettingsDialog(self.settings, self, cache_dir=self.prompt_cache)
         if dialog.exec():
             old, self.settings = self.settings, dialog.settings()
             self.store.set_setting("settings", self.settings.to_dict())
@@ -240,6 +244,9 @@ class MainWindow(QMainWindow):
         self.about_dialog = AboutDialog(about_info(self.bridge, self.store.path.parent), self)
         self.about_dialog.open()
         return self.about_dialog
+
+    def _on_bridge_cache_notice(self, message: str) -> None:
+        self.show_error(message, "Prompt cache")
 
     def show_error(self, message: str, title: str = "Tandem") -> None:
         """Non-modal, so streaming and the event loop go on."""

@@ -1,5 +1,8 @@
-"""Engine limits and defaults for new conversations."""
+"""Settings: appearance, engine limits (the prompt cache on disk included), defaults
+for new conversations and the local API."""
 from __future__ import annotations
+
+from pathlib import Path
 
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -7,21 +10,53 @@ from PySide6.QtWidgets import (
     QDialog,
     QFormLayout,
     QGroupBox,
+    QHBoxLayout,
     QLabel,
+    QPushButton,
     QVBoxLayout,
 )
 
 from app.storage.app_settings import FONT_SIZES, MIN_KV_BUDGET_MB, THEME_CHOICES, AppSettings
 from app.windows.sampling_fields import SamplingFields, ok_cancel, spin
+from engine.cache.disk_cache import clear_folder, folder_usage
 
 AUTOMATIC = "Automatic (sized from free memory)"
+OFF = "Off (memory only)"
 
 
 class SettingsDialog(QDialog):
-    def __init__(self, settings: AppSettings, parent=None):
+    def __init__(self, settings: AppSettings, parent=None, cache_dir: Path | None = None):
+        """cache_dir: the prompt cache folder whose use is shown (None: not shown)."""
         super().__init__(parent)
+        self.cache_dir = cache_dir
         self.setWindowTitle("Settings")
         s = settings
+        self.fields = SamplingFields(s.chat)
+        defaults = QFormLayout()
+        self.fields.add_rows(defaults)
+        layout = QVBoxLayout(self)
+        for title, form in (("Appearance", self._looks_form(s)),
+                            ("Engine", self._engine_form(s)),
+                            ("New conversations", defaults), ("Local API", self._api_form(s))):
+            group = QGroupBox(title)
+            group.setLayout(form)
+            layout.addWidget(group)
+        layout.addWidget(ok_cancel(self))
+
+    def _looks_form(self, s: AppSettings) -> QFormLayout:
+        self.theme = QComboBox()
+        for choice in THEME_CHOICES:
+            self.theme.addItem(choice.title(), choice)
+        self.theme.setCurrentIndex(THEME_CHOICES.index(s.theme))
+        self.theme.setToolTip("System follows your computer's light or dark setting")
+        self.font_size = spin(FONT_SIZES.start, FONT_SIZES.stop - 1, s.font_size)
+        self.font_size.setSuffix(" px")
+        form = QFormLayout()
+        form.addRow("Theme", self.theme)
+        form.addRow("Font size", self.font_size)
+        return form
+
+    def _engine_form(self, s: AppSettings) -> QFormLayout:
         self.max_num_seqs = spin(1, 256, s.max_num_seqs)
         # 0 shows "Automatic": the engine sizes the KV cache from free memory.
         self.kv_budget_mb = spin(0, 1_048_576, s.kv_budget_mb or 0, 256)
@@ -31,37 +66,34 @@ class SettingsDialog(QDialog):
         self.kv_budget_mb.setKeyboardTracking(False)
         self.kv_budget_mb.valueChanged.connect(self._snap_kv_budget)
         self.prefill_chunk = spin(16, 65536, s.prefill_chunk, 64)
-        self.fields = SamplingFields(s.chat)
-        self.theme = QComboBox()
-        for choice in THEME_CHOICES:
-            self.theme.addItem(choice.title(), choice)
-        self.theme.setCurrentIndex(THEME_CHOICES.index(s.theme))
-        self.theme.setToolTip("System follows your computer's light or dark setting")
-        self.font_size = spin(FONT_SIZES.start, FONT_SIZES.stop - 1, s.font_size)
-        self.font_size.setSuffix(" px")
-        looks = QFormLayout()
-        looks.addRow("Theme", self.theme)
-        looks.addRow("Font size", self.font_size)
-        engine = QFormLayout()
-        engine.addRow("Max concurrent sequences", self.max_num_seqs)
-        engine.addRow("KV cache memory", self.kv_budget_mb)
-        engine.addRow("Prefill chunk (tokens)", self.prefill_chunk)
-        engine.addRow(QLabel("The KV cache holds the conversations' context: its size in MB "
-                             "bounds how many tokens fit at once (Automatic: sized from "
-                             "free memory when the model loads).\n"
-                             "Engine limits apply when a model is (re)loaded.",
-                             objectName="hint", wordWrap=True))
-        defaults = QFormLayout()
-        self.fields.add_rows(defaults)
-        api = self._api_form(s)
-        buttons = ok_cancel(self)
-        layout = QVBoxLayout(self)
-        for title, form in (("Appearance", looks), ("Engine", engine),
-                            ("New conversations", defaults), ("Local API", api)):
-            group = QGroupBox(title)
-            group.setLayout(form)
-            layout.addWidget(group)
-        layout.addWidget(buttons)
+        form = QFormLayout()
+        form.addRow("Max concurrent sequences", self.max_num_seqs)
+        form.addRow("KV cache memory", self.kv_budget_mb)
+        form.addRow("Prefill chunk (tokens)", self.prefill_chunk)
+        self._add_disk_cache_rows(form, s)
+        form.addRow(QLabel("The KV cache holds the conversations' context: its size in MB "
+                           "bounds how many tokens fit at once (Automatic: sized from "
+                           "free memory when the model loads). The prompt cache on disk "
+                           "lets conversations resume after a restart without reading "
+                           "their history again; the oldest entries go when it is full.\n"
+                           "Engine limits apply when a model is (re)loaded.",
+                           objectName="hint", wordWrap=True))
+        return form
+
+    def _add_disk_cache_rows(self, form: QFormLayout, s: AppSettings) -> None:
+        # 0 shows "Off": conversations are cached in memory only.
+        self.disk_cache_mb = spin(0, 1_048_576, s.disk_cache_mb, 512)
+        self.disk_cache_mb.setSpecialValueText(OFF)
+        self.disk_cache_mb.setSuffix(" MB")
+        self.disk_usage = QLabel(objectName="hint")
+        self.clear_button = QPushButton("Clear", clicked=self.clear_disk_cache)
+        form.addRow("Prompt cache on disk", self.disk_cache_mb)
+        if self.cache_dir is not None:
+            row = QHBoxLayout()
+            row.addWidget(self.disk_usage, 1)
+            row.addWidget(self.clear_button)
+            form.addRow("", row)
+            self.show_disk_usage()
 
     def _snap_kv_budget(self, value: int) -> None:
         if 0 < value < MIN_KV_BUDGET_MB:
@@ -80,11 +112,22 @@ class SettingsDialog(QDialog):
                            "your chats.", objectName="hint", wordWrap=True))
         return form
 
+    def show_disk_usage(self) -> None:
+        used = folder_usage(self.cache_dir)
+        self.disk_usage.setText(f"{used / (1 << 20):,.1f} MB used in {self.cache_dir}")
+        self.clear_button.setEnabled(used > 0)
+
+    def clear_disk_cache(self) -> None:
+        """Delete the cached conversations (a loaded model treats them as misses)."""
+        clear_folder(self.cache_dir)
+        self.show_disk_usage()
+
     def settings(self) -> AppSettings:
         kv = self.kv_budget_mb.value()
         return AppSettings(max_num_seqs=self.max_num_seqs.value(),
                            kv_budget_mb=max(kv, MIN_KV_BUDGET_MB) if kv else None,
                            prefill_chunk=self.prefill_chunk.value(),
+                           disk_cache_mb=self.disk_cache_mb.value(),
                            serve_api=self.serve_api.isChecked(),
                            api_port=self.api_port.value(),
                            theme=self.theme.currentData(), font_size=self.font_size.value(),

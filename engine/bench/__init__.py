@@ -11,4 +11,6 @@ way in from the product is ``python -m engine bench``, which engine/cli.py hands
   through ``Engine.from_model``.
 - ``python -m engine.bench.profile_ops``: primitives per decode step, ours vs mlx-lm.
 - ``python -m engine.bench.trace_cost``: what trace recording costs the engine thread.
+- ``python -m engine.bench.disk_cache_ttft``: a resumed conversation's time to first
+  token after a restart, with the disk prompt cache, from memory and without.
 """

@@ -15,15 +15,39 @@ need are queued here and handed out by ``take_copies``: a page shared with a
 kept turn that its new owner writes into (copy on write), and the state slot a
 snapshot keeps (recurrent states cannot rewind). The scheduler puts them in the
 step plan; the runner performs them before the step's forward.
+
+With a disk cache (disk_cache.py), a prompt that continues a turn kept on disk longer
+than any kept in memory gets fresh pages and a slot here, and the arrays read back
+go into them by a DiskLoad in the plan's copies; a turn kept in memory is also
+written to disk by a DiskSave there (the runner gathers its pages and state before
+the plan's other copies, loads and forward can overwrite them; the step loop hands
+numpy copies to the disk cache's writer). Pages never change hands outside this class.
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
 
+from engine.cache.disk_cache import DiskCache, DiskPayload
 from engine.cache.page_pool import PagePool, SlotPool
 from engine.cache.prefix_cache import CacheEntry, PrefixCache
 from engine.core.sequence import Sequence
+
+
+@dataclass(frozen=True)
+class DiskLoad:
+    """Arrays read from disk, to write into a new owner's pages and slot."""
+    pages: list[int]             # covering payload.num_tokens tokens
+    slot: int | None
+    payload: DiskPayload
+
+
+@dataclass(frozen=True)
+class DiskSave:
+    """A kept turn to write to disk: its ids, the pages holding their K/V, its slot."""
+    ids: tuple[int, ...]
+    pages: list[int]
+    slot: int | None
 
 
 @dataclass
@@ -31,15 +55,19 @@ class DeviceCopies:
     """Copies the runner performs before a forward, in this order."""
     pages: list[tuple[int, int]] = field(default_factory=list)    # (src, dst) KV pages
     states: list[tuple[int, int]] = field(default_factory=list)   # (src, dst) state slots
+    loads: list[DiskLoad] = field(default_factory=list)           # disk -> pool
+    saves: list[DiskSave] = field(default_factory=list)           # pool -> disk
 
     def __bool__(self) -> bool:
-        return bool(self.pages or self.states)
+        return bool(self.pages or self.states or self.loads or self.saves)
 
 
 class CacheManager:
     def __init__(self, num_pages: int, page_size: int, num_slots: int,
-                 keep_turns: int | None, exact_prefix_only: bool):
-        """keep_turns: finished turns kept for their conversation's next turn (None: none)."""
+                 keep_turns: int | None, exact_prefix_only: bool,
+                 disk: DiskCache | None = None):
+        """keep_turns: finished turns kept for their conversation's next turn (None: none).
+        disk: where kept turns are also written and looked up (needs keep_turns)."""
         self.pages = PagePool(num_pages, page_size)
         self.slots = SlotPool(num_slots)
         self.prefix = (PrefixCache(exact_prefix_only, keep_turns)
@@ -50,6 +78,9 @@ class CacheManager:
         # Snapshots are taken after the plan that reads a prompt's last chunk took its
         # copies: the state exists only after that forward, so they go into the next plan.
         self._state_copies: list[tuple[int, int]] = []
+        self.disk = disk if self.prefix is not None else None
+        self._loads: list[DiskLoad] = []
+        self._saves: list[DiskSave] = []
 
     # -- sizes ------------------------------------------------------------------
     @property
@@ -61,28 +92,45 @@ class CacheManager:
         return self.prefix.num_pages if self.prefix else 0
 
     # -- admission ----------------------------------------------------------------
-    def match(self, seq: Sequence) -> tuple[CacheEntry | None, int]:
-        """(kept turn, tokens it covers) for seq's prompt, or (None, 0).
+    def match(self, seq: Sequence) -> tuple[CacheEntry | DiskPayload | None, int]:
+        """(kept turn in memory or read from disk, tokens it covers) for seq's prompt,
+        or (None, 0).
 
-        Matching walks the prompt's ids in Python; a waiting prompt is asked about every
-        step, so the answer is kept until the kept turns or the prompt change.
+        Matching walks the prompt's ids; a waiting prompt is asked about every step, so
+        the answer (a disk entry's arrays included) is kept until the kept turns or the
+        prompt change.
         """
         if self.prefix is None:
             return None, 0
         key = (self.prefix.version, seq.num_tokens)
         known = self._matches.get(seq.request_id)
         if known is None or known[0] != key:
-            known = (key, self.prefix.match(seq.all_ids))
+            known = (key, self._match(seq.all_ids))
             self._matches[seq.request_id] = known
         return known[1]
+
+    def _match(self, ids: list[int]) -> tuple[CacheEntry | DiskPayload | None, int]:
+        """The longer of the memory and the disk match; a disk file that fails its
+        checks is deleted and misses."""
+        entry, n = self.prefix.match(ids)
+        if self.disk is not None:
+            found, n_disk = self.disk.match(ids, self.prefix.exact_prefix_only)
+            if found is not None and n_disk > n:
+                payload = self.disk.load(found, n_disk)
+                if payload is not None:
+                    return payload, n_disk
+        return entry, n
 
     def can_allocate(self, seq: Sequence) -> bool:
         """Room for seq's whole prompt plus one token, evicting kept turns if needed."""
         entry, reuse = self.match(seq)
-        need = self.pages.pages_for(seq.num_tokens + 1) - self.pages.pages_for(reuse)
-        if entry is not None and reuse % self.page_size:
-            need += 1   # a shared page the new owner writes into is copied first
-        while not (self.pages.can_allocate(need) and (entry or self.slots.num_free)):
+        kept = isinstance(entry, CacheEntry)
+        need = self.pages.pages_for(seq.num_tokens + 1)
+        if kept:
+            need -= self.pages.pages_for(reuse)
+            if reuse % self.page_size:
+                need += 1   # a shared page the new owner writes into is copied first
+        while not (self.pages.can_allocate(need) and (kept or self.slots.num_free)):
             if not self.evict_lru(keep=entry):
                 return False
         return True
@@ -92,11 +140,14 @@ class CacheManager:
         tokens whose K/V and state came from a kept turn."""
         entry, reuse = self.match(seq)
         self._matches.pop(seq.request_id, None)
-        if entry is not None:
+        if isinstance(entry, CacheEntry):
             pages, slot = self._take(entry, reuse)
         else:
-            pages, slot, reuse = [], self.slots.allocate(), 0
+            pages, slot = [], self.slots.allocate()
+            reuse = entry.num_tokens if entry is not None else 0
         pages += self.pages.allocate(self.pages.pages_for(seq.num_tokens + 1) - len(pages))
+        if isinstance(entry, DiskPayload):
+            self._loads.append(DiskLoad(pages[:self.pages.pages_for(reuse)], slot, entry))
         seq.pages, seq.slot = pages, slot
         self._holders[seq.request_id] = seq
         return reuse
@@ -174,6 +225,9 @@ class CacheManager:
 
     def _put(self, ids: list[int], pages: list[int], slot: int | None) -> None:
         self.prefix.put(ids, pages, slot)
+        if self.disk is not None and self.disk.writing and not self.disk.has(tuple(ids)):
+            # Gathered by the next plan, before any forward that could overwrite it.
+            self._saves.append(DiskSave(tuple(ids), list(pages), slot))
         while self.prefix.is_over_capacity:
             self.evict_lru()
 
@@ -181,9 +235,14 @@ class CacheManager:
         """The copies due before the next forward: copy-on-write pages of this plan's
         admissions, and the states of snapshots taken since the last call (by the
         previous plan: the scheduler snapshots after taking a plan's copies)."""
-        copies = DeviceCopies(self._page_copies, self._state_copies)
-        self._page_copies, self._state_copies = [], []
+        copies = DeviceCopies(self._page_copies, self._state_copies, self._loads, self._saves)
+        self._page_copies, self._state_copies, self._loads, self._saves = [], [], [], []
         return copies
+
+    @property
+    def has_pending_saves(self) -> bool:
+        """Kept turns waiting to be gathered for the disk (the engine steps once more)."""
+        return bool(self._saves)
 
     # -- eviction: the one place ------------------------------------------------------
     def evict_lru(self, keep: CacheEntry | None = None) -> bool:

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from engine.arith import ceil_div
 from engine.cache.kv_budget import num_pages_for
+from engine.cache.model_identity import open_disk_cache, weights_mode
 from engine.config import EngineConfig
-from engine.core.inbox import Cancel, Close, Logits, Message, Submit
+from engine.core.inbox import CacheNotice, Cancel, Close, Logits, Message, Submit
 from engine.core.mlx_threads import clear_thread_streams
 from engine.core.output_stream import OutputStream
 from engine.core.sampler import RowSampler
@@ -26,7 +27,14 @@ from engine.core.sequence import Sequence
 from engine.core.step_loop import Request, StepLoop
 from engine.core.warm_up import should_warm_up, warm_up
 from engine.errors import EngineClosedError, InvalidRequestError, PromptTooLongError
-from engine.events import ErrorEvent, FinishedEvent, LoadProgress, SubmittedEvent, TokenEvent
+from engine.events import (
+    CacheNoticeEvent,
+    ErrorEvent,
+    FinishedEvent,
+    LoadProgress,
+    SubmittedEvent,
+    TokenEvent,
+)
 from engine.handle import Completion, RequestHandle
 from engine.loading.model_bundle import InMemoryModel, ModelBundle, load_bundle
 from engine.sampling_params import SamplingParams
@@ -234,7 +242,10 @@ class Engine:
             spec = bundle.model.cache_spec()
             self.num_pages = num_pages_for(self.config, spec)
             self.kv_page_bytes = self.config.page_size * spec.kv_bytes_per_token()
-            loop = StepLoop(bundle.model, self.config, self._emit, self.num_pages)
+            # Takes the pool's memory and opens the disk cache; the warm-up then writes
+            # only the scratch page and slot, so nothing read from disk is touched.
+            loop = StepLoop(bundle.model, self.config, self._emit, self.num_pages,
+                            disk_cache=self._disk_opener(model, bundle, quantize_bits))
             report = on_progress or (lambda p: None)
             if should_warm_up(self.config):
                 warm_up(loop.runner, self.config, report)
@@ -254,6 +265,33 @@ class Engine:
                 loop.step_failed(f"The engine failed while running this request: "
                                  f"{type(e).__name__}: {e}")
         loop.cancel_all()
+        self._close_disk_cache(loop)
+
+    def _disk_opener(self, model, bundle: ModelBundle, quantize_bits: int | None):
+        """Opens the disk cache (EngineConfig.cache_dir) for the loaded model's layout;
+        None for a model built in memory (its weights are no files to identify it by)."""
+        if isinstance(model, InMemoryModel):
+            return None
+        recurrent = bool(bundle.model.cache_spec().state_layers)
+        weights = weights_mode(quantize_bits, bundle.weights.get("mode", ""))
+        notify = self._send_notice
+        return lambda schema: open_disk_cache(self.config, bundle.path, bundle.config,
+                                              weights, schema, recurrent, notify)
+
+    def _send_notice(self, message: str) -> None:
+        self._send(CacheNotice(message))   # listeners hear it on the engine thread
+
+    @staticmethod
+    def _close_disk_cache(loop: StepLoop) -> None:
+        """Write the turns kept since the last step (the replies cancel_all just ended
+        included), then let the disk cache's writer finish."""
+        if loop.disk is None:
+            return
+        try:
+            loop.save_kept_turns()
+        except Exception:     # closing must not fail because of the cache
+            traceback.print_exc()
+        loop.disk.close()
 
     def _drain(self, loop: StepLoop, block: bool) -> bool:
         """Apply queued messages; False once closing."""
@@ -274,6 +312,8 @@ class Engine:
             loop.add(message.request)
         elif isinstance(message, Cancel):
             loop.cancel(message.request_id)
+        elif isinstance(message, CacheNotice):
+            self._emit(CacheNoticeEvent(message.message))
         elif isinstance(message, Logits):
             try:
                 message.future.set_result(loop.runner.full_logits(list(message.token_ids)))

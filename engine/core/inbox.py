@@ -25,8 +25,14 @@ class Logits:
 
 
 @dataclass(frozen=True)
+class CacheNotice:
+    """From the disk cache's writer thread: a message for the listeners."""
+    message: str
+
+
+@dataclass(frozen=True)
 class Close:
     pass
 
 
-Message = Submit | Cancel | Logits | Close
+Message = Submit | Cancel | Logits | CacheNotice | Close

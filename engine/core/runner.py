@@ -11,6 +11,7 @@ from engine.arith import ceil_div
 from engine.cache.cache_manager import DeviceCopies
 from engine.config import EngineConfig
 from engine.core.batch_view import BatchView
+from engine.core.disk_transfer import gather_save, write_load
 from engine.core.sequence import Sequence
 from engine.core.shapes import padded_batch, padded_chunk
 from engine.models.base import ModelCache
@@ -134,12 +135,24 @@ class Runner:
         logits, _ = self.forward(tokens, self.build_view(rows, T))
         return logits[:, -1, :]
 
-    def copy(self, copies: DeviceCopies) -> None:
-        """A plan's device-side copies, queued before its forward (lazy)."""
+    def copy(self, copies: DeviceCopies) -> list[tuple]:
+        """A plan's device-side copies, queued before its forward (lazy). Returns each
+        DiskSave with its gathered arrays (evaluate them with the step).
+
+        Saves are gathered first: a kept turn evicted while planning may have had its
+        pages and slot handed out again, and this plan's copies and loads write into
+        them. A snapshot's state is read from the slot its copy comes from.
+        """
+        snapshot_source = {dst: src for src, dst in copies.states}
+        saves = [(save, gather_save(self.cache, save, snapshot_source.get(save.slot, save.slot)))
+                 for save in copies.saves]
         if copies.pages:
             self.copy_pages(copies.pages)
         for src, dst in copies.states:
             self.copy_state_slot(src, dst)
+        for load in copies.loads:
+            write_load(self.cache, load)
+        return saves
 
     def copy_pages(self, pairs: list[tuple[int, int]]) -> None:
         """Copy whole KV pages (src -> dst) in every attention layer (copy on write)."""

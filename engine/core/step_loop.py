@@ -11,6 +11,7 @@ import mlx.core as mx
 
 from engine.cache.cache_manager import CacheManager
 from engine.config import EngineConfig
+from engine.core.disk_transfer import HostCopies, schema
 from engine.core.output_stream import OutputStream
 from engine.core.prefill_budget import PrefillBudget
 from engine.core.runner import Runner
@@ -23,6 +24,9 @@ from engine.events import ErrorEvent, FinishedEvent, RequestStats, StepEvent, To
 POOL_FULL_NOTE = ("The reply filled the whole KV cache and was cut here; raise the KV "
                   "budget in Settings (or shorten the conversation) for longer replies.")
 
+# Bytes of kept turns copied to the host per busy step (~10 ms of memcpy).
+HOST_COPY_BYTES = 32 << 20
+
 
 class Request:
     """Engine-side state of one request: its sequence, sampler and output stream."""
@@ -33,21 +37,31 @@ class Request:
 
 class StepLoop:
     def __init__(self, model, config: EngineConfig, emit: Callable[[object], None],
-                 num_pages: int):
-        """num_pages: the KV pool's size, page 0 included (kv_budget.num_pages_for)."""
+                 num_pages: int, disk_cache=None):
+        """num_pages: the KV pool's size, page 0 included (kv_budget.num_pages_for).
+        disk_cache: a DiskCache kept turns are written to and read back from, or a
+        function of the cache schema (disk_transfer.schema) that opens one."""
         self.config = config
         self.runner = Runner(model, config, num_pages)
+        # The pool's memory is taken now, while the model loads, not during the first
+        # request (2.4 GB of zeros cost ~4 s on a CPU: a restarted conversation's TTFT).
+        mx.eval(self.runner.cache_arrays())
+        self.schema = schema(self.runner.cache)
+        if callable(disk_cache):
+            disk_cache = disk_cache(self.schema)
+        self.disk = disk_cache
+        self.host_copies = HostCopies(disk_cache, self.schema)
         # Recurrent states cannot be rewound: such models reuse whole kept turns only.
         recurrent = bool(model.cache_spec().state_layers)
         self.cache = CacheManager(
             num_pages, config.page_size, config.num_state_slots,
             keep_turns=config.num_cached_turns if config.prefix_cache else None,
-            exact_prefix_only=recurrent)
+            exact_prefix_only=recurrent, disk=disk_cache)
         self.scheduler = Scheduler(config, self.cache)
         self.requests: dict[int, Request] = {}
         self.emit = emit          # every event, once (Engine._emit routes it)
         self.num_steps = 0
-        # The step whose tokens are still on the device: (plan, sampled, t_start).
+        # The step whose tokens are still on the device: (plan, sampled, t_start, saves).
         self._inflight = None
         self._current: StepPlan | None = None    # the plan being queued (step_failed)
         self._completing: StepPlan | None = None # the plan being read back (step_failed)
@@ -56,7 +70,8 @@ class StepLoop:
 
     @property
     def has_work(self) -> bool:
-        return self.scheduler.has_work
+        """Requests to run, or kept turns still to gather or copy for the disk cache."""
+        return self.scheduler.has_work or self.cache.has_pending_saves or bool(self.host_copies)
 
     def add(self, request: Request) -> None:
         self.requests[request.seq.request_id] = request
@@ -78,20 +93,25 @@ class StepLoop:
             req = self.requests[seq.request_id]
             self._finish(req, "length", req.stream.finish(), POOL_FULL_NOTE)
         self._current = plan
-        self.runner.copy(plan.copies)   # even for an empty plan: they are due now
+        saves = self.runner.copy(plan.copies)   # even for an empty plan: they are due now
         if plan.is_empty:
+            self._current = None        # it involves no request
             self.flush()
+            self._hand_to_disk(saves)
+            self.host_copies.pump(float("inf"))     # idle: nothing to stall
             return
         t0 = time.perf_counter()
-        sampled = self._run(plan)
-        previous, self._inflight = self._inflight, (plan, sampled, t0)
+        sampled = self._run(plan, [a for _, arrays in saves for a in arrays.values()])
+        previous, self._inflight = self._inflight, (plan, sampled, t0, saves)
         if previous is not None:
             self._complete(previous, t_end=t0)
         # Nothing left to run: read the last step now, or it would last until the next
         # request arrives and span the idle time between (a step is not idle time).
-        if not self._can_pipeline() or not self.has_work:
+        # Host copies still due for the disk cache are not a step to run.
+        if not self._can_pipeline() or not self.scheduler.has_work:
             self.flush()
         self._current = None
+        self.host_copies.pump(HOST_COPY_BYTES)
 
     def _plan(self) -> StepPlan:
         """The scheduler's plan; when it must preempt while step n-1's tokens are still
@@ -118,17 +138,32 @@ class StepLoop:
         # The repetition penalty needs every earlier token on the host before sampling.
         return all(r.sampler.params.repetition_penalty == 1.0 for r in self.requests.values())
 
+    def save_kept_turns(self) -> None:
+        """Gather kept turns not yet written and hand them to the disk cache (closing)."""
+        self.flush()
+        self._hand_to_disk(self.runner.copy(self.cache.take_copies()))
+        self.host_copies.pump(float("inf"))
+
+    def _hand_to_disk(self, saves) -> None:
+        """Queue evaluated gathered saves for their host copies (HostCopies)."""
+        if not saves or self.disk is None:
+            return
+        mx.eval([a for _, arrays in saves for a in arrays.values()])
+        self.host_copies.add(saves)
+
     def _complete(self, inflight, t_end: float | None) -> None:
-        plan, sampled, t0 = inflight
+        plan, sampled, t0, saves = inflight
         self._completing = plan          # involved if reading it back raises
+        self._hand_to_disk(saves)          # evaluated with that step
         self._postprocess(plan, sampled)
         self._completing = None
         # A step lasts until the next one starts: the cadence a stream sees.
         self._emit_step(plan, t0, t_end or time.perf_counter())
 
     # -- run ----------------------------------------------------------------
-    def _run(self, plan: StepPlan) -> list[tuple[Request, mx.array, int]]:
-        """Queue the step's forwards on the device; returns (request, ids, row) to read."""
+    def _run(self, plan: StepPlan, extra: list[mx.array]) -> list[tuple[Request, mx.array, int]]:
+        """Queue the step's forwards on the device (and `extra` arrays to evaluate with
+        them); returns (request, ids, row) to read."""
         out = []
         if plan.decode:
             reqs = [self.requests[s.request_id] for s in plan.decode]
@@ -140,7 +175,7 @@ class StepLoop:
             s.num_computed = s.num_tokens
         for req, ids, row in out:
             req.seq.pending.append((ids, row))
-        mx.async_eval([ids for _, ids, _ in out] + self.runner.cache_arrays())
+        mx.async_eval([ids for _, ids, _ in out] + self.runner.cache_arrays() + extra)
         return out
 
     def _run_prefill(self, chunks) -> list[tuple[Request, mx.array, int]]:

@@ -77,3 +77,17 @@ def test_bad_stored_settings_fall_back_to_defaults(tmp_path):
     loaded = store.conversation(conv.id)
     assert loaded.settings["temperature"] == Conversation().settings["temperature"]
     assert loaded.settings["top_p"] == 0.5 and "gone" not in loaded.settings
+
+
+def test_messages_stored_before_the_reused_figure_open_and_take_it(tmp_path):
+    _old_database(tmp_path)
+    store = Store(tmp_path)
+    old = store.messages(3)[0]
+    assert old.content == "a river poem" and old.cached_tokens is None
+    msg_id = store.add_message(3, 1, Message("assistant", "flowing", prompt_tokens=1060,
+                                             cached_tokens=1024))
+    store.close()
+    again = Store(tmp_path)                   # the column is added once, then kept
+    reply = [m for m in again.messages(3) if m.id == msg_id][0]
+    assert (reply.cached_tokens, reply.prompt_tokens) == (1024, 1060)
+    again.close()

@@ -23,7 +23,7 @@ class _NoDetok:
 class Harness:
     """Add sequences at chosen steps; keep every logits row each request produced."""
 
-    def __init__(self, model, **config):
+    def __init__(self, model, disk=None, **config):
         # The prompt budget follows measured step times; tests need the same plan on any
         # machine, so it is off here (always a whole chunk) and tested on its own.
         self.config = EngineConfig(**{"num_pages": 256, "page_size": 4,
@@ -31,7 +31,7 @@ class Harness:
         self.steps = []           # StepEvents
         self.events = []          # request events
         self.loop = StepLoop(model, self.config, emit=self._collect,
-                             num_pages=self.config.num_pages)
+                             num_pages=self.config.num_pages, disk_cache=disk)
         self.logits: dict[int, list[mx.array]] = {}
         self.seqs: dict[int, Sequence] = {}
         self._wrap_runner()
