@@ -120,3 +120,16 @@ def test_a_broken_versions_value_reads_as_one_answer(tmp_path):
     store._db.execute("UPDATE messages SET versions='not json', version=5 WHERE id=?", (msg_id,))
     msg = store.messages(conv.id)[0]
     assert (msg.content, msg.versions, msg.version) == ("only", [], 0)
+
+
+def test_each_version_keeps_its_own_reused_prompt_tokens(tmp_path):
+    """A regenerated answer's "reused N of M" is its own; a version stored before the
+    figure existed shows none rather than another version's."""
+    from app.storage.message_versions import records_from_json, with_new_version, with_version
+    first = Message("assistant", "one", prompt_tokens=100, cached_tokens=90)
+    second = with_new_version(first, "m")
+    second.cached_tokens, second.prompt_tokens = 40, 100
+    assert with_version(second, 0).cached_tokens == 90
+    assert with_version(second, 1).cached_tokens == 40
+    old = records_from_json([{"content": "a", "state": "done"}, {"content": "b"}])
+    assert with_version(second.copy(versions=old, version=1), 0).cached_tokens is None

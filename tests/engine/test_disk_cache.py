@@ -295,3 +295,37 @@ def test_after_the_folder_is_cleared_a_running_engine_misses_and_writes_again(tm
     h.run()
     assert seq.num_cached == 0 and seq.output_ids          # a miss, never an error
     disk.close()
+
+
+def test_a_failed_step_drops_its_saves_and_the_loop_goes_on_writing(tmp_path):
+    """The step that gathers turn 1's save raises (a new prompt in it is the culprit):
+    that prompt fails, the save is lost, and the next turn is kept and written."""
+    disk = DiskCache(tmp_path, KEY, 1 << 30)
+    h = Harness(tiny_llama(), disk=disk)
+    first = h.add(1, TURN1, 5)
+    while first.status.name != "FINISHED":
+        h.loop.step()
+    assert h.loop.cache.has_pending_saves
+    prefill = h.loop.runner.prefill
+    h.loop.runner.prefill = lambda chunks: (_ for _ in ()).throw(RuntimeError("bad input"))
+    h.add(2, NEW_MESSAGE, 5)
+    with pytest.raises(RuntimeError):
+        h.loop.step()
+    h.loop.step_failed("failed: bad input")
+    h.loop.runner.prefill = prefill
+    assert not h.loop.cache.has_pending_saves and not h.loop.host_copies
+    h.loop.cache.check_invariants()
+    follow = TURN1 + first.output_ids + NEW_MESSAGE
+    again = h.add(3, follow, 5)
+    h.run()
+    h.loop.save_kept_turns()
+    disk.close()
+    ends = {e.request_id: e for e in h.events if e.__class__.__name__ == "FinishedEvent"}
+    assert ends[2].reason == "error" and ends[3].reason == "length"
+    assert again.num_cached > 0                            # turn 1 still kept in memory
+    [stored] = _stored_ids(tmp_path)                       # turn 3, written after all
+    assert stored[:len(follow)].tolist() == follow and len(stored) > len(follow)
+
+
+def _stored_ids(folder):
+    return [disk_format.read_ids(str(path), KEY)[0] for path, _, _ in list_files(folder)]

@@ -62,3 +62,28 @@ def test_a_full_disk_is_announced_and_generation_goes_on(folder, tmp_path, monke
         out = engine.generate([HISTORY + [3, 4]], GREEDY)[0]
     assert out.token_ids and out.stats.cached_tokens > 0   # memory cache still on
     assert len(notices) == 1 and "full" in notices[0].message
+
+
+def test_a_reply_ended_by_close_is_on_disk_for_the_next_engine(folder, tmp_path):
+    """close() ends a streaming reply as "cancelled"; its turn is kept, so it is written
+    before the writer stops: the next engine resumes the conversation from disk."""
+    engine = Engine.load(folder, config(tmp_path))
+    handle = engine.submit(HISTORY, SamplingParams(max_tokens=200, temperature=0.0))
+    engine.add_listener(lambda ev: ev.__class__.__name__ == "TokenEvent" and engine.close())
+    cut = handle.result(30)
+    engine._thread.join(30)                 # the disk cache's writer is done with it
+    assert cut.finish_reason == "cancelled" and 0 < len(cut.token_ids) < 200
+    assert list_files(tmp_path)
+    follow = HISTORY + list(cut.token_ids) + [11, 12, 13]
+    resumed = run(folder, config(tmp_path), follow)
+    assert resumed.stats.cached_tokens >= len(HISTORY)
+    assert resumed.token_ids == run(folder, config(), follow).token_ids
+
+
+def test_cpu_dense_and_quantized_weights_never_share_entries(tmp_path):
+    """Their K/V differ in the last bits: the weights mode is part of the model key."""
+    from engine.cache.model_identity import model_key, weights_mode
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    keys = {model_key(tmp_path, {"a": 1}, weights_mode(None, mode), "layout")
+            for mode in ("dense", "quantized", "as loaded")}
+    assert len(keys) == 3
