@@ -11,6 +11,7 @@ import contextlib
 import signal
 import sys
 
+from engine.config import EngineConfig
 from engine.errors import TandemError
 from engine.server.api_server import ApiServer
 from engine.server.engine_source import EngineHolder
@@ -24,22 +25,29 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--api-key", default=None,
                    help="require 'Authorization: Bearer KEY' on every request")
+    p.add_argument("--cache-dir", default=None,
+                   help="keep finished requests' prompt cache in this folder, so a client's "
+                        "next turn (also after a restart) reads only its new tokens")
+    p.add_argument("--disk-cache-mb", type=int, default=EngineConfig.disk_cache_mb,
+                   help="the --cache-dir folder's budget in MB (least recently used go)")
 
 
 def run_serve(args) -> int:
     try:
         config = ServerConfig(host=args.host, port=args.port, api_key=args.api_key)
+        engine_config = EngineConfig(cache_dir=args.cache_dir, disk_cache_mb=args.disk_cache_mb)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(serve(args.model, config))
+        return asyncio.run(serve(args.model, config, engine_config=engine_config))
     except KeyboardInterrupt:
         return 0
 
 
 async def serve(model: str | None, config: ServerConfig,
-                ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> int:
+                ready: asyncio.Event | None = None, stop: asyncio.Event | None = None,
+                engine_config: EngineConfig | None = None) -> int:
     """Listen, load `model`, serve until `stop` is set (or the task is cancelled)."""
     holder = EngineHolder()
     server = ApiServer(holder, config)
@@ -52,7 +60,7 @@ async def serve(model: str | None, config: ServerConfig,
           file=sys.stderr)
     try:
         holder.engine = await asyncio.get_running_loop().run_in_executor(
-            None, _load_engine, model)
+            None, _load_engine, model, engine_config)
     except TandemError as e:
         print(f"error: {e}", file=sys.stderr)
         await server.stop()
@@ -73,6 +81,6 @@ async def serve(model: str | None, config: ServerConfig,
     return 0
 
 
-def _load_engine(model: str | None):
+def _load_engine(model: str | None, engine_config: EngineConfig | None):
     from engine.core.engine import Engine
-    return Engine.load(model)
+    return Engine.load(model, engine_config)
