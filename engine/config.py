@@ -39,6 +39,11 @@ class EngineConfig:
     # Run every fixed decode/prefill shape once at load (engine/core/warm_up.py), so MLX
     # compiles their kernels then; None: on a GPU only (the CPU compiles nothing per shape).
     warm_up: bool | None = None
+    # Pad decode batches and prompt chunks up to the fixed sizes of engine/core/shapes.py
+    # (a finite set of shapes to compile); None: on a GPU only. The CPU compiles nothing
+    # per shape, so there padding is pure extra compute (a 320-token prompt run as 512
+    # cost 1.8x the forward: docs/PERFORMANCE.md, "CPU").
+    fixed_shapes: bool | None = None
     # Kept turns are also written to this folder, so conversations resume after a
     # restart without re-reading their history (None: memory only).
     cache_dir: str | None = None
@@ -69,6 +74,8 @@ class EngineConfig:
             raise ValueError("EngineConfig.cpu_weights must be 'auto', 'dense' or 'quantized'")
         if self.warm_up is not None and not isinstance(self.warm_up, bool):
             raise ValueError("EngineConfig.warm_up must be True, False or None (on a GPU)")
+        if self.fixed_shapes is not None and not isinstance(self.fixed_shapes, bool):
+            raise ValueError("EngineConfig.fixed_shapes must be True, False or None (on a GPU)")
         if self.num_pages is not None and self.num_pages < 2:
             raise ValueError("EngineConfig.num_pages must be >= 2 (page 0 is scratch)")
 

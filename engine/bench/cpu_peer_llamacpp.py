@@ -35,9 +35,10 @@ def _prompt(n: int, vocab: int, seed: int) -> list[int]:
 
 
 class Tandem:
-    def __init__(self, label: str, cpu_weights: str):
+    def __init__(self, label: str, cpu_weights: str, fixed_shapes: bool | None = None):
         self.label = label
-        self.engine = Engine.load(None, EngineConfig(cpu_weights=cpu_weights))
+        self.engine = Engine.load(None, EngineConfig(cpu_weights=cpu_weights,
+                                                     fixed_shapes=fixed_shapes))
         self.peer = Peer(peer_model(self.engine.bundle.model, self.engine.bundle.config))
 
     def ttft(self, prompt):
@@ -83,8 +84,12 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     p.add_argument("--no-quantized", action="store_true", help="skip the 'before' column")
     p.add_argument("--no-llamacpp", action="store_true")
+    p.add_argument("--padded", action="store_true",
+                   help="also dense with the GPU's fixed shapes (padded batches and chunks)")
     args = p.parse_args()
     engines = [Tandem("dense (default)", "auto")]
+    if args.padded:
+        engines.append(Tandem("dense, padded shapes", "auto", fixed_shapes=True))
     if not args.no_quantized:
         engines.append(Tandem("quantized", "quantized"))
     first = engines[0].engine

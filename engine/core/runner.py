@@ -19,9 +19,17 @@ from engine.models.base import ModelCache
 PAGE_BUCKET = 8   # block tables are padded to a multiple of this many pages (fewer shapes)
 
 
+def pads_to_fixed_shapes(config: EngineConfig) -> bool:
+    """config.fixed_shapes, or when None: on a GPU (MLX compiles kernels per shape there;
+    on the CPU a padded row or token is only more work)."""
+    if config.fixed_shapes is not None:
+        return config.fixed_shapes
+    return mx.default_device().type == mx.DeviceType.gpu
+
+
 class Runner:
-    """Forwards at the fixed shapes of engine/core/shapes.py: a decode batch of n rows
-    runs padded to the next decode size. A padding row copies row 0's token, position
+    """Forwards at the fixed shapes of engine/core/shapes.py where they pay
+    (pads_to_fixed_shapes): a decode batch of n rows runs padded to the next decode size. A padding row copies row 0's token, position
     and block table (so it reads only what row 0 reads and routes to row 0's experts)
     but writes its K/V into the scratch page 0 and its recurrent state into the scratch
     slot past the cache manager's slots: it changes nothing a sequence owns."""
@@ -30,6 +38,7 @@ class Runner:
         self.model = model
         self.config = config
         self.page_size = config.page_size
+        self.fixed_shapes = pads_to_fixed_shapes(config)
         # One state slot more than the cache manager hands out: the padding rows' scratch.
         self.scratch_slot = config.num_state_slots
         self.cache = ModelCache(model.cache_spec(), num_pages or config.num_pages, config.page_size,
@@ -76,9 +85,10 @@ class Runner:
 
     def decode(self, seqs: list[Sequence]) -> mx.array:
         """One forward for every decoding sequence -> logits [n, V] (lazy); it runs at the
-        padded batch size (engine/core/shapes.py), padding rows copying row 0."""
+        padded batch size (engine/core/shapes.py) with fixed shapes, padding rows copying
+        row 0."""
         n = len(seqs)
-        B = padded_batch(n, self.config.max_num_seqs)
+        B = padded_batch(n, self.config.max_num_seqs) if self.fixed_shapes else n
         rows = [(s.pages, s.slot, s.num_tokens - 1, 1) for s in seqs]
         rows += [(seqs[0].pages, self.scratch_slot, seqs[0].num_tokens - 1, 1)] * (B - n)
         view = self.build_view(rows, 1, real_rows=n if B > n else None)
@@ -125,9 +135,11 @@ class Runner:
 
     def prefill(self, chunks) -> mx.array:
         """One ragged forward over prompt chunks -> each row's last-token logits [B, V] (lazy);
-        it runs at the next chunk length of engine/core/shapes.py (right padding)."""
+        it runs at the next chunk length of engine/core/shapes.py (right padding) with
+        fixed shapes, else at the longest chunk's length."""
         longest = max(c.num_tokens for c in chunks)
-        T = padded_chunk(longest, max(self.config.prefill_chunk, longest))
+        T = (padded_chunk(longest, max(self.config.prefill_chunk, longest))
+             if self.fixed_shapes else longest)
         tokens = np.zeros((len(chunks), T), np.int32)
         for b, c in enumerate(chunks):
             tokens[b, :c.num_tokens] = c.seq.all_ids[c.start:c.start + c.num_tokens]

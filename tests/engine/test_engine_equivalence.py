@@ -55,6 +55,20 @@ def test_sequence_in_a_batch_of_8_with_joins_and_leaves_equals_alone(model):
     assert_same(ref, h)
 
 
+@pytest.mark.parametrize("fixed_shapes", [True, False])
+def test_padded_and_unpadded_shapes_give_the_tokens_of_one_sequence_alone(model, fixed_shapes):
+    """Padding decode batches (5 rows run as 8) and prompt chunks (11 tokens run as 16),
+    as on a GPU, or running them at their own size, as on the CPU: the same as alone."""
+    target = PROMPTS[0]
+    ref = alone(model, target, 8, fixed_shapes=False, prefill_chunk=512)
+    joins = {0: [(0, target, 8)] + [(i, PROMPTS[i], 6) for i in (1, 2, 3, 4)]}
+    h = Harness(model, max_num_seqs=8, prefill_chunk=16, fixed_shapes=fixed_shapes).run(joins)
+    assert h.loop.runner.fixed_shapes is fixed_shapes
+    assert max(ev.batch_size for ev in h.steps) == 5
+    assert h.seqs[0].output_ids == ref.seqs[0].output_ids
+    assert_same(ref, h)
+
+
 @pytest.mark.parametrize("chunk", [1, 4, 7])
 def test_chunked_prefill_equals_one_shot(model, chunk):
     ref = alone(model, PROMPTS[7], 6, prefill_chunk=512)

@@ -45,7 +45,7 @@ def _model(kind: str):
 
 def _runner(model, max_num_seqs: int = 8) -> Runner:
     config = EngineConfig(max_num_seqs=max_num_seqs, page_size=PAGE, num_pages=64,
-                          prefix_cache=False, prefill_chunk=16)
+                          prefix_cache=False, prefill_chunk=16, fixed_shapes=True)
     return Runner(model, config)
 
 
@@ -173,3 +173,23 @@ def test_one_token_chunks_have_no_padded_variant():
 def test_warm_up_must_be_a_bool_or_none():
     with pytest.raises(ValueError, match="warm_up"):
         EngineConfig(warm_up="yes")
+
+
+def test_fixed_shapes_must_be_a_bool_or_none():
+    with pytest.raises(ValueError, match="fixed_shapes"):
+        EngineConfig(fixed_shapes=1)
+
+
+def test_on_the_cpu_nothing_is_padded_by_default():
+    """The CPU compiles nothing per shape: 3 decode rows run as 3, a 7-token chunk as 7."""
+    config = EngineConfig(max_num_seqs=8, page_size=PAGE, num_pages=64, prefix_cache=False,
+                          prefill_chunk=16)
+    runner = Runner(_model("llama"), config)
+    assert mx.default_device().type == mx.DeviceType.cpu and not runner.fixed_shapes
+    shapes_run = []
+    forward = runner.forward
+    runner.forward = lambda tokens, view, cache=None: (
+        shapes_run.append(tuple(tokens.shape)) or forward(tokens, view, cache))
+    seqs = _prefilled(runner)                          # one chunk of 6, 4 and 8 tokens
+    mx.eval(runner.decode(seqs), runner.cache_arrays())
+    assert shapes_run == [(3, 8), (3, 1)]
