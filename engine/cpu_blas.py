@@ -30,18 +30,22 @@ from dataclasses import dataclass, replace
 ENV_VAR = "TANDEM_CPU_BLAS"
 REFERENCE = "MLX bundled reference BLAS"
 MKL_LIB = "libmkl_rt.so.3"
-# MKL's OpenMP layer on every core this process may use, with passive waits: its threads
-# would otherwise spin between calls and fight MLX's own CPU thread. On an idle 2-core
-# machine it beat the sequential layer end to end (B=8 decode 83 vs 63 tok/s, TTFT
-# 1.26 vs 1.36 s; docs/PERFORMANCE.md). A user's own MKL_* / OMP_* settings win.
+# MKL's OpenMP layer on every core this process may use. Its threads spin for at most
+# KMP_BLOCKTIME ms after each call, then sleep: back-to-back decode steps keep them
+# awake, an idle app does not burn power. Passive waits (sleep at once) made every small
+# matmul pay a thread wake-up: MLX's CPU attention for 120+ keys went from 0.3 to 9 ms
+# and 8 conversations of different lengths decoded at 27 tok/s instead of 57; the
+# sequential layer gave 43 (idle 2-core machine; docs/PERFORMANCE.md). A user's own
+# MKL_* / OMP_* / KMP_* settings win.
 MKL_THREADING = "INTEL"
+SPIN_MS = "5"
 
 
 def _set_threading() -> None:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     os.environ.setdefault("MKL_THREADING_LAYER", MKL_THREADING)
     os.environ.setdefault("MKL_NUM_THREADS", str(cores or 1))
-    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+    os.environ.setdefault("KMP_BLOCKTIME", SPIN_MS)
 
 
 @dataclass(frozen=True)
