@@ -12,13 +12,10 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-import qasync
-from PySide6.QtWidgets import QApplication
 
 from app.controllers.bridge import EngineBridge
 from app.storage.app_settings import AppSettings
 from app.storage.store import Store
-from app.style import apply_style
 from app.windows.main_window import MainWindow
 from app.windows.settings_dialog import SettingsDialog
 
@@ -61,10 +58,5 @@ async def shoot(theme: str, out: str, model: str | None) -> None:
 
 
 if __name__ == "__main__":
-    app = QApplication(sys.argv[:1])
-    apply_style(app)
-    loop = qasync.QEventLoop(app)
-    asyncio.set_event_loop(loop)
-    with loop:
-        loop.run_until_complete(shoot(sys.argv[1], sys.argv[2],
-                                      sys.argv[3] if len(sys.argv) > 3 else None))
+    from screenshots import run_in_app
+    run_in_app(shoot(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None))

@@ -69,11 +69,16 @@ async def shoot(num_panes: int, out: str, model: str | None) -> None:
         telemetry.stop()
 
 
-if __name__ == "__main__":
+def run_in_app(coroutine) -> None:
+    """Run a screenshot coroutine inside a styled QApplication on a qasync loop (the
+    screenshot scripts beside this one share it)."""
     app = QApplication(sys.argv[:1])
     apply_style(app)
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     with loop:
-        loop.run_until_complete(shoot(int(sys.argv[1]), sys.argv[2],
-                                      sys.argv[3] if len(sys.argv) > 3 else None))
+        loop.run_until_complete(coroutine)
+
+
+if __name__ == "__main__":
+    run_in_app(shoot(int(sys.argv[1]), sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None))

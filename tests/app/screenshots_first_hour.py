@@ -10,14 +10,11 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-import qasync
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication
 
 from app.controllers.bridge import EngineBridge
 from app.status.telemetry_adapter import make_telemetry
 from app.storage.store import Store
-from app.style import apply_style
 from app.windows.main_window import MainWindow
 from app.windows.model_picker import ModelPicker
 
@@ -85,9 +82,5 @@ async def shoot(out: str) -> None:
 
 
 if __name__ == "__main__":
-    app = QApplication(sys.argv[:1])
-    apply_style(app)
-    loop = qasync.QEventLoop(app)
-    asyncio.set_event_loop(loop)
-    with loop:
-        loop.run_until_complete(shoot(sys.argv[1]))
+    from screenshots import run_in_app
+    run_in_app(shoot(sys.argv[1]))
