@@ -44,4 +44,21 @@ def paged_attention(q: mx.array, k: mx.array, v: mx.array, kv: list[mx.array],
         mask = "causal" if view.num_tokens > 1 else None
     else:
         mask = view.causal_mask
+    if mx.default_device() == mx.cpu and view.num_tokens == 1:
+        return _cpu_decode_attention(q, keys, values, scale, mask)
     return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask)
+
+
+def _cpu_decode_attention(q: mx.array, keys: mx.array, values: mx.array, scale: float,
+                          mask: mx.array | None) -> mx.array:
+    """Decode attention as two batched matmuls (MLX 0.32's CPU SDPA fallback is slower
+    than this for 100+ keys: docs/PERFORMANCE.md). q [B, Hq, 1, D], keys/values
+    [B, Hkv, L, D], mask None or [B, 1, 1, L] bool -> [B, Hq, 1, D]."""
+    B, Hq, _, D = q.shape
+    Hkv = keys.shape[1]
+    qg = (q * scale).reshape(B, Hkv, Hq // Hkv, D)                  # [B, Hkv, G, D]
+    scores = qg @ keys.swapaxes(-1, -2)                               # [B, Hkv, G, L]
+    if mask is not None:
+        scores = mx.where(mask, scores, mx.array(-mx.inf, scores.dtype))
+    probs = mx.softmax(scores, axis=-1, precise=True)
+    return (probs @ values).reshape(B, Hq, 1, D)
