@@ -17,6 +17,11 @@ from engine.models.elementwise import moe_output, swiglu
 from engine.models.fused import fuse_linears
 from kernels.kernel_set import NO_KERNELS
 
+# MLX 0.32's CUDA gather_mm is wrong with sorted_indices=True (max error ~5 on unit-scale
+# inputs, float32 and bf16; gather_qmm is right: docs/bench/h200-gather-mm-sorted-indices.txt):
+# there the sorted pairs go through the unsorted kernel, still grouped by expert.
+_GATHER_MM_SORT_BROKEN = bool(getattr(mx, "cuda", None) and mx.cuda.is_available())
+
 # Sorting costs two argsorts and a gather; it pays once the pairs outnumber this.
 SORT_MIN_PAIRS = 64
 
@@ -57,7 +62,7 @@ class SwitchLinear(nn.Module):
                                lhs_indices=lhs, rhs_indices=idx, sorted_indices=sorted_indices)
             return out.astype(x.dtype)
         return mx.gather_mm(x, w.swapaxes(-1, -2), lhs_indices=lhs, rhs_indices=idx,
-                            sorted_indices=sorted_indices)
+                            sorted_indices=sorted_indices and not _GATHER_MM_SORT_BROKEN)
 
     def to_quantized(self, group_size: int = 64, bits: int = 4, mode: str = "affine", **_):
         return QuantizedSwitchLinear.from_float(self.weight, group_size, bits, mode)
