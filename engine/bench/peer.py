@@ -1,6 +1,10 @@
 """mlx-lm on the same weights as ours: the peer every speed claim is measured against.
 
-The arrays are shared, not copied: both models point at the same weights.
+The arrays are shared, not copied, except the layers our engine joins at load
+(engine/models/fused.py): their parts are slices of the joined array, and MLX's CUDA
+quantized matmuls refuse a weight that is not one contiguous block ("[gather_qmm] No
+implementation for problem shape"), so mlx-lm gets each part as its own contiguous
+copy, as loading a checkpoint would give it. The copies cost memory, not speed.
 """
 from __future__ import annotations
 
@@ -39,7 +43,9 @@ def peer_model(ours: nn.Module, config: dict) -> nn.Module:
     peer = module.Model(module.ModelArgs.from_dict(config))
     quantized = _quantized_modules(ours)
     nn.quantize(peer, class_predicate=lambda p, m: quantized.get(p, False))
-    peer.load_weights(unfused_parameters(ours), strict=True)
+    peer.load_weights([(k, mx.contiguous(v)) for k, v in unfused_parameters(ours)],
+                      strict=True)
+    mx.eval(peer.parameters())
     return peer
 
 
