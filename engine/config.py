@@ -44,6 +44,10 @@ class EngineConfig:
     # per shape, so there padding is pure extra compute (a 320-token prompt run as 512
     # cost 1.8x the forward: docs/PERFORMANCE.md, "CPU").
     fixed_shapes: bool | None = None
+    # Decode forwards through mx.compile (engine/core/compiled_forward.py): the graph
+    # is traced once per shape and replayed, with fused elementwise kernels; None: on a
+    # GPU only (there a step was bound by building its graph in Python).
+    compile_decode: bool | None = None
     # Kept turns are also written to this folder, so conversations resume after a
     # restart without re-reading their history (None: memory only).
     cache_dir: str | None = None
@@ -76,6 +80,8 @@ class EngineConfig:
             raise ValueError("EngineConfig.warm_up must be True, False or None (on a GPU)")
         if self.fixed_shapes is not None and not isinstance(self.fixed_shapes, bool):
             raise ValueError("EngineConfig.fixed_shapes must be True, False or None (on a GPU)")
+        if self.compile_decode is not None and not isinstance(self.compile_decode, bool):
+            raise ValueError("EngineConfig.compile_decode must be True, False or None (on a GPU)")
         if self.num_pages is not None and self.num_pages < 2:
             raise ValueError("EngineConfig.num_pages must be >= 2 (page 0 is scratch)")
 

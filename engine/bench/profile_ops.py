@@ -100,7 +100,10 @@ def ours(config: dict, batch: int, context: int, path: str = "cpu") -> Counter:
     elif path == "device":
         from kernels import select_kernels
         use_kernels(model, select_kernels(True))
-    runner = Runner(model, EngineConfig(max_num_seqs=batch, page_size=16, num_pages=256))
+    # The gpu path's decode runs through mx.compile, as on a GPU (engine/core/compiled_forward.py):
+    # its fused elementwise chains count as one launch each.
+    runner = Runner(model, EngineConfig(max_num_seqs=batch, page_size=16, num_pages=256,
+                                        compile_decode=path != "cpu"))
     mx.eval(runner.cache_arrays())        # as in the engine: the pools exist before a step
     seqs = []
     for b in range(batch):

@@ -11,6 +11,7 @@ from engine.arith import ceil_div
 from engine.cache.cache_manager import DeviceCopies
 from engine.config import EngineConfig
 from engine.core.batch_view import BatchView
+from engine.core.compiled_forward import CompiledForward, compiles_forward
 from engine.core.disk_transfer import gather_save, write_load
 from engine.core.sequence import Sequence
 from engine.core.shapes import padded_batch, padded_chunk
@@ -43,15 +44,22 @@ class Runner:
         self.scratch_slot = config.num_state_slots
         self.cache = ModelCache(model.cache_spec(), num_pages or config.num_pages, config.page_size,
                                 num_slots=config.num_state_slots + 1)
+        # Decode forwards through mx.compile (engine/core/compiled_forward.py), or None.
+        self.compiled = CompiledForward(model) if compiles_forward(config.compile_decode) else None
 
     def build_view(self, rows: list[tuple[list[int], int, int, int]], num_tokens: int,
-                   all_logits: bool = False, real_rows: int | None = None) -> BatchView:
+                   all_logits: bool = False, real_rows: int | None = None,
+                   stable: bool = False) -> BatchView:
         """rows: (pages, state slot, start position, new tokens) per row, right-padded to T.
         Rows from real_rows on are padding: their K/V go to the scratch page 0 and their
-        MoE routing is row 0's (BatchView.route_rows)."""
+        MoE routing is row 0's (BatchView.route_rows). stable: for a compiled forward,
+        few layouts: block tables in power-of-two widths and no context_len (it changes
+        every step; the paged decode kernel reads context_lens instead)."""
         ps, B, T = self.page_size, len(rows), num_tokens
         num_pages = max(ceil_div(start + n, ps) for _, _, start, n in rows)
         P = ceil_div(num_pages, PAGE_BUCKET) * PAGE_BUCKET
+        if stable:
+            P = max(PAGE_BUCKET, 1 << (num_pages - 1).bit_length())
         tables = np.zeros((B, P), np.int32)
         slot_mapping = np.empty((B, T), np.int32)
         offsets = np.empty(B, np.int32)
@@ -72,15 +80,20 @@ class Runner:
             positions=mx.array(positions), slot_mapping=mx.array(slot_mapping),
             block_tables=mx.array(tables), state_slots=mx.array(slots), page_size=ps,
             num_tokens=T, ragged=bool((lengths < T).any()), all_logits=all_logits,
-            context_len=int(offsets[0]) + T if (offsets == offsets[0]).all()
+            context_len=int(offsets[0]) + T if not stable and (offsets == offsets[0]).all()
             and (lengths == T).all() else None, any_fresh=bool((offsets == 0).any()),
             route_rows=_route_rows(B, real_rows) if T == 1 else None)
 
-    def forward(self, tokens: np.ndarray, view: BatchView, cache: ModelCache | None = None):
+    def forward(self, tokens: np.ndarray, view: BatchView, cache: ModelCache | None = None,
+                compiled: bool = False):
+        """compiled: through self.compiled (decode views built with stable=True)."""
         cache = cache or self.cache
         if not isinstance(tokens, mx.array):
             tokens = mx.array(tokens, dtype=mx.int32)
-        logits = self.model(tokens, view, cache)
+        if compiled and self.compiled is not None:
+            logits = self.compiled(tokens, view, cache)
+        else:
+            logits = self.model(tokens, view, cache)
         return logits, cache.arrays()
 
     def decode(self, seqs: list[Sequence]) -> mx.array:
@@ -91,16 +104,20 @@ class Runner:
         B = padded_batch(n, self.config.max_num_seqs) if self.fixed_shapes else n
         rows = [(s.pages, s.slot, s.num_tokens - 1, 1) for s in seqs]
         rows += [(seqs[0].pages, self.scratch_slot, seqs[0].num_tokens - 1, 1)] * (B - n)
-        view = self.build_view(rows, 1, real_rows=n if B > n else None)
-        logits, _ = self.forward(self._decode_tokens(seqs + [seqs[0]] * (B - n)), view)
+        stable = self.compiled is not None
+        view = self.build_view(rows, 1, real_rows=n if B > n else None, stable=stable)
+        logits, _ = self.forward(self._decode_tokens(seqs + [seqs[0]] * (B - n)), view,
+                                 compiled=stable)
         return logits[:n, -1, :]
 
-    def warm_decode(self, batch: int) -> mx.array:
-        """A decode forward of `batch` padding rows (the warm-up's): every write goes to
-        the scratch page and slot. Returns its logits (lazy)."""
+    def warm_decode(self, batch: int, padded: bool = True) -> mx.array:
+        """A decode forward of `batch` rows (the warm-up's) whose every write goes to the
+        scratch page and slot. padded: as padding rows (with route_rows), else as a full
+        batch (without): a compiled forward traces each layout. Returns logits (lazy)."""
         rows = [([0], self.scratch_slot, 1, 1)] * batch
-        view = self.build_view(rows, 1, real_rows=0)
-        logits, _ = self.forward(np.zeros((batch, 1), np.int32), view)
+        stable = self.compiled is not None
+        view = self.build_view(rows, 1, real_rows=0 if padded else None, stable=stable)
+        logits, _ = self.forward(np.zeros((batch, 1), np.int32), view, compiled=stable)
         return logits
 
     def warm_prefill(self, length: int, tokens: int | None = None) -> mx.array:

@@ -42,7 +42,10 @@ def warm_up(runner: Runner, config: EngineConfig, report: Callable[[LoadProgress
         what = f"batch of {size}" if kind == "decode" else f"{size}-token prompt chunk"
         report(LoadProgress(start + (end - start) * i / len(shapes),
                             f"Compiling kernels: {kind}, {what} ({i + 1}/{len(shapes)})"))
-        if kind == "decode":
+        if kind == "decode" and runner.compiled is not None:
+            # A compiled forward traces full and padded batches apart.
+            logits = [runner.warm_decode(size, padded) for padded in (False, True)]
+        elif kind == "decode":
             logits = runner.warm_decode(size)
         else:
             logits = runner.warm_prefill(size, size if kind == "prefill" else size - 1)

@@ -73,6 +73,23 @@ class ModelCache:
         out = [a for pair in self.kv for a in pair]
         return out + [a for layer in self.states for a in layer]
 
+    def set_arrays(self, arrays: list[mx.array]) -> None:
+        """Replace every array, in the order of arrays() (a compiled forward's outputs)."""
+        rest = iter(arrays)
+        for group in self.kv + self.states:       # in place: the lists keep their identity
+            group[:] = [next(rest) for _ in group]
+
+    def with_arrays(self, arrays: list[mx.array]) -> ModelCache:
+        """A cache of the same layout over other arrays, in the order of arrays() (the
+        traced inputs of a compiled forward); this one is not changed."""
+        other = object.__new__(ModelCache)
+        other.spec, other.page_size = self.spec, self.page_size
+        other.num_pages, other.num_slots = self.num_pages, self.num_slots
+        other.kv = [list(pair) for pair in self.kv]
+        other.states = [list(layer) for layer in self.states]
+        other.set_arrays(arrays)
+        return other
+
 
 def use_kernels(model: nn.Module, kernels: KernelSet) -> None:
     """Give every layer of `model` that can launch a custom kernel this kernel set."""

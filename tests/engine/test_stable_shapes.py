@@ -188,8 +188,8 @@ def test_on_the_cpu_nothing_is_padded_by_default():
     assert mx.default_device().type == mx.DeviceType.cpu and not runner.fixed_shapes
     shapes_run = []
     forward = runner.forward
-    runner.forward = lambda tokens, view, cache=None: (
-        shapes_run.append(tuple(tokens.shape)) or forward(tokens, view, cache))
+    runner.forward = lambda tokens, view, cache=None, compiled=False: (
+        shapes_run.append(tuple(tokens.shape)) or forward(tokens, view, cache, compiled))
     seqs = _prefilled(runner)                          # one chunk of 6, 4 and 8 tokens
     mx.eval(runner.decode(seqs), runner.cache_arrays())
     assert shapes_run == [(3, 8), (3, 1)]

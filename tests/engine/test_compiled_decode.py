@@ -1,0 +1,152 @@
+"""Decode through mx.compile (engine/core/compiled_forward.py): the same logits as each
+sequence read alone, the cache written as the plain forward writes it, and few traces."""
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from qwen_fixtures import build_model, random_weights, tiny_config
+from tiny_models import tiny_llama
+
+from engine.config import EngineConfig
+from engine.core.compiled_forward import CompiledForward
+from engine.core.engine import Engine
+from engine.core.runner import Runner
+from engine.core.scheduler import PrefillChunk
+from engine.core.sequence import Sequence
+from engine.loading.model_bundle import InMemoryModel
+from engine.sampling_params import SamplingParams
+
+PROMPTS = [[5, 17, 200, 3, 99, 42, 7], [8, 1, 64, 2, 30], [11, 12, 13, 14, 15, 16, 17, 18, 19]]
+PAGE = 4
+STEPS = 6
+
+
+def _model(kind: str):
+    if kind == "llama":
+        return tiny_llama()
+    config = tiny_config(kind)
+    model = build_model(config, random_weights(config, seed=3))
+    model.fuse_projections()
+    return model
+
+
+def _runner(model, compiled: bool) -> Runner:
+    config = EngineConfig(max_num_seqs=8, page_size=PAGE, num_pages=64, prefix_cache=False,
+                          prefill_chunk=16, fixed_shapes=True, compile_decode=compiled)
+    return Runner(model, config)
+
+
+def _decode_steps(runner: Runner, next_ids: list[list[int]]) -> list[np.ndarray]:
+    """Prefill every prompt, then decode STEPS steps feeding next_ids[step][row];
+    returns each step's logits [3, V] (float32)."""
+    seqs = []
+    for i, prompt in enumerate(PROMPTS):
+        s = Sequence(i, prompt)
+        s.pages, s.slot, s.prefill_target = list(range(1 + 8 * i, 9 + 8 * i)), i, len(prompt)
+        seqs.append(s)
+    mx.eval(runner.prefill([PrefillChunk(s, 0, len(s.prompt_ids)) for s in seqs]),
+            runner.cache_arrays())
+    out = []
+    for step in range(STEPS):
+        for s, ids in zip(seqs, next_ids[step]):
+            s.num_computed = s.num_tokens
+            s.output_ids.append(ids)
+        logits = runner.decode(seqs)                          # 3 rows run as 4
+        mx.eval(logits, runner.cache_arrays())
+        out.append(np.array(logits.astype(mx.float32)))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["qwen3_5_moe", "qwen3_5", "llama"])
+def test_compiled_decode_gives_each_sequence_its_own_logits(kind):
+    model = _model(kind)
+    rng = np.random.default_rng(0)
+    next_ids = rng.integers(10, 200, (STEPS, len(PROMPTS))).tolist()
+    runner = _runner(model, compiled=True)
+    assert runner.compiled is not None
+    steps = _decode_steps(runner, next_ids)
+    reference = _runner(model, compiled=False)
+    for row, prompt in enumerate(PROMPTS):
+        ids = prompt + [next_ids[s][row] for s in range(STEPS)]
+        alone = np.array(reference.full_logits(ids))          # [T, V], one sequence
+        for step in range(STEPS):
+            np.testing.assert_allclose(steps[step][row], alone[len(prompt) + step],
+                                       rtol=2e-4, atol=2e-4)
+
+
+def test_compiled_decode_writes_the_cache_the_plain_forward_writes():
+    model = _model("qwen3_5_moe")
+    next_ids = [[20 + s, 30 + s, 40 + s] for s in range(STEPS)]
+    runs = {}
+    for compiled in (False, True):
+        runner = _runner(model, compiled)
+        _decode_steps(runner, next_ids)
+        runs[compiled] = [np.array(a) for a in runner.cache_arrays()]
+    for plain, compiled in zip(runs[False], runs[True]):
+        np.testing.assert_allclose(compiled, plain, rtol=1e-5, atol=1e-5)
+
+
+def test_traces_stay_few_as_the_context_grows():
+    """Block tables grow in power-of-two widths: 3 rows decoding from ~8 to 70 tokens
+    (2 to 18 pages of 4) trace one layout per width, not one per page or step."""
+    runner = _runner(tiny_llama(), compiled=True)
+    traced = []
+    original = runner.compiled._traced
+    runner.compiled._traced = lambda key, cache: traced.append(key) or original(key, cache)
+    seqs = []
+    for i, prompt in enumerate(PROMPTS):
+        s = Sequence(i, prompt)
+        s.pages, s.slot, s.num_computed = list(range(1 + 20 * i, 21 + 20 * i)), i, len(prompt) - 1
+        seqs.append(s)
+    widths = set()
+    for _ in range(60):
+        view_width = runner.build_view([(s.pages, s.slot, s.num_tokens - 1, 1) for s in seqs],
+                                       1, stable=True).block_tables.shape[1]
+        widths.add(view_width)
+        mx.eval(runner.decode(seqs), runner.cache_arrays())
+        for s in seqs:
+            s.num_computed = s.num_tokens
+            s.output_ids.append(7)
+    assert widths == {8, 16, 32}
+    assert len(traced) == 1                   # one static layout; shapes are mx.compile's key
+
+
+def test_an_engine_decodes_the_same_tokens_compiled_or_not(monkeypatch):
+    calls = []
+    call = CompiledForward.__call__
+    monkeypatch.setattr(CompiledForward, "__call__",
+                        lambda self, *a: calls.append(1) or call(self, *a))
+    outs = {}
+    for compiled in (False, True):
+        config = EngineConfig(max_num_seqs=4, kv_budget_mb=8, prefill_chunk=16,
+                              fixed_shapes=True, compile_decode=compiled, warm_up=compiled)
+        model = InMemoryModel(_model("qwen3_5_moe"), _IdTokenizer(), tiny_config(), "tiny")
+        with Engine.from_model(model, config) as engine:
+            outs[compiled] = [o.token_ids for o in engine.generate(
+                PROMPTS, SamplingParams(max_tokens=12, temperature=0.0))]
+    assert outs[True] == outs[False]
+    assert len(calls) >= 11                   # every decode step of the compiled run
+
+
+def test_compile_decode_must_be_a_bool_or_none():
+    with pytest.raises(ValueError, match="compile_decode"):
+        EngineConfig(compile_decode="yes")
+
+
+class _IdTokenizer:
+    eos_token_ids = frozenset()
+
+    def encode_prompt(self, prompt):
+        return prompt
+
+    def detokenizer(self, skip_special_tokens=False):
+        return _Silent()
+
+
+class _Silent:
+    def add(self, token_id):
+        return ""
+
+    def flush(self):
+        return ""
