@@ -141,11 +141,12 @@ class Runner:
         logits, _ = self.forward(*self._warm_prefill_inputs(length, tokens))
         return logits
 
-    def warm_mixed(self, batch: int, length: int) -> list[mx.array]:
-        """A mixed forward of `batch` padding decode rows and a `length`-token chunk, all
-        into the scratch page and slot (the warm-up's). Returns its logits (lazy)."""
-        return self.forward_groups([self._warm_decode_inputs(batch),
-                                    self._warm_prefill_inputs(length)])
+    def warm_mixed(self, batch: int, length: int, padded: bool = False) -> list[mx.array]:
+        """A mixed forward of `batch` padding decode rows and a `length`-token chunk (one
+        token short of it when padded: the ragged path), all into the scratch page and
+        slot (the warm-up's). Returns its logits (lazy)."""
+        chunk = self._warm_prefill_inputs(length, length - 1 if padded else length)
+        return self.forward_groups([self._warm_decode_inputs(batch), chunk])
 
     def _warm_decode_inputs(self, batch: int) -> tuple:
         rows = [([0], self.scratch_slot, 1, 1)] * batch
