@@ -95,21 +95,34 @@ def test_mixed_logits_equal_each_sequence_alone_and_its_cache_serves_the_next_st
         np.testing.assert_allclose(row, _alone(runner, s.all_ids), rtol=TOL, atol=TOL)
 
 
-def test_mixed_equals_the_two_forwards_it_replaces(model):
-    """The same inputs through decode() then prefill() (each its own forward)."""
+def _cache(runner: Runner) -> list[np.ndarray]:
+    """Every cache array less the scratch page 0 (KV) and the scratch slot (states)."""
+    n_kv = 2 * len(runner.cache.kv)
+    arrays = [np.array(a) for a in runner.cache_arrays()]
+    return ([a[runner.page_size:] for a in arrays[:n_kv]]
+            + [np.delete(a, runner.scratch_slot, axis=0) for a in arrays[n_kv:]])
+
+
+def test_mixed_equals_the_two_forwards_it_replaces_and_writes_the_same_cache(model):
+    """The same inputs through decode() then prefill() (each its own forward), from the
+    same cache: the same logits, and the same K/V and states outside the scratch."""
     runner = _runner(model, True)
     streams, chunks = _setup(runner)
     before = [np.array(a) for a in runner.cache_arrays()]
     mixed = runner.mixed(streams, chunks)
-    mx.eval(mixed)
+    mx.eval(mixed, runner.cache_arrays())
+    after_mixed = _cache(runner)
     for pair in runner.cache.kv:          # back to the state before the mixed forward
         pair[0], pair[1] = mx.array(before.pop(0)), mx.array(before.pop(0))
     for layer in runner.cache.states:
         for i in range(len(layer)):
             layer[i] = mx.array(before.pop(0))
     apart = runner.decode(streams), runner.prefill(chunks)
+    mx.eval(apart, runner.cache_arrays())
     for a, b in zip(mixed, apart):
         np.testing.assert_allclose(np.array(a), np.array(b), rtol=TOL, atol=TOL)
+    for a, b in zip(after_mixed, _cache(runner)):
+        np.testing.assert_allclose(a, b, rtol=TOL, atol=TOL)
 
 
 def _streams_and_a_new_prompt(model, mixed_forward: bool, **config) -> Harness:
