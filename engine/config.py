@@ -27,6 +27,9 @@ class EngineConfig:
     # Fairness: after this many consecutive chunks of one prompt, the next prompt waiting
     # to be read gets its turn (engine/core/scheduler.py, _prefill_order).
     prefill_turn_chunks: int = 4
+    # A step with decode rows and a prompt chunk runs them as one forward, reading each
+    # weight once for both (engine/models/row_groups.py); False: two forwards.
+    mixed_forward: bool = True
     max_context: int = 8192         # prompt + generation, per sequence
     use_kernels: bool = True        # custom kernels where the self-test passed
     # Finished turns kept (pages and recurrent state) for each conversation's next turn.
@@ -78,6 +81,8 @@ class EngineConfig:
             raise ValueError("EngineConfig.cpu_weights must be 'auto', 'dense' or 'quantized'")
         if self.warm_up is not None and not isinstance(self.warm_up, bool):
             raise ValueError("EngineConfig.warm_up must be True, False or None (on a GPU)")
+        if not isinstance(self.mixed_forward, bool):
+            raise ValueError("EngineConfig.mixed_forward must be True or False")
         if self.fixed_shapes is not None and not isinstance(self.fixed_shapes, bool):
             raise ValueError("EngineConfig.fixed_shapes must be True, False or None (on a GPU)")
         if self.compile_decode is not None and not isinstance(self.compile_decode, bool):

@@ -34,6 +34,9 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
                    help="skip mlx-lm's prefill above this many tokens (it is slow)")
     p.add_argument("--ttft-load", type=int, default=0,
                    help="also: TTFT of a prompt this long while 7 others stream")
+    p.add_argument("--no-mixed-forward", action="store_true",
+                   help="run decode rows and a prompt chunk as two forwards, not one "
+                        "(EngineConfig.mixed_forward=False: the A/B of --ttft-load)")
     p.add_argument("--sustained", type=int, default=0,
                    help="repeat the longest prefill N times without rest (clock check)")
     p.add_argument("--trace-overhead", type=int, default=0, metavar="B",
@@ -61,14 +64,16 @@ def run_bench(args) -> int:
     per_row = -(-(64 + 4 * args.steps + max_b + 16) // 16)
     cfg = EngineConfig(max_num_seqs=max_b, page_size=16,
                        num_pages=max_b * per_row + -(-longest // 16) + 64,
-                       prefill_chunk=args.prefill_chunk, max_context=longest + 16)
+                       prefill_chunk=args.prefill_chunk, max_context=longest + 16,
+                       mixed_forward=not args.no_mixed_forward)
     engine = _open_engine(args.model, cfg)
     monitor, recording = _telemetry(engine, args.trace)
     log = RunLog(monitor)
     vocab = _vocab(engine.bundle.config)
     peer = None if args.no_peer else _make_peer(engine)
     print(f"# model: {engine.model_name}; device: {mx.default_device()}; "
-          f"sampler: {monitor.sampler.source if monitor else 'none'}", flush=True)
+          f"sampler: {monitor.sampler.source if monitor else 'none'}; "
+          f"mixed forward: {'on' if cfg.mixed_forward else 'off'}", flush=True)
     _warm_up(engine, peer, vocab)
     for _ in range(args.rounds):
         for B in batches:
@@ -183,6 +188,7 @@ def _report(log: RunLog, batches, lengths, peak_gb: float) -> None:
         a, b = _median_run(log, "tandem", "prefill", n), _median_run(log, "mlx-lm", "prefill", n)
         print(f"| {n} | {_fmt(a and n / a)} | {_fmt(b and n / b)} | "
               f"{_fmt(a and b and b / a, '.2f')}x |")
+    _report_ttft_load(log)
     print("\n## every run (index 0 = cold)")
     print("| # | engine | what | size | seconds (median step) | slowest step s | slowest/median "
           "| tok/s | peak GB | rest s | GPU MHz | GPU W | extra |")
@@ -195,6 +201,16 @@ def _report(log: RunLog, batches, lengths, peak_gb: float) -> None:
               f"{_fmt(r.watts)} | {json.dumps(r.extra) if r.extra else ''} |")
     print(f"\npeak memory, highest run: {peak_gb:.2f} GB "
           "(per run above: reset before each run)")
+
+
+def _report_ttft_load(log: RunLog) -> None:
+    """TTFT with 7 streams against alone (medians over rounds), where it ran."""
+    sizes = sorted({r.size for r in log.runs if r.what == "ttft_under_load"})
+    for n in sizes:
+        alone = _median_run(log, "tandem", "ttft_alone", n)
+        loaded = _median_run(log, "tandem", "ttft_under_load", n)
+        print(f"\n## TTFT of a {n}-token prompt: {alone:.3f} s alone, {loaded:.3f} s with 7 "
+              f"streams ({loaded / alone:.2f}x; medians)")
 
 
 def _finish(engine, monitor, recording, args, log) -> None:

@@ -76,10 +76,3 @@ class BatchView:
         """[B] index of each row's last valid token."""
         return self.lengths - 1
 
-
-def select_last(h: mx.array, view: BatchView) -> mx.array:
-    """[B, T, D] -> [B, 1, D]: each row's last valid token (logits nobody reads are skipped)."""
-    if view.num_tokens == 1:
-        return h
-    idx = view.last_index().reshape(-1, 1, 1)
-    return mx.take_along_axis(h, idx, axis=1)

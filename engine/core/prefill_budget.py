@@ -7,7 +7,17 @@ prompt in it) up to that floor:
 
     tokens = (floor step - calm step) x prompt tokens per second
 
-rounded DOWN to a chunk length of engine.core.shapes.py. Both rates are
+rounded DOWN to a chunk length of engine.core.shapes.py. With mixed forwards
+(EngineConfig.mixed_forward, the default) a step with decode rows and a chunk is ONE
+forward, so the time it takes beyond a calm step is the chunk's marginal cost inside
+a forward that was running anyway (its extra token-wise work, the extra experts its
+tokens route to, its own attention and recurrence), not a second forward with its own
+fixed cost: exactly the "time above the calm step" the formula spends, so learning
+the prompt rate from mixed steps fits it better than with two forwards (where each
+mixed step also paid a second forward's fixed cost and the rate came out low). Where
+that marginal cost is far from linear in the tokens (a small chunk nearly free beside
+a launch-bound decode step), the rate learned from a small chunk overestimates a large
+one's; the next step's measurement corrects it (moving average). Both rates are
 measured from the engine's own recent steps (moving averages), here and nowhere else:
 the scheduler only receives the token count and stays deterministic.
 

@@ -88,45 +88,94 @@ class Runner:
                 compiled: bool = False):
         """compiled: through self.compiled (decode views built with stable=True)."""
         cache = cache or self.cache
-        if not isinstance(tokens, mx.array):
-            tokens = mx.array(tokens, dtype=mx.int32)
         if compiled and self.compiled is not None:
-            logits = self.compiled(tokens, view, cache)
+            logits = self.compiled(_ids(tokens), view, cache)
         else:
-            logits = self.model(tokens, view, cache)
+            logits = self.model(_ids(tokens), view, cache)
         return logits, cache.arrays()
+
+    def forward_groups(self, groups: list[tuple]) -> list[mx.array]:
+        """One forward over (tokens, view) groups (engine/models/row_groups.py) in the
+        runner's cache -> each group's logits (lazy)."""
+        return self.model.forward_groups([(_ids(t), v) for t, v in groups], self.cache)
 
     def decode(self, seqs: list[Sequence]) -> mx.array:
         """One forward for every decoding sequence -> logits [n, V] (lazy); it runs at the
         padded batch size (engine/core/shapes.py) with fixed shapes, padding rows copying
         row 0."""
+        stable = self.compiled is not None
+        logits, _ = self.forward(*self._decode_inputs(seqs, stable), compiled=stable)
+        return logits[:len(seqs), -1, :]
+
+    def prefill(self, chunks) -> mx.array:
+        """One ragged forward over prompt chunks -> each row's last-token logits [B, V] (lazy);
+        it runs at the next chunk length of engine/core/shapes.py (right padding) with
+        fixed shapes, else at the longest chunk's length."""
+        logits, _ = self.forward(*self._prefill_inputs(chunks))
+        return logits[:, -1, :]
+
+    def mixed(self, seqs: list[Sequence], chunks) -> tuple[mx.array, mx.array]:
+        """decode(seqs) and prefill(chunks) as ONE forward (a mixed forward: each weight
+        read once for both) -> (decode logits [n, V], chunks' last-token logits [B, V]),
+        lazy; the same rows, padding and shapes as the two calls."""
+        decode, prefill = self.forward_groups([self._decode_inputs(seqs),
+                                               self._prefill_inputs(chunks)])
+        return decode[:len(seqs), -1, :], prefill[:, -1, :]
+
+    def _decode_inputs(self, seqs: list[Sequence], stable: bool = False) -> tuple:
+        """(tokens [B, 1], view) of a decode forward, padded to B rows with fixed shapes;
+        stable: a view for the compiled forward (build_view)."""
         n = len(seqs)
         B = padded_batch(n, self.config.max_num_seqs) if self.fixed_shapes else n
         rows = [(s.pages, s.slot, s.num_tokens - 1, 1) for s in seqs]
         rows += [(seqs[0].pages, self.scratch_slot, seqs[0].num_tokens - 1, 1)] * (B - n)
-        stable = self.compiled is not None
         view = self.build_view(rows, 1, real_rows=n if B > n else None, stable=stable)
-        logits, _ = self.forward(self._decode_tokens(seqs + [seqs[0]] * (B - n)), view,
-                                 compiled=stable)
-        return logits[:n, -1, :]
+        return self._decode_tokens(seqs + [seqs[0]] * (B - n)), view
+
+    def _prefill_inputs(self, chunks) -> tuple:
+        """(tokens [B, T], view) of the chunks, right-padded to T (a chunk length of
+        engine/core/shapes.py with fixed shapes, else the longest chunk)."""
+        longest = max(c.num_tokens for c in chunks)
+        T = (padded_chunk(longest, max(self.config.prefill_chunk, longest))
+             if self.fixed_shapes else longest)
+        tokens = np.zeros((len(chunks), T), np.int32)
+        for b, c in enumerate(chunks):
+            tokens[b, :c.num_tokens] = c.seq.all_ids[c.start:c.start + c.num_tokens]
+        rows = [(c.seq.pages, c.seq.slot, c.start, c.num_tokens) for c in chunks]
+        return tokens, self.build_view(rows, T)
 
     def warm_decode(self, batch: int, padded: bool = True) -> mx.array:
         """A decode forward of `batch` rows (the warm-up's) whose every write goes to the
         scratch page and slot. padded: as padding rows (with route_rows), else as a full
         batch (without): a compiled forward traces each layout. Returns logits (lazy)."""
-        rows = [([0], self.scratch_slot, 1, 1)] * batch
         stable = self.compiled is not None
-        view = self.build_view(rows, 1, real_rows=0 if padded else None, stable=stable)
-        logits, _ = self.forward(np.zeros((batch, 1), np.int32), view, compiled=stable)
+        logits, _ = self.forward(*self._warm_decode_inputs(batch, padded, stable),
+                                 compiled=stable)
         return logits
 
     def warm_prefill(self, length: int, tokens: int | None = None) -> mx.array:
         """A first prompt chunk of `tokens` (default: all) real tokens run at `length`,
         into the scratch page and slot: fewer tokens than length is the ragged path."""
+        logits, _ = self.forward(*self._warm_prefill_inputs(length, tokens))
+        return logits
+
+    def warm_mixed(self, batch: int, length: int, padded: bool = False) -> list[mx.array]:
+        """A mixed forward of `batch` padding decode rows and a `length`-token chunk (one
+        token short of it when padded: the ragged path), all into the scratch page and
+        slot (the warm-up's). Returns its logits (lazy)."""
+        chunk = self._warm_prefill_inputs(length, length - 1 if padded else length)
+        return self.forward_groups([self._warm_decode_inputs(batch), chunk])
+
+    def _warm_decode_inputs(self, batch: int, padded: bool = True,
+                            stable: bool = False) -> tuple:
+        rows = [([0], self.scratch_slot, 1, 1)] * batch
+        view = self.build_view(rows, 1, real_rows=0 if padded else None, stable=stable)
+        return np.zeros((batch, 1), np.int32), view
+
+    def _warm_prefill_inputs(self, length: int, tokens: int | None = None) -> tuple:
         tokens = length if tokens is None else tokens
         view = self.build_view([([0], self.scratch_slot, 0, tokens)], length, real_rows=0)
-        logits, _ = self.forward(np.zeros((1, length), np.int32), view)
-        return logits
+        return np.zeros((1, length), np.int32), view
 
     @staticmethod
     def _decode_tokens(seqs: list[Sequence]):
@@ -149,20 +198,6 @@ class Runner:
         index = [i if i >= 0 else base + (-1 - i) for i in index]
         source = mx.concatenate(arrays + [mx.array(host, mx.int32)] if host else arrays)
         return source.astype(mx.int32)[mx.array(index)].reshape(-1, 1)
-
-    def prefill(self, chunks) -> mx.array:
-        """One ragged forward over prompt chunks -> each row's last-token logits [B, V] (lazy);
-        it runs at the next chunk length of engine/core/shapes.py (right padding) with
-        fixed shapes, else at the longest chunk's length."""
-        longest = max(c.num_tokens for c in chunks)
-        T = (padded_chunk(longest, max(self.config.prefill_chunk, longest))
-             if self.fixed_shapes else longest)
-        tokens = np.zeros((len(chunks), T), np.int32)
-        for b, c in enumerate(chunks):
-            tokens[b, :c.num_tokens] = c.seq.all_ids[c.start:c.start + c.num_tokens]
-        rows = [(c.seq.pages, c.seq.slot, c.start, c.num_tokens) for c in chunks]
-        logits, _ = self.forward(tokens, self.build_view(rows, T))
-        return logits[:, -1, :]
 
     def copy(self, copies: DeviceCopies) -> list[tuple]:
         """A plan's device-side copies, queued before its forward (lazy). Returns each
@@ -222,3 +257,8 @@ def _route_rows(batch: int, real_rows: int | None) -> mx.array | None:
     if real_rows is None:
         return None
     return mx.array(np.where(np.arange(batch) < real_rows, np.arange(batch), 0), mx.int32)
+
+
+def _ids(tokens) -> mx.array:
+    """Input ids as an int32 mx array (host ids come as numpy)."""
+    return tokens if isinstance(tokens, mx.array) else mx.array(tokens, dtype=mx.int32)

@@ -5,6 +5,8 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from engine.events import RequestStats
+
 
 class Status(enum.Enum):
     WAITING = "waiting"      # queued, or preempted and waiting to be recomputed
@@ -55,3 +57,18 @@ class Sequence:
     @property
     def is_finished(self) -> bool:
         return self.status is Status.FINISHED
+
+
+def request_stats(seq: Sequence) -> RequestStats:
+    """The numbers a FinishedEvent reports for a finished sequence."""
+    n = len(seq.output_ids)
+    first = seq.t_first_token
+    ttft = (first - seq.t_submit) if first else 0.0
+    decode_s = (seq.t_finish - first) if first else 0.0
+    prefill_s = (first - seq.t_prefill_start) if first and seq.t_prefill_start else 0.0
+    return RequestStats(
+        prompt_tokens=len(seq.prompt_ids), generated_tokens=n, ttft_s=ttft,
+        decode_tok_s=(n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0,
+        prefill_tok_s=(len(seq.prompt_ids) - seq.num_cached) / prefill_s
+        if prefill_s > 0 else 0.0,
+        num_preemptions=seq.num_preemptions, cached_tokens=seq.num_cached)

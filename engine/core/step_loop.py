@@ -17,8 +17,8 @@ from engine.core.prefill_budget import PrefillBudget
 from engine.core.runner import Runner
 from engine.core.sampler import RowSampler, sample_batch
 from engine.core.scheduler import Scheduler, StepPlan
-from engine.core.sequence import Sequence, Status
-from engine.events import ErrorEvent, FinishedEvent, RequestStats, StepEvent, TokenEvent
+from engine.core.sequence import Sequence, Status, request_stats
+from engine.events import ErrorEvent, FinishedEvent, StepEvent, TokenEvent
 
 # FinishedEvent.message of a reply the KV pool could not hold any longer.
 POOL_FULL_NOTE = ("The reply filled the whole KV cache and was cut here; raise the KV "
@@ -164,13 +164,14 @@ class StepLoop:
     def _run(self, plan: StepPlan, extra: list[mx.array]) -> list[tuple[Request, mx.array, int]]:
         """Queue the step's forwards on the device (and `extra` arrays to evaluate with
         them); returns (request, ids, row) to read."""
+        decode_logits, prefill_logits = self._forwards(plan)
         out = []
         if plan.decode:
             reqs = [self.requests[s.request_id] for s in plan.decode]
-            ids = sample_batch(self.runner.decode(plan.decode), [r.sampler for r in reqs])
+            ids = sample_batch(decode_logits, [r.sampler for r in reqs])
             out += [(r, ids, i) for i, r in enumerate(reqs)]
         if plan.prefills:
-            out += self._run_prefill(plan.prefills)
+            out += self._sample_prefill(plan.prefills, prefill_logits)
         for s in plan.decode:
             s.num_computed = s.num_tokens
         for req, ids, row in out:
@@ -178,10 +179,17 @@ class StepLoop:
         mx.async_eval([ids for _, ids, _ in out] + self.runner.cache_arrays() + extra)
         return out
 
-    def _run_prefill(self, chunks) -> list[tuple[Request, mx.array, int]]:
-        """One ragged forward over the chunks; sample where a prompt's last chunk ends."""
+    def _forwards(self, plan: StepPlan) -> tuple[mx.array | None, mx.array | None]:
+        """(decode logits [n, V], prompt chunks' last-token logits [B, V]), None where the
+        plan has none: one mixed forward when it has both (config.mixed_forward)."""
+        if plan.decode and plan.prefills and self.config.mixed_forward:
+            return self.runner.mixed(plan.decode, plan.prefills)
+        return (self.runner.decode(plan.decode) if plan.decode else None,
+                self.runner.prefill(plan.prefills) if plan.prefills else None)
+
+    def _sample_prefill(self, chunks, logits: mx.array) -> list[tuple[Request, mx.array, int]]:
+        """Sample where a prompt's last chunk ends (logits [B, V]: each chunk's last)."""
         now = time.perf_counter()
-        logits = self.runner.prefill(chunks)                                  # [B, V]
         finishing = [i for i, c in enumerate(chunks) if c.is_last]
         for c in chunks:
             c.seq.t_prefill_start = c.seq.t_prefill_start or now
@@ -231,7 +239,7 @@ class StepLoop:
         self.scheduler.finish(seq, reason)
         seq.t_finish = time.perf_counter()
         del self.requests[seq.request_id]
-        self.emit(FinishedEvent(seq.request_id, reason, self._stats(seq),
+        self.emit(FinishedEvent(seq.request_id, reason, request_stats(seq),
                                   req.stream.text, tuple(seq.output_ids), message))
 
     def _fail(self, req: Request, message: str) -> None:
@@ -281,20 +289,6 @@ class StepLoop:
         for req in list(self.requests.values()):
             req.seq.pending.clear()
             self._finish(req, "cancelled", req.stream.finish())
-
-    @staticmethod
-    def _stats(seq: Sequence) -> RequestStats:
-        n = len(seq.output_ids)
-        first = seq.t_first_token
-        ttft = (first - seq.t_submit) if first else 0.0
-        decode_s = (seq.t_finish - first) if first else 0.0
-        prefill_s = (first - seq.t_prefill_start) if first and seq.t_prefill_start else 0.0
-        return RequestStats(
-            prompt_tokens=len(seq.prompt_ids), generated_tokens=n, ttft_s=ttft,
-            decode_tok_s=(n - 1) / decode_s if n > 1 and decode_s > 0 else 0.0,
-            prefill_tok_s=(len(seq.prompt_ids) - seq.num_cached) / prefill_s
-            if prefill_s > 0 else 0.0,
-            num_preemptions=seq.num_preemptions, cached_tokens=seq.num_cached)
 
     def _emit_step(self, plan: StepPlan, t0: float, t1: float) -> None:
         self.num_steps += 1

@@ -5,6 +5,17 @@ Every warm-up forward is made of padding rows: its K/V go to the scratch page 0 
 its recurrent state to the runner's scratch slot, so no sequence's cache changes. On
 CUDA the compiled kernels land in the user's cache folder (engine/kernel_cache.py),
 so a second start finds them there and the warm-up takes a few forwards' time.
+
+Mixed forwards (decode rows and a prompt chunk as one forward, EngineConfig.mixed_forward)
+meet shapes of their own where fixed shapes are on: their token-wise parts run on
+Bd + T tokens. A step that has a prompt chunk has at most max_num_seqs - 1 decode rows,
+so the warm-up runs one mixed forward for every decode size those pad to times every
+chunk length up to prefill_chunk, with a full chunk; the ragged chunk's own parts (its
+mask, its per-row lengths) do not depend on the decode rows beside it, so the padded
+chunk runs once per chunk length, beside one decode row. Defaults (16 sequences,
+512-token chunks): 5 x 6 + 6 = 36 mixed forwards more than the 17 of decode and prefill,
+each about a decode step plus that chunk's prefill. Several prompts in one step (a
+[Bp > 1, T] chunk group) are not warmed, as for plain prefills.
 """
 from __future__ import annotations
 
@@ -13,8 +24,8 @@ from collections.abc import Callable
 import mlx.core as mx
 
 from engine.config import EngineConfig
-from engine.core.runner import Runner
-from engine.core.shapes import chunk_lengths, decode_sizes
+from engine.core.runner import Runner, pads_to_fixed_shapes
+from engine.core.shapes import chunk_lengths, decode_sizes, padded_batch
 from engine.events import LoadProgress
 
 
@@ -25,28 +36,56 @@ def should_warm_up(config: EngineConfig) -> bool:
     return mx.default_device().type == mx.DeviceType.gpu
 
 
-def warm_up_shapes(config: EngineConfig) -> list[tuple[str, int]]:
+def warm_up_shapes(config: EngineConfig) -> list[tuple]:
     """("decode", batch) for every decode size, then for every chunk length n
     ("prefill", n) (a chunk of exactly n tokens) and ("padded prefill", n) (fewer,
-    right-padded to n: the masked path most prompts' last chunk takes)."""
+    right-padded to n: the masked path most prompts' last chunk takes), then the mixed
+    forwards' ("mixed", batch, n) and ("padded mixed", 1, n) (module docstring)."""
+    lengths = chunk_lengths(config.prefill_chunk)
     return ([("decode", b) for b in decode_sizes(config.max_num_seqs)]
-            + [(kind, n) for n in chunk_lengths(config.prefill_chunk)
-               for kind in (("prefill", "padded prefill") if n > 1 else ("prefill",))])
+            + [(kind, n) for n in lengths
+               for kind in (("prefill", "padded prefill") if n > 1 else ("prefill",))]
+            + mixed_shapes(config))
+
+
+def mixed_shapes(config: EngineConfig) -> list[tuple[str, int, int]]:
+    """The mixed forwards' shapes a GPU meets; none without fixed shapes or mixed forwards,
+    or when no decode row can run beside a prompt (max_num_seqs 1)."""
+    if not (config.mixed_forward and pads_to_fixed_shapes(config)) or config.max_num_seqs < 2:
+        return []
+    lengths = chunk_lengths(config.prefill_chunk)
+    batches = sorted({padded_batch(n, config.max_num_seqs) for n in range(1, config.max_num_seqs)})
+    return ([("mixed", b, n) for b in batches for n in lengths]
+            + [("padded mixed", 1, n) for n in lengths if n > 1])
+
+
+def _describe(shape: tuple) -> str:
+    kind, *sizes = shape
+    if kind == "decode":
+        return f"{kind}, batch of {sizes[0]}"
+    if "mixed" in kind:
+        return f"{kind}, batch of {sizes[0]} beside a {sizes[1]}-token prompt chunk"
+    return f"{kind}, {sizes[0]}-token prompt chunk"
+
+
+def _run_shape(runner: Runner, shape: tuple):
+    kind, *sizes = shape
+    if kind == "decode" and runner.compiled is not None:
+        # A compiled decode traces full and padded batches apart.
+        return [runner.warm_decode(sizes[0], padded) for padded in (False, True)]
+    if kind == "decode":
+        return runner.warm_decode(sizes[0])
+    if "mixed" in kind:
+        return runner.warm_mixed(sizes[0], sizes[1], padded=kind == "padded mixed")
+    n = sizes[0]
+    return runner.warm_prefill(n, n if kind == "prefill" else n - 1)
 
 
 def warm_up(runner: Runner, config: EngineConfig, report: Callable[[LoadProgress], None],
             start: float = 0.9, end: float = 1.0) -> None:
     """Run every shape once, reporting progress from `start` to `end` of the bar."""
     shapes = warm_up_shapes(config)
-    for i, (kind, size) in enumerate(shapes):
-        what = f"batch of {size}" if kind == "decode" else f"{size}-token prompt chunk"
+    for i, shape in enumerate(shapes):
         report(LoadProgress(start + (end - start) * i / len(shapes),
-                            f"Compiling kernels: {kind}, {what} ({i + 1}/{len(shapes)})"))
-        if kind == "decode" and runner.compiled is not None:
-            # A compiled forward traces full and padded batches apart.
-            logits = [runner.warm_decode(size, padded) for padded in (False, True)]
-        elif kind == "decode":
-            logits = runner.warm_decode(size)
-        else:
-            logits = runner.warm_prefill(size, size if kind == "prefill" else size - 1)
-        mx.eval(logits, runner.cache_arrays())
+                            f"Compiling kernels: {_describe(shape)} ({i + 1}/{len(shapes)})"))
+        mx.eval(_run_shape(runner, shape), runner.cache_arrays())

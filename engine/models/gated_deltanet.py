@@ -16,6 +16,7 @@ from engine.models.elementwise import decay_and_beta, silu_gated_norm
 from engine.models.fused import fuse_linears
 from engine.models.gated_delta import gated_delta, normalize_qk
 from engine.models.qwen3_5_config import ModelArgs
+from engine.models.row_groups import RowGroups
 from kernels.kernel_set import NO_KERNELS
 
 
@@ -67,11 +68,11 @@ class GatedDeltaNet(nn.Module):
             return self.in_proj(x)
         return [self[name](x) for name in self._PROJECTIONS]
 
-    def project(self, x: mx.array):
-        """x [B, T, H] -> qkv [B, T, conv_dim], z [B, T, Hv, Dv], b, a [B, T, Hv]."""
-        B, T, _ = x.shape
-        qkv, z, b, a = self._in_projections(x)
-        return qkv, z.reshape(B, T, self.hv, self.dv), b, a
+    def unpack(self, parts: list[mx.array]):
+        """One group's input projections [B, T, *] -> qkv [B, T, conv_dim],
+        z [B, T, Hv, Dv], b, a [B, T, Hv]."""
+        qkv, z, b, a = parts
+        return qkv, z.reshape(*z.shape[:2], self.hv, self.dv), b, a
 
     def state_specs(self, dtype: mx.Dtype = mx.float32) -> tuple[StateSpec, ...]:
         """The conv state in the activations' dtype (it holds the last inputs, which are
@@ -79,9 +80,17 @@ class GatedDeltaNet(nn.Module):
         return (StateSpec((self.kernel - 1, self.conv_dim), dtype),
                 StateSpec((self.hv, self.dv, self.dk), mx.float32))
 
-    def __call__(self, x: mx.array, view: BatchView, states: list[mx.array]) -> mx.array:
-        B, T, _ = x.shape
-        qkv, z, b, a = self.project(x)
+    def __call__(self, x: mx.array, rows: RowGroups, states: list[mx.array]) -> mx.array:
+        """x [N, H] (every group's tokens) -> [N, H]: the projections run once on all
+        tokens, the conv and the recurrence per group with its own view and slots."""
+        parts = [rows.split(p) for p in self._in_projections(x)]          # per group [B, T, *]
+        ys = [self._mix(*self.unpack(list(group)), view, states)
+              for view, *group in zip(rows.views, *parts)]
+        return self.out_proj(rows.join(ys))                                  # [N, H]
+
+    def _mix(self, qkv, z, b, a, view: BatchView, states: list[mx.array]) -> mx.array:
+        """One group's conv, recurrence and gated norm -> [B, T, value_dim]."""
+        B, T, _ = qkv.shape
         slots = view.state_slots
         # Slots are reused without clearing: a row starting a sequence reads zeros.
         conv_state = states[0][slots]                                        # [B, K-1, C]
@@ -103,7 +112,7 @@ class GatedDeltaNet(nn.Module):
         y = self._recurrence(q, k, v, g, beta, view, states)                 # [B, T, Hv, Dv]
 
         y = self.norm(y, z)                                                  # [B, T, Hv, Dv]
-        return self.out_proj(y.reshape(B, T, -1))                            # [B, T, H]
+        return y.reshape(B, T, -1)                                           # [B, T, Hv*Dv]
 
     def _recurrence(self, q, k, v, g, beta, view: BatchView, states: list[mx.array]):
         """Delta rule over T tokens; reads and writes the slot pool states[1]."""
@@ -153,10 +162,10 @@ class NextGatedDeltaNet(GatedDeltaNet):
 
     _PROJECTIONS = ("in_proj_qkvz", "in_proj_ba")
 
-    def project(self, x: mx.array):
-        B, T, _ = x.shape
+    def unpack(self, parts: list[mx.array]):
+        qkvz, ba = parts
+        B, T, _ = qkvz.shape
         r = self.hv // self.hk  # value heads per key head
-        qkvz, ba = self._in_projections(x)
         # Per key head the fused output holds [q (Dk), k (Dk), v (r*Dv), z (r*Dv)].
         qkvz = qkvz.reshape(B, T, self.hk, -1)                              # [B, T, Hk, *]
         q, k, v, z = mx.split(qkvz, [self.dk, 2 * self.dk, 2 * self.dk + r * self.dv], -1)

@@ -6,12 +6,13 @@ from dataclasses import dataclass
 import mlx.core as mx
 import mlx.nn as nn
 
-from engine.core.batch_view import BatchView, select_last
+from engine.core.batch_view import BatchView
 from engine.models.attention import paged_attention
 from engine.models.base import CacheSpec, ModelCache
 from engine.models.elementwise import swiglu
 from engine.models.fused import fuse_linears
 from engine.models.rope import RoPE
+from engine.models.row_groups import RowGroups
 from kernels.kernel_set import NO_KERNELS
 
 MODEL_TYPES = ("llama", "smollm", "smollm2", "mistral", "qwen2", "qwen3")
@@ -82,12 +83,20 @@ class Attention(nn.Module):
         """After loading: q, k and v become one matmul (engine/models/fused.py)."""
         fuse_linears(self, ("q_proj", "k_proj", "v_proj"), "qkv_proj")
 
-    def __call__(self, x: mx.array, view: BatchView, kv: list[mx.array]) -> mx.array:
-        B, T, _ = x.shape
+    def __call__(self, x: mx.array, rows: RowGroups, kv: list[mx.array]) -> mx.array:
+        """x [N, H] (every group's tokens) -> [N, H]: the projections run once on all
+        tokens, the attention per group with its own view."""
         if "qkv_proj" in self:
-            q, k, v = self.qkv_proj(x)
+            q, k, v = self.qkv_proj(x)                        # [N, Hq*D], [N, Hkv*D] x2
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        out = [self._attend(*qkv, view, kv) for view, *qkv
+               in zip(rows.views, rows.split(q), rows.split(k), rows.split(v))]
+        return self.o_proj(rows.join(out))                    # [N, H]
+
+    def _attend(self, q, k, v, view: BatchView, kv: list[mx.array]) -> mx.array:
+        """One group's q, k, v [B, T, *] -> [B, T, Hq*D]."""
+        B, T, _ = q.shape
         q = q.reshape(B, T, self.n_heads, -1)                 # [B, T, Hq, D]
         k = k.reshape(B, T, self.n_kv, -1)                    # [B, T, Hkv, D]
         v = v.reshape(B, T, self.n_kv, -1)
@@ -97,7 +106,7 @@ class Attention(nn.Module):
         k = self.rope(k.transpose(0, 2, 1, 3), view.offsets)
         out = paged_attention(q, k, v.transpose(0, 2, 1, 3), kv, view, self.scale,
                               self.kernel_set)
-        return self.o_proj(out.transpose(0, 2, 1, 3).reshape(B, T, -1))
+        return out.transpose(0, 2, 1, 3).reshape(B, T, -1)
 
 
 class MLP(nn.Module):
@@ -126,8 +135,8 @@ class Block(nn.Module):
         self.input_layernorm = nn.RMSNorm(a.hidden_size, eps=a.rms_norm_eps)
         self.post_attention_layernorm = nn.RMSNorm(a.hidden_size, eps=a.rms_norm_eps)
 
-    def __call__(self, x, view, kv):
-        h = x + self.self_attn(self.input_layernorm(x), view, kv)
+    def __call__(self, x: mx.array, rows: RowGroups, kv: list[mx.array]) -> mx.array:
+        h = x + self.self_attn(self.input_layernorm(x), rows, kv)    # [N, H]
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -149,15 +158,20 @@ class Model(nn.Module):
             self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
 
     def __call__(self, tokens: mx.array, view: BatchView, cache: ModelCache) -> mx.array:
-        h = self.model.embed_tokens(tokens)                   # [B, T, D]
+        return self.forward_groups([(tokens, view)], cache)[0]
+
+    def forward_groups(self, groups: list[tuple[mx.array, BatchView]],
+                       cache: ModelCache) -> list[mx.array]:
+        """One forward over groups of rows (engine/models/row_groups.py): tokens
+        [B_g, T_g] with their view each -> each group's logits, as __call__ returns them."""
+        rows = RowGroups([view for _, view in groups])
+        h = self.model.embed_tokens(rows.join_tokens([t for t, _ in groups]))   # [N, D]
         for layer, kv in zip(self.model.layers, cache.kv):
-            h = layer(h, view, kv)
-        if not view.all_logits:
-            h = select_last(h, view)                          # [B, 1, D]
-        h = self.model.norm(h)
+            h = layer(h, rows, kv)
+        h = self.model.norm(rows.select_logit_rows(h))                        # [M, D]
         if self.args.tie_word_embeddings:
-            return self.model.embed_tokens.as_linear(h)
-        return self.lm_head(h)
+            return rows.split_logits(self.model.embed_tokens.as_linear(h))
+        return rows.split_logits(self.lm_head(h))
 
     def fuse_projections(self) -> None:
         """Join projections that read the same input, one layer at a time."""

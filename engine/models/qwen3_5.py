@@ -11,7 +11,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from engine.core.batch_view import BatchView, select_last
+from engine.core.batch_view import BatchView
 from engine.models.attention import paged_attention
 from engine.models.base import CacheSpec, ModelCache
 from engine.models.elementwise import sigmoid_gate
@@ -20,6 +20,7 @@ from engine.models.gated_deltanet import GatedDeltaNet, NextGatedDeltaNet
 from engine.models.moe import MLP, SparseMoeBlock
 from engine.models.qwen3_5_config import NEXT_TYPES, QWEN3_5_TYPES, ModelArgs
 from engine.models.qwen3_5_weights import quantize_predicate, sanitize_weights
+from engine.models.row_groups import RowGroups
 from kernels.kernel_set import NO_KERNELS
 
 MODEL_TYPES = QWEN3_5_TYPES + NEXT_TYPES
@@ -47,12 +48,20 @@ class Attention(nn.Module):
         """After loading: q (with its gate), k and v become one matmul."""
         fuse_linears(self, ("q_proj", "k_proj", "v_proj"), "qkv_proj")
 
-    def __call__(self, x: mx.array, view: BatchView, kv: list[mx.array]) -> mx.array:
-        B, T, _ = x.shape
+    def __call__(self, x: mx.array, rows: RowGroups, kv: list[mx.array]) -> mx.array:
+        """x [N, H] (every group's tokens) -> [N, H]: the projections run once on all
+        tokens, the attention per group with its own view."""
         if "qkv_proj" in self:
-            qg, k, v = self.qkv_proj(x)
+            qg, k, v = self.qkv_proj(x)                              # [N, 2*Hq*D], [N, Hkv*D]
         else:
             qg, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        out = [self._attend(*qkv, view, kv) for view, *qkv
+               in zip(rows.views, rows.split(qg), rows.split(k), rows.split(v))]
+        return self.o_proj(rows.join(out))                           # [N, H]
+
+    def _attend(self, qg, k, v, view: BatchView, kv: list[mx.array]) -> mx.array:
+        """One group's projections [B, T, *] -> the gated attention output [B, T, Hq*D]."""
+        B, T, _ = qg.shape
         qg = qg.reshape(B, T, self.hq, 2 * self.d)                           # [B, T, Hq, 2D]
         q, gate = qg[..., :self.d], qg[..., self.d:]                         # [B, T, Hq, D] each
         q = self.q_norm(q).transpose(0, 2, 1, 3)                             # [B, Hq, T, D]
@@ -63,7 +72,7 @@ class Attention(nn.Module):
         k = self._rope(k, view.offsets)                                      # [B, Hkv, T, D]
         o = paged_attention(q, k, v, kv, view, self.scale, self.kernel_set)  # [B, Hq, T, D]
         o = o.transpose(0, 2, 1, 3).reshape(B, T, -1)                        # [B, T, Hq*D]
-        return self.o_proj(sigmoid_gate(o, gate.reshape(B, T, -1)))
+        return sigmoid_gate(o, gate.reshape(B, T, -1))
 
     def _rope(self, x: mx.array, offsets: mx.array) -> mx.array:
         return mx.fast.rope(x, self.rotary_dim, traditional=False, base=self.theta,
@@ -87,12 +96,13 @@ class DecoderLayer(nn.Module):
         else:
             self.mlp = MLP(args.hidden_size, args.intermediate_size)
 
-    def __call__(self, x: mx.array, view: BatchView, cache_entry: list[mx.array]) -> mx.array:
+    def __call__(self, x: mx.array, rows: RowGroups, cache_entry: list[mx.array]) -> mx.array:
+        """x [N, H], every group's tokens: the mixer runs per group, the rest once."""
         mixer = self.linear_attn if self.is_linear else self.self_attn
-        h = x + mixer(self.input_layernorm(x), view, cache_entry)
+        h = x + mixer(self.input_layernorm(x), rows, cache_entry)           # [N, H]
         if isinstance(self.mlp, SparseMoeBlock):      # adds the residual in its last op
             return self.mlp(self.post_attention_layernorm(h), residual=h,
-                            route_rows=view.route_rows)
+                            route_rows=rows.route_rows)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -125,22 +135,27 @@ class Model(nn.Module):
         return self.body.model.layers
 
     def __call__(self, tokens: mx.array, view: BatchView, cache: ModelCache) -> mx.array:
+        return self.forward_groups([(tokens, view)], cache)[0]
+
+    def forward_groups(self, groups: list[tuple[mx.array, BatchView]],
+                       cache: ModelCache) -> list[mx.array]:
+        """One forward over groups of rows (engine/models/row_groups.py): tokens
+        [B_g, T_g] with their view each -> each group's logits, as __call__ returns them."""
         backbone = self.body.model
-        h = backbone.embed_tokens(tokens)                                    # [B, T, H]
+        rows = RowGroups([view for _, view in groups])
+        h = backbone.embed_tokens(rows.join_tokens([t for t, _ in groups]))  # [N, H]
         n_kv = n_state = 0
         for layer in backbone.layers:
             if layer.is_linear:
-                h = layer(h, view, cache.states[n_state])
+                h = layer(h, rows, cache.states[n_state])
                 n_state += 1
             else:
-                h = layer(h, view, cache.kv[n_kv])
+                h = layer(h, rows, cache.kv[n_kv])
                 n_kv += 1
-        if not view.all_logits:
-            h = select_last(h, view)                                         # [B, 1, H]
-        h = backbone.norm(h)
+        h = backbone.norm(rows.select_logit_rows(h))                         # [M, H]
         if self.args.tie_word_embeddings:
-            return backbone.embed_tokens.as_linear(h)                        # [B, *, V]
-        return self.body.lm_head(h)                                          # [B, *, V]
+            return rows.split_logits(backbone.embed_tokens.as_linear(h))     # [B_g, *, V]
+        return rows.split_logits(self.body.lm_head(h))                       # [B_g, *, V]
 
     def fuse_projections(self) -> None:
         """Join projections that read the same input (engine/models/fused.py), one layer

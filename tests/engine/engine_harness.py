@@ -41,21 +41,27 @@ class Harness:
 
     def _wrap_runner(self):
         runner, logits = self.loop.runner, self.logits
-        decode, prefill = runner.decode, runner.prefill
+        decode, prefill, mixed = runner.decode, runner.prefill, runner.mixed
+        self.num_mixed = 0          # mixed forwards run (decode rows and chunks together)
 
-        def rec_decode(seqs):
-            out = decode(seqs)
+        def keep_decode(seqs, out):
             for i, s in enumerate(seqs):
                 logits.setdefault(s.request_id, []).append(out[i])
             return out
 
-        def rec_prefill(chunks):
-            out = prefill(chunks)
+        def keep_prefill(chunks, out):
             for i, c in enumerate(chunks):
                 if c.is_last:
                     logits.setdefault(c.seq.request_id, []).append(out[i])
             return out
-        runner.decode, runner.prefill = rec_decode, rec_prefill
+
+        def rec_mixed(seqs, chunks):
+            self.num_mixed += 1
+            d, p = mixed(seqs, chunks)
+            return keep_decode(seqs, d), keep_prefill(chunks, p)
+        runner.decode = lambda seqs: keep_decode(seqs, decode(seqs))
+        runner.prefill = lambda chunks: keep_prefill(chunks, prefill(chunks))
+        runner.mixed = rec_mixed
 
     def add(self, rid: int, prompt: list[int], max_tokens: int) -> Sequence:
         params = SamplingParams(max_tokens=max_tokens)

@@ -306,13 +306,14 @@ def test_a_failed_step_drops_its_saves_and_the_loop_goes_on_writing(tmp_path):
     while first.status.name != "FINISHED":
         h.loop.step()
     assert h.loop.cache.has_pending_saves
-    prefill = h.loop.runner.prefill
-    h.loop.runner.prefill = lambda chunks: (_ for _ in ()).throw(RuntimeError("bad input"))
+    prefill = h.loop.runner._prefill_inputs        # plain and mixed forwards alike
+    h.loop.runner._prefill_inputs = lambda chunks: (_ for _ in ()).throw(
+        RuntimeError("bad input"))
     h.add(2, NEW_MESSAGE, 5)
     with pytest.raises(RuntimeError):
         h.loop.step()
     h.loop.step_failed("failed: bad input")
-    h.loop.runner.prefill = prefill
+    h.loop.runner._prefill_inputs = prefill
     assert not h.loop.cache.has_pending_saves and not h.loop.host_copies
     h.loop.cache.check_invariants()
     follow = TURN1 + first.output_ids + NEW_MESSAGE

@@ -147,13 +147,14 @@ def test_step_failure_in_a_batch_fails_the_culprit_and_recomputes_the_others():
         h.add(rid, [rid, 5, 6], 10)
     for _ in range(4):
         h.loop.step()
-    prefill = h.loop.runner.prefill
+    # The prompt's arrays are built for a plain or a mixed forward alike.
+    prefill_inputs = h.loop.runner._prefill_inputs
 
     def failing_prefill(chunks):
         if any(c.seq.request_id == 4 for c in chunks):
             raise _Boom("bad input")
-        return prefill(chunks)
-    h.loop.runner.prefill = failing_prefill
+        return prefill_inputs(chunks)
+    h.loop.runner._prefill_inputs = failing_prefill
     h.add(4, [4, 5, 6], 10)
     try:
         h.loop.step()
@@ -173,8 +174,9 @@ def test_a_decode_step_that_keeps_failing_fails_its_requests_once_retried():
     h.add(2, [4, 5], 10)
     for _ in range(3):
         h.loop.step()
-    h.loop.runner.decode = lambda seqs: (_ for _ in ()).throw(_Boom("device lost"))
-    h.loop.runner.prefill = lambda chunks: (_ for _ in ()).throw(_Boom("device lost"))
+    lost = _Boom("device lost")
+    h.loop.runner.forward = lambda tokens, view, cache=None, compiled=False: (_ for _ in ()).throw(lost)
+    h.loop.runner.forward_groups = lambda groups: (_ for _ in ()).throw(lost)
     for _ in range(5):
         if not h.loop.has_work:
             break
