@@ -122,3 +122,28 @@ def test_joining_twice_changes_nothing():
     a.start(0)
     b.start(0)
     assert float(mx.abs(a.forward({0: PROMPT}) - b.forward({0: PROMPT})).max()) < 1e-5
+
+
+@pytest.mark.parametrize("quantize", [False, True])
+@pytest.mark.parametrize("model_type", ["qwen3_5_moe", "qwen3_5"])
+def test_rows_padded_for_the_gpu_change_no_logit_and_no_weight(monkeypatch, model_type,
+                                                               quantize):
+    """On a GPU a joined output is padded with zero rows to a multiple of 128 (MLX CUDA's
+    tiled qmm); the pad is dropped from the output and from the unfused tree."""
+    import engine.models.fused as fused_module
+    monkeypatch.setattr(fused_module, "row_multiple", lambda: 128)
+    plain, fused = _pair(model_type, quantize)
+    joined = [m for _, m in fused.named_modules() if isinstance(m, FusedLinear)]
+    assert any(m.parts.pad for m in joined)
+    for m in joined:
+        width = m.joined.weight.shape[-2]
+        assert width % 128 == 0 and width == sum(m.parts.sizes) + m.parts.pad
+    a, b = Rows(plain), Rows(fused)
+    a.start(0)
+    b.start(0)
+    for tokens in (PROMPT, [3], [250]):
+        assert float(mx.abs(a.forward({0: tokens}) - b.forward({0: tokens})).max()) < 1e-5
+    original = dict(tree_flatten(plain.parameters()))
+    back = dict(unfused_parameters(fused))
+    assert set(back) == set(original)
+    assert all(mx.array_equal(back[k], original[k]).item() for k in original)
