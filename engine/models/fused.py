@@ -19,7 +19,6 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
-
 # On a GPU the joined output is padded with zero rows up to a multiple of this: MLX's
 # CUDA tiled quantized matmul takes only N % 128 == 0 and otherwise falls back to a
 # naive kernel (the Gated DeltaNet input projection, 12,352 rows: 117 us a call at
