@@ -18,6 +18,8 @@ in power-of-two widths) so that traces stay few.
 """
 from __future__ import annotations
 
+import warnings
+
 import mlx.core as mx
 
 from engine.core.batch_view import BatchView
@@ -44,16 +46,28 @@ class CompiledForward:
     def __init__(self, model):
         self.model = model
         self._fns: dict[tuple, object] = {}
+        self._plain: set[tuple] = set()     # layouts whose trace failed: run uncompiled
 
     def __call__(self, tokens: mx.array, view: BatchView, cache: ModelCache) -> mx.array:
         key = _static_key(view)
+        if key in self._plain:
+            return self.model(tokens, view, cache)
         fn = self._fns.get(key)
         if fn is None:
             fn = self._fns[key] = mx.compile(self._traced(key, cache))
         arrays = [getattr(view, name) for name in _VIEW_ARRAYS]
         if view.route_rows is not None:
             arrays.append(view.route_rows)
-        outputs = fn(tokens, *arrays, *cache.arrays())
+        try:
+            outputs = fn(tokens, *arrays, *cache.arrays())
+        except (ValueError, RuntimeError) as e:
+            # A layout mx.compile cannot trace (an MLX version's limit) runs plain: a
+            # slower step, never a failed one. Said once per layout.
+            warnings.warn(f"decode runs uncompiled for {key}: {e}", RuntimeWarning,
+                          stacklevel=2)
+            self._plain.add(key)
+            del self._fns[key]
+            return self.model(tokens, view, cache)
         cache.set_arrays(outputs[1:])
         return outputs[0]
 

@@ -150,3 +150,23 @@ class _Silent:
 
     def flush(self):
         return ""
+
+
+def test_a_layout_that_cannot_be_traced_runs_plain(monkeypatch):
+    """mx.compile refusing a trace costs speed, never a step: the same logits, said once."""
+    import engine.core.compiled_forward as cf
+    model = _model("llama")
+    next_ids = [[20 + s, 30 + s, 40 + s] for s in range(STEPS)]
+    expected = _decode_steps(_runner(model, compiled=False), next_ids)
+
+    def refuse(fn):
+        def traced(*args):
+            raise ValueError("cannot trace this")
+        return traced
+    monkeypatch.setattr(cf.mx, "compile", refuse)
+    runner = _runner(model, compiled=True)
+    with pytest.warns(RuntimeWarning, match="uncompiled"):
+        got = _decode_steps(runner, next_ids)
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    assert runner.compiled.num_layouts == 0
