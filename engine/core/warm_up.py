@@ -8,14 +8,16 @@ so a second start finds them there and the warm-up takes a few forwards' time.
 
 Mixed forwards (decode rows and a prompt chunk as one forward, EngineConfig.mixed_forward)
 meet shapes of their own where fixed shapes are on: their token-wise parts run on
-Bd + T tokens. A step that has a prompt chunk has at most max_num_seqs - 1 decode rows,
-so the warm-up runs one mixed forward for every decode size those pad to times every
-chunk length up to prefill_chunk, with a full chunk; the ragged chunk's own parts (its
-mask, its per-row lengths) do not depend on the decode rows beside it, so the padded
-chunk runs once per chunk length, beside one decode row. Defaults (16 sequences,
-512-token chunks): 5 x 6 + 6 = 36 mixed forwards more than the 17 of decode and prefill,
-each about a decode step plus that chunk's prefill. Several prompts in one step (a
-[Bp > 1, T] chunk group) are not warmed, as for plain prefills.
+Bd + T tokens. The warm-up runs, for every chunk length up to prefill_chunk, one mixed
+forward beside the largest decode batch a step with a prompt can have (max_num_seqs - 1
+rows, padded), and the padded (ragged) chunk once beside one decode row: 6 + 6 = 12
+forwards more than the 17 of decode and prefill by default. Not every decode size: on the
+H200 a first start that warmed every decode size x chunk length (36 mixed forwards) plus
+the compiled decode traces did not finish its warm-up within 6 minutes with a cold kernel
+cache (docs/PERFORMANCE.md), and MLX's CUDA kernels are compiled per kind of shape (dtype,
+rank, tile class), not per row count, so the other sizes mostly find them compiled. Not
+yet measured: whether a first mixed step at another decode size still stalls. Several
+prompts in one step (a [Bp > 1, T] chunk group) are not warmed, as for plain prefills.
 """
 from __future__ import annotations
 
@@ -54,8 +56,8 @@ def mixed_shapes(config: EngineConfig) -> list[tuple[str, int, int]]:
     if not (config.mixed_forward and pads_to_fixed_shapes(config)) or config.max_num_seqs < 2:
         return []
     lengths = chunk_lengths(config.prefill_chunk)
-    batches = sorted({padded_batch(n, config.max_num_seqs) for n in range(1, config.max_num_seqs)})
-    return ([("mixed", b, n) for b in batches for n in lengths]
+    largest = padded_batch(config.max_num_seqs - 1, config.max_num_seqs)
+    return ([("mixed", largest, n) for n in lengths]
             + [("padded mixed", 1, n) for n in lengths if n > 1])
 
 

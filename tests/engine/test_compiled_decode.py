@@ -83,8 +83,10 @@ def test_compiled_decode_writes_the_cache_the_plain_forward_writes():
         runner = _runner(model, compiled)
         _decode_steps(runner, next_ids)
         runs[compiled] = [np.array(a) for a in runner.cache_arrays()]
+    # Not bit-equal on CUDA: a compiled forward fuses elementwise chains, whose kernels
+    # evaluate exp/sigmoid apart from the separate ones; the logits test bounds the effect.
     for plain, compiled in zip(runs[False], runs[True]):
-        np.testing.assert_allclose(compiled, plain, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(compiled, plain, rtol=1e-4, atol=1e-4)
 
 
 def test_traces_stay_few_as_the_context_grows():
