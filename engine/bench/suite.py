@@ -11,6 +11,7 @@ import json
 import random
 import statistics
 import sys
+import time
 
 import mlx.core as mx
 
@@ -18,7 +19,8 @@ from engine.bench.runs import RunLog, ours_decode, ours_prefill, ours_ttft_under
 from engine.bench.synthetic import SYNTHETIC_PREFIX, synthetic_in_memory
 from engine.config import EngineConfig
 from engine.core.engine import Engine
-from engine.sampling_params import SamplingParams
+
+WARM_PREFILL_MAX = 4096     # the bench's warm-up reads prompts up to this long
 
 
 def add_bench_args(p: argparse.ArgumentParser) -> None:
@@ -74,7 +76,7 @@ def run_bench(args) -> int:
     print(f"# model: {engine.model_name}; device: {mx.default_device()}; "
           f"sampler: {monitor.sampler.source if monitor else 'none'}; "
           f"mixed forward: {'on' if cfg.mixed_forward else 'off'}", flush=True)
-    _warm_up(engine, peer, vocab)
+    _warm_up(engine, peer, vocab, batches, lengths, args)
     for _ in range(args.rounds):
         for B in batches:
             prompts = [_prompt(32, vocab, s) for s in range(B)]
@@ -137,11 +139,27 @@ def _trace_overhead(engine, log, args, vocab) -> None:
           f"untraced at B={B}: {100 * (on / off - 1):+.1f}% (median of {args.rounds})")
 
 
-def _warm_up(engine, peer, vocab):
-    """First calls of a shape compile kernels: keep them out of the numbers."""
-    engine.generate([_prompt(32, vocab, 0)] * 2, SamplingParams(max_tokens=8))
-    if peer:
-        peer.decode_step_seconds([_prompt(32, vocab, 0)], 4)
+def _warm_up(engine, peer, vocab, batches, lengths, args) -> None:
+    """First calls of a shape compile kernels (minutes on a cold CUDA cache, for mlx-lm
+    as for us): one untimed run of every shape the timed rounds meet, both engines,
+    so no round's median holds a compile. Prompts up to WARM_PREFILL_MAX tokens: longer
+    ones run as chunks of shapes met already."""
+    t0 = time.perf_counter()
+    for B in batches:
+        prompts = [_prompt(32, vocab, 500 + s) for s in range(B)]
+        ours_decode(engine, prompts, 4)
+        if peer:
+            peer.decode_run(prompts, 4)
+    for n in lengths:
+        prompt = _prompt(min(n, WARM_PREFILL_MAX), vocab, 900 + n)
+        ours_prefill(engine, prompt)
+        if peer and n <= args.peer_max_prefill:
+            peer.prefill_seconds(prompt)
+    if args.ttft_load:
+        streams = [_prompt(64, vocab, 300 + i) for i in range(7)]
+        ours_ttft_under_load(engine, streams, _prompt(args.ttft_load, vocab, 5000))
+    print(f"# warm-up (every shape once, untimed): {time.perf_counter() - t0:.1f} s",
+          flush=True)
 
 
 def _make_peer(engine):
