@@ -18,6 +18,10 @@ from server_harness import make_client
 ROOT = Path(__file__).parents[3]
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -44,7 +48,11 @@ def test_serve_command_serves_and_stops_on_a_signal(tiny_folder, stop_signal):
     proc = subprocess.Popen(
         [sys.executable, "-m", "engine", "serve", "--model", str(tiny_folder),
          "--port", str(port), "--api-key", "k"],
-        cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+        cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True,
+        # As from a terminal: a child inherits an ignored SIGINT (a suite run as a
+        # background job, or a library that ignores it), and Python started so keeps
+        # ignoring Ctrl-C: the full suite hung here twice that way.
+        preexec_fn=_default_sigint)
     try:
         seen = set()
         deadline = time.monotonic() + 120
