@@ -13,13 +13,17 @@ multiplies 8 rows by it 1.6x faster in blocks of ``HEAD_BLOCK`` output rows than
 one call, in either layout, and a tied head is also the embedding table (looked up by
 row: kept row-major). Heads are multiplied block by block (``blocked_matmul``).
 Nothing changes on a GPU, for quantized layers, or for other dtypes.
+``TANDEM_CPU_LAYOUT=off`` keeps the layout as loaded (A/B benchmarks).
 """
 from __future__ import annotations
+
+import os
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_unflatten
 
+ENV_VAR = "TANDEM_CPU_LAYOUT"
 HEAD_ROWS = 8192      # a weight with more output rows than this is a vocabulary head
 HEAD_BLOCK = 1536     # output rows per matmul of a head
 BLOCKED_MAX_ROWS = 64  # inputs of more rows than this (whole-prompt logits) run in one call
@@ -58,8 +62,10 @@ def column_major(w: mx.array) -> mx.array:
 
 def arrange(model: nn.Module) -> int:
     """On the CPU: float32 layer weights column-major, vocabulary heads blocked.
-    Returns how many modules changed (0 on a GPU)."""
+    Returns how many modules changed (0 on a GPU or with TANDEM_CPU_LAYOUT=off)."""
     if mx.default_device().type != mx.DeviceType.cpu:
+        return 0
+    if os.environ.get(ENV_VAR, "").lower() in ("off", "0"):
         return 0
     changed = [(path, _arranged(m)) for path, m in model.named_modules()
                if type(m) in (nn.Linear, nn.Embedding) and m.weight.dtype == mx.float32]

@@ -85,3 +85,12 @@ def test_small_vocabulary_and_other_dtypes_are_left_alone():
     cpu_layout.arrange(model)
     assert type(model.model.embed_tokens) is nn.Embedding
     assert model.model.layers[0].mlp.down_proj.weight.dtype == mx.float16
+
+
+def test_layout_off_keeps_the_model_as_loaded(monkeypatch):
+    monkeypatch.setenv(cpu_layout.ENV_VAR, "off")
+    model = tiny_llama(tiny_llama_config(vocab_size=BIG_VOCAB))
+    weight = model.model.layers[0].mlp.down_proj.weight
+    assert cpu_layout.arrange(model) == 0
+    assert type(model.model.embed_tokens) is nn.Embedding
+    assert model.model.layers[0].mlp.down_proj.weight is weight
