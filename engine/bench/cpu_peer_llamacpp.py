@@ -27,6 +27,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")   # before llama_cpp loads l
 from engine import Engine, EngineConfig  # noqa: E402
 from engine.bench.peer import Peer, peer_model  # noqa: E402
 from engine.bench.runs import ours_decode, ours_prefill  # noqa: E402
+from engine.loading import cpu_layout  # noqa: E402
 
 
 def _prompt(n: int, vocab: int, seed: int) -> list[int]:
@@ -35,10 +36,18 @@ def _prompt(n: int, vocab: int, seed: int) -> list[int]:
 
 
 class Tandem:
-    def __init__(self, label: str, cpu_weights: str, fixed_shapes: bool | None = None):
+    def __init__(self, label: str, cpu_weights: str, fixed_shapes: bool | None = None,
+                 layout: bool = True):
         self.label = label
+        # The layout is decided while loading (engine/loading/cpu_layout.py).
+        before = os.environ.get(cpu_layout.ENV_VAR)
+        if not layout:
+            os.environ[cpu_layout.ENV_VAR] = "off"
         self.engine = Engine.load(None, EngineConfig(cpu_weights=cpu_weights,
                                                      fixed_shapes=fixed_shapes))
+        os.environ.pop(cpu_layout.ENV_VAR, None)
+        if before is not None:
+            os.environ[cpu_layout.ENV_VAR] = before
         self.peer = Peer(peer_model(self.engine.bundle.model, self.engine.bundle.config))
 
     def ttft(self, prompt):
@@ -86,10 +95,14 @@ def main() -> int:
     p.add_argument("--no-llamacpp", action="store_true")
     p.add_argument("--padded", action="store_true",
                    help="also dense with the GPU's fixed shapes (padded batches and chunks)")
+    p.add_argument("--row-major", action="store_true",
+                   help="also dense with the weights as loaded (TANDEM_CPU_LAYOUT=off)")
     args = p.parse_args()
     engines = [Tandem("dense (default)", "auto")]
     if args.padded:
         engines.append(Tandem("dense, padded shapes", "auto", fixed_shapes=True))
+    if args.row_major:
+        engines.append(Tandem("dense, row-major", "auto", layout=False))
     if not args.no_quantized:
         engines.append(Tandem("quantized", "quantized"))
     first = engines[0].engine

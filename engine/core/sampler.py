@@ -92,8 +92,10 @@ def _column(values: list, dtype=mx.float32) -> mx.array:
 def _sample_rows(logits: mx.array, params: Sequence[SamplingParams], keys: mx.array) -> mx.array:
     # Greedy rows get temperature 1 here; their result is replaced by argmax anyway.
     temps = _column([p.temperature if not p.greedy else 1.0 for p in params])
-    logprobs = logits / temps
-    logprobs = logprobs - mx.logsumexp(logprobs, axis=-1, keepdims=True)  # [B, V]
+    # Unnormalized log-probabilities: every use below is unchanged by a per-row constant
+    # (Gumbel-max's argmax, the top-p softmax, min-p's difference to the best), so no
+    # logsumexp pass (an exp over [B, V]: ~6 ms a step at B=8 on a 2-core CPU).
+    logprobs = logits / temps                                          # [B, V]
     filtered = any(p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0.0 for p in params)
     if not filtered:
         # Gumbel-max: argmax(logp + G) is an exact draw from softmax(logp).

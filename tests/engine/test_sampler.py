@@ -84,6 +84,26 @@ def test_unfiltered_sampling_follows_the_distribution():
     assert set(drawn) <= {0, 1, 2}
 
 
+def test_sampling_follows_softmax_of_shifted_logits_and_temperature():
+    """The sampler never normalizes the logits: a row's distribution must still be the
+    float64 softmax(logits / T), whatever constant the logits sit at (here +40 and -40),
+    with and without top-p (whose softmax and cumulative mass see unnormalized values)."""
+    base = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    n, temp = 3000, 0.8
+    want = np.exp(base / temp) / np.exp(base / temp).sum()          # float64 reference
+    for shift, top_p in ((40.0, 1.0), (-40.0, 1.0), (40.0, 0.95)):
+        row = np.full(V, -1e9, np.float32)
+        row[:4] = base + shift
+        logits = mx.broadcast_to(mx.array(row), (n, V))
+        states = [RowSampler(SamplingParams(temperature=temp, top_p=top_p, seed=i))
+                  for i in range(n)]
+        freq = np.bincount(np.array(sample_batch(logits, states)), minlength=V) / n
+        keep = np.cumsum(want) - want < top_p                           # the nucleus
+        expected = np.where(keep, want, 0) / want[keep].sum()
+        assert np.allclose(freq[:4], expected, atol=0.04), (shift, top_p, freq[:4])
+        assert freq[4:].sum() == 0
+
+
 @pytest.mark.parametrize("params, allowed", [
     ({"top_p": 0.7}, {0, 1}),            # 0.5 + 0.3 reaches 0.7
     ({"top_p": 0.5}, {0}),
