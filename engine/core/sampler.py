@@ -37,6 +37,7 @@ _uniform_rows = mx.vmap(lambda k: mx.random.uniform(key=k))            # [B, 2] 
 
 _LOG2_E = 1.4426950408889634
 _SUM_BLOCK = 256
+_BELOW_ONE = 1.0 - 2.0 ** -23  # exact in float32
 _BISECTION_STEPS = 31  # halvings of an int32 key range narrower than 2**31
 
 
@@ -106,7 +107,7 @@ def _sample_rows(logits: mx.array, params: Sequence[SamplingParams], keys: mx.ar
 def filtered_probs(logits: mx.array, params: Sequence[SamplingParams]) -> mx.array:
     """The distribution sampling rows draw from: temperature, top-k, top-p, min-p. [B, V]"""
     kept = _kept_weights(logits.astype(mx.float32), params)
-    return kept / mx.sum(kept, axis=-1, keepdims=True)
+    return kept / _row_sum(kept)
 
 
 def _kept_weights(logits: mx.array, params: Sequence[SamplingParams]) -> mx.array:
@@ -118,6 +119,8 @@ def _kept_weights(logits: mx.array, params: Sequence[SamplingParams]) -> mx.arra
     # equal probability (a tie) and a larger d is never less likely.
     d = scaled - mx.max(scaled, axis=-1, keepdims=True)                # [B, V], max 0
     weights = _exp(d)                                                  # [B, V], max 1
+    if not any(p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0.0 for p in params):
+        return weights
     return mx.where(_keep_mask(d, weights, params), weights, 0.0)
 
 
@@ -132,11 +135,9 @@ def _draw(kept: mx.array, keys: mx.array) -> mx.array:
     `kept` [B, V] (zero = dropped) holds u * total. Returns [B] ids."""
     running = mx.cumsum(kept, axis=-1)                                 # [B, V]
     total = running[:, -1:]                                            # [B, 1]
-    u = _uniform_rows(keys)[:, None] * total                           # [B, 1] in [0, total)
-    ids = mx.sum(running <= u, axis=-1)                                # [B]
-    # u can round up to total; the last kept id then owns it (a 2**-24 sliver at most).
-    last = mx.max(mx.where(kept > 0, mx.arange(kept.shape[-1]), 0), axis=-1)
-    return mx.minimum(ids, last)
+    # Below total (total * (1 - 2**-23) rounds down), so the id found always has weight.
+    u = mx.minimum(_uniform_rows(keys)[:, None] * total, total * _BELOW_ONE)  # [B, 1]
+    return mx.sum(running <= u, axis=-1)                               # [B]
 
 
 def _keep_mask(d: mx.array, weights: mx.array, params: Sequence[SamplingParams]) -> mx.array:

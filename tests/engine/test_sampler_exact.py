@@ -164,3 +164,14 @@ def test_the_check_catches_an_off_by_one_top_p_cut(drawn, case, shift):
     params, row = CASES[case]
     planted = reference_probs(np.array(row), params, check_margin=False, cut_shift=shift)
     assert not _fits(drawn[case], planted)
+
+
+@pytest.mark.parametrize("uniform, expected", [(0.0, 1), (1.0 - 2 ** -24, 5), (1.0, 5)])
+def test_the_draw_never_lands_on_a_dropped_id(monkeypatch, uniform, expected):
+    # Ids 1, 2, 5 survive top-k 3; a uniform at either end of [0, 1] still lands on them.
+    from engine.core import sampler
+    monkeypatch.setattr(sampler, "_uniform_rows", lambda keys: mx.full((1,), uniform))
+    logits = mx.array([[-5.0, 3.0, 2.0, -4.0, -3.0, 2.5, -6.0]])
+    keys = mx.random.split(mx.random.key(0), 1)
+    assert int(sample(logits, [SamplingParams(temperature=1.0, top_k=3)], keys=keys)[0]) \
+        == expected
