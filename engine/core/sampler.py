@@ -200,18 +200,25 @@ def _top_p_keep(d: mx.array, weights: mx.array, top_p: list[float]) -> mx.array:
     p = _column(top_p)
     target = p * _row_sum(weights)                                     # [B, 1]
     bound = mx.log(d.shape[-1] / mx.maximum(1.0 - p, 1e-30)) + 1.0     # [B, 1]
-    lo = mx.zeros(target.shape, dtype=mx.int32)                        # G(0) = 0 < target
-    hi = mx.minimum(bound, 3.0e38).view(mx.int32)
-    for _ in range(_BISECTION_STEPS):
-        mid = lo + (hi - lo) // 2
-        below = _mass_before(key, weights, mid) < target               # [B, 1]
-        lo = mx.where(below, mid, lo)
-        hi = mx.where(below, hi, mid)
+    lo = _bisect_cut(key, weights, target, mx.minimum(bound, 3.0e38).view(mx.int32))
     above = key < lo                                                   # [B, V] likelier than the cut
     at_cut = key == lo
     tied = mx.where(at_cut, weights, 0.0)
     before = _mass_before(key, weights, lo) + mx.cumsum(tied, axis=-1) - tied
     return above | (at_cut & (before < target))
+
+
+@mx.compile
+def _bisect_cut(key: mx.array, weights: mx.array, target: mx.array, hi: mx.array) -> mx.array:
+    """The largest key with G(key) < target, given G(0) < target <= G(hi). [B, 1] int32.
+    Compiled: one graph of the fixed steps, not ~400 separately dispatched ops."""
+    lo = mx.zeros(hi.shape, dtype=mx.int32)
+    for _ in range(_BISECTION_STEPS):
+        mid = lo + (hi - lo) // 2
+        below = _mass_before(key, weights, mid) < target               # [B, 1]
+        lo = mx.where(below, mid, lo)
+        hi = mx.where(below, hi, mid)
+    return lo
 
 
 def _mass_before(key: mx.array, weights: mx.array, cut: mx.array) -> mx.array:
@@ -224,8 +231,8 @@ def _row_sum(x: mx.array) -> mx.array:
     rows, cols = x.shape
     whole = cols // _SUM_BLOCK * _SUM_BLOCK
     blocks = x[:, :whole].reshape(rows, -1, _SUM_BLOCK).sum(axis=-1)  # [B, V / 256]
-    tail = x[:, whole:].sum(axis=-1)                                   # [B]
-    return (blocks.sum(axis=-1) + tail)[:, None]
+    total = blocks.sum(axis=-1, keepdims=True)                         # [B, 1]
+    return total if whole == cols else total + x[:, whole:].sum(axis=-1, keepdims=True)
 
 
 def apply_repetition_penalty(logits: mx.array, params: Sequence[SamplingParams],
