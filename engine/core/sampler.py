@@ -30,8 +30,6 @@ NUM_RECENT = 64  # ids the repetition penalty looks back over
 
 # Per-row key ops, vectorized over the batch: [B, 2] keys in, per-row results out.
 _split_keys = mx.vmap(lambda k: mx.random.split(k))                    # [B, 2] -> [B, 2, 2]
-
-
 # Row i's draw depends only on keys[i], never on which other rows are present.
 _uniform_rows = mx.vmap(lambda k: mx.random.uniform(key=k))            # [B, 2] -> [B]
 
@@ -132,7 +130,9 @@ def _exp(x: mx.array) -> mx.array:
 
 def _draw(kept: mx.array, keys: mx.array) -> mx.array:
     """Inverse CDF with one uniform per row: the id whose slice of the running sum of
-    `kept` [B, V] (zero = dropped) holds u * total. Returns [B] ids."""
+    `kept` [B, V] (zero = dropped) holds u * total. Returns [B] ids. Each id's slice is
+    its weight rounded to the running sum's float32 ulp (<= 2**-24 of the total: float32
+    rounding, nothing coarser); dropped ids have empty slices."""
     running = mx.cumsum(kept, axis=-1)                                 # [B, V]
     total = running[:, -1:]                                            # [B, 1]
     # Below total (total * (1 - 2**-23) rounds down), so the id found always has weight.
