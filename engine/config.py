@@ -1,6 +1,7 @@
 """Engine limits, fixed when a model is loaded."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from engine.arith import ceil_div
@@ -66,9 +67,11 @@ class EngineConfig:
                                               or self.kv_budget_mb < 1):
             raise ValueError("EngineConfig.kv_budget_mb must be a whole number of MB >= 1, "
                              "or None to size the KV cache from free memory")
-        if not self.min_stream_tok_s >= 0:
-            raise ValueError("EngineConfig.min_stream_tok_s must be >= 0 tokens per second "
-                             "(0 turns the reading-pace floor off)")
+        pace = self.min_stream_tok_s
+        if (isinstance(pace, bool) or not isinstance(pace, (int, float))
+                or not 0 <= pace < math.inf):
+            raise ValueError("EngineConfig.min_stream_tok_s must be a number of tokens per "
+                             f"second >= 0 (0 turns the reading-pace floor off), not {pace!r}")
         if (isinstance(self.disk_cache_mb, bool) or not isinstance(self.disk_cache_mb, int)
                 or self.disk_cache_mb < 1):
             raise ValueError("EngineConfig.disk_cache_mb must be a whole number of MB >= 1")

@@ -4,6 +4,7 @@ Qt signals (emitted from the engine thread, so queued into the GUI thread)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 
 from PySide6.QtCore import QObject, Signal, Slot
@@ -168,6 +169,16 @@ class EngineBridge(QObject):
         handle = self._handles.get(request_id)
         if handle is not None:
             handle.cancel()
+
+    def set_reading_pace(self, min_stream_tok_s: float) -> bool:
+        """The loaded engine's reading-pace floor, changed live (no reload); a reload
+        after a failed load keeps it. False if no engine runs or it already has it."""
+        if self.engine is None or self.config is None or (
+                self.config.min_stream_tok_s == min_stream_tok_s):
+            return False
+        self.engine.set_reading_pace(min_stream_tok_s)
+        self.config = dataclasses.replace(self.config, min_stream_tok_s=min_stream_tok_s)
+        return True
 
     def is_active(self, request_id: int) -> bool:
         return request_id in self._handles

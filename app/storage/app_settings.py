@@ -12,6 +12,11 @@ from engine.config import EngineConfig
 from engine.settings_spec import BY_NAME, chat_defaults, check_settings, settings_or_defaults
 
 ENGINE_LIMITS = ("max_num_seqs", "kv_budget_mb", "prefill_chunk", "disk_cache_mb")
+# Engine settings a running engine takes without a reload (Engine.set_reading_pace).
+ENGINE_LIVE = ("min_stream_tok_s",)
+# The reading-pace floor the Settings offer, tokens/s per streaming chat: past a few
+# dozen it only delays new chats (a step of 1/100 s is already below most models' step).
+MAX_STREAM_TOK_S = 100
 API_SETTINGS = ("serve_api", "api_port")
 # A smaller KV cache holds a few pages: replies get cut after a few dozen tokens and
 # prompts refused (issue 17 item 3), so the Settings never offer it.
@@ -29,6 +34,8 @@ class AppSettings:
     prefill_chunk: int = EngineConfig.prefill_chunk
     # The prompt cache folder's budget; 0 = conversations are not cached on disk.
     disk_cache_mb: int = EngineConfig.disk_cache_mb
+    # The reading pace other chats keep while a new prompt is read (applied at once).
+    min_stream_tok_s: float = EngineConfig.min_stream_tok_s
     # appearance (applied at once)
     theme: str = "system"
     font_size: int = 13
@@ -43,6 +50,9 @@ class AppSettings:
         if self.kv_budget_mb is not None and self.kv_budget_mb < MIN_KV_BUDGET_MB:
             raise ValueError(f"The KV cache memory must be at least {MIN_KV_BUDGET_MB} MB "
                              "(or Automatic).")
+        if not 0 <= self.min_stream_tok_s <= MAX_STREAM_TOK_S:   # a number: engine_config
+            raise ValueError(f"The reading pace must be 0 to {MAX_STREAM_TOK_S} tokens/s "
+                             "(0: read new prompts as fast as possible).")
         if not isinstance(self.serve_api, bool) or not 1 <= self.api_port <= 65535:
             raise ValueError("serve_api is a bool and 1 <= api_port <= 65535")
         if self.theme not in THEME_CHOICES:
@@ -56,7 +66,7 @@ class AppSettings:
     def engine_config(self, cache_dir: str | None = None) -> EngineConfig:
         """The limits as an EngineConfig; cache_dir: the prompt cache folder (used
         unless the disk cache is off)."""
-        limits = {k: getattr(self, k) for k in ENGINE_LIMITS}
+        limits = {k: getattr(self, k) for k in ENGINE_LIMITS + ENGINE_LIVE}
         if not self.disk_cache_mb:
             limits["disk_cache_mb"], cache_dir = EngineConfig.disk_cache_mb, None
         return EngineConfig(**limits, cache_dir=cache_dir)
@@ -66,21 +76,23 @@ class AppSettings:
         return replace(self, chat={**self.chat, **values})
 
     def to_dict(self) -> dict:
-        return {**{k: getattr(self, k) for k in ENGINE_LIMITS + API_SETTINGS + APPEARANCE},
+        return {**{k: getattr(self, k) for k in
+                   ENGINE_LIMITS + ENGINE_LIVE + API_SETTINGS + APPEARANCE},
                 "chat": dict(self.chat)}
 
     @classmethod
     def from_dict(cls, data: dict) -> AppSettings:
         """From to_dict's output, or from the older flat form (chat defaults at the top
         level, `num_pages`, dropped now that the KV pool is sized from a budget in MB).
-        A bad engine limit falls back to the defaults; a bad chat value or appearance
-        setting to its default."""
+        A bad engine limit falls back to the defaults; a bad chat value, reading pace or
+        appearance setting to its default."""
         chat = {k: v for k, v in data.items() if k in BY_NAME}
         if isinstance(data.get("chat"), dict):
             chat.update(data["chat"])
         limits = {f.name: data[f.name] for f in fields(cls)
                   if f.name in ENGINE_LIMITS + API_SETTINGS and f.name in data}
-        looks = {k: data[k] for k in APPEARANCE if k in data and _valid(k, data[k])}
+        looks = {k: data[k] for k in ENGINE_LIVE + APPEARANCE
+                 if k in data and _valid(k, data[k])}
         try:
             return cls(**limits, **looks, chat=settings_or_defaults(chat))
         except (TypeError, ValueError):

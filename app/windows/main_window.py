@@ -228,6 +228,9 @@ class MainWindow(QMainWindow):
                 self.settings = dataclasses.replace(
                     self.settings, **{k: getattr(old, k) for k in ENGINE_LIMITS})
                 self.store.set_setting("settings", self.settings.to_dict())
+            # After a reload the engine already has it; else (no change, or the old
+            # model back after a failed load) it takes it live.
+            self.bridge.set_reading_pace(self.settings.min_stream_tok_s)
 
     async def apply_server_settings(self) -> bool:
         """Start or stop the local API as Settings say; False if it cannot listen."""

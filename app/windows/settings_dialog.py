@@ -16,12 +16,22 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.storage.app_settings import FONT_SIZES, MIN_KV_BUDGET_MB, THEME_CHOICES, AppSettings
+from app.storage.app_settings import (
+    FONT_SIZES,
+    MAX_STREAM_TOK_S,
+    MIN_KV_BUDGET_MB,
+    THEME_CHOICES,
+    AppSettings,
+)
 from app.windows.sampling_fields import SamplingFields, ok_cancel, spin
 from engine.cache.disk_cache import clear_folder, folder_usage
 
 AUTOMATIC = "Automatic (sized from free memory)"
 OFF = "Off (memory only)"
+PACE_OFF = "Off (new prompts are read at full speed)"
+PACE_TIP = ("Keep other chats streaming at least this many tokens per second while a new "
+            "prompt is read. A higher floor keeps their streams smooth, but a new chat's "
+            "first token comes later; 0 (Off): read new prompts as fast as possible.")
 
 
 class SettingsDialog(QDialog):
@@ -30,17 +40,25 @@ class SettingsDialog(QDialog):
         super().__init__(parent)
         self.cache_dir = cache_dir
         self.setWindowTitle("Settings")
+        self._start = settings
         s = settings
         self.fields = SamplingFields(s.chat)
         defaults = QFormLayout()
         self.fields.add_rows(defaults)
+        # Two columns: in one, the dialog was taller than 2/3 of a 1080p screen (the
+        # most Qt gives a new window), and the layout squeezed the wrapped hints.
+        columns = QHBoxLayout()
+        for groups in ((("Appearance", self._looks_form(s)), ("Engine", self._engine_form(s))),
+                       (("New conversations", defaults), ("Local API", self._api_form(s)))):
+            column = QVBoxLayout()
+            for title, form in groups:
+                group = QGroupBox(title)
+                group.setLayout(form)
+                column.addWidget(group)
+            column.addStretch(1)
+            columns.addLayout(column, 1)
         layout = QVBoxLayout(self)
-        for title, form in (("Appearance", self._looks_form(s)),
-                            ("Engine", self._engine_form(s)),
-                            ("New conversations", defaults), ("Local API", self._api_form(s))):
-            group = QGroupBox(title)
-            group.setLayout(form)
-            layout.addWidget(group)
+        layout.addLayout(columns)
         layout.addWidget(ok_cancel(self))
 
     def _looks_form(self, s: AppSettings) -> QFormLayout:
@@ -71,12 +89,17 @@ class SettingsDialog(QDialog):
         form.addRow("KV cache memory", self.kv_budget_mb)
         form.addRow("Prefill chunk (tokens)", self.prefill_chunk)
         self._add_disk_cache_rows(form, s)
+        self._add_pace_row(form, s)
         form.addRow(QLabel("The KV cache holds the conversations' context: its size in MB "
                            "bounds how many tokens fit at once (Automatic: sized from "
                            "free memory when the model loads). The prompt cache on disk "
                            "lets conversations resume after a restart without reading "
-                           "their history again; the oldest entries go when it is full.\n"
-                           "Engine limits apply when a model is (re)loaded.",
+                           "their history again; the oldest entries go when it is full. "
+                           "While a new prompt is read, the chats already streaming keep at "
+                           "least the pace set here: higher keeps them smooth, lower starts "
+                           "the new chat sooner.\n"
+                           "Engine limits apply when a model is (re)loaded; the streaming "
+                           "pace applies at once.",
                            objectName="hint", wordWrap=True))
         return form
 
@@ -94,6 +117,21 @@ class SettingsDialog(QDialog):
             row.addWidget(self.clear_button)
             form.addRow("", row)
             self.show_disk_usage()
+
+    def _add_pace_row(self, form: QFormLayout, s: AppSettings) -> None:
+        # Whole tokens/s: a reading pace needs no fractions (0 shows "Off").
+        self.min_stream_tok_s = spin(0, MAX_STREAM_TOK_S, round(s.min_stream_tok_s))
+        self.min_stream_tok_s.setPrefix("at least ")
+        self.min_stream_tok_s.setSuffix(" tokens/s")
+        self.min_stream_tok_s.setSpecialValueText(PACE_OFF)
+        self.min_stream_tok_s.setToolTip(PACE_TIP)
+        label = QLabel("Keep other chats streaming", toolTip=PACE_TIP)
+        form.addRow(label, self.min_stream_tok_s)
+
+    def _pace(self) -> float:
+        """The field's pace; a stored fraction the field rounds is kept unless changed."""
+        pace, start = self.min_stream_tok_s.value(), self._start.min_stream_tok_s
+        return start if pace == round(start) else float(pace)
 
     def _snap_kv_budget(self, value: int) -> None:
         if 0 < value < MIN_KV_BUDGET_MB:
@@ -128,6 +166,7 @@ class SettingsDialog(QDialog):
                            kv_budget_mb=max(kv, MIN_KV_BUDGET_MB) if kv else None,
                            prefill_chunk=self.prefill_chunk.value(),
                            disk_cache_mb=self.disk_cache_mb.value(),
+                           min_stream_tok_s=self._pace(),
                            serve_api=self.serve_api.isChecked(),
                            api_port=self.api_port.value(),
                            theme=self.theme.currentData(), font_size=self.font_size.value(),

@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import queue
 import threading
@@ -19,7 +20,7 @@ from engine.arith import ceil_div
 from engine.cache.kv_budget import num_pages_for
 from engine.cache.model_identity import open_disk_cache, weights_mode
 from engine.config import EngineConfig
-from engine.core.inbox import CacheNotice, Cancel, Close, Logits, Message, Submit
+from engine.core.inbox import CacheNotice, Cancel, Close, Logits, Message, SetReadingPace, Submit
 from engine.core.mlx_threads import clear_thread_streams
 from engine.core.output_stream import OutputStream
 from engine.core.sampler import RowSampler
@@ -178,6 +179,18 @@ class Engine:
         self._send(Logits(tuple(token_ids), fut))
         return fut.result()
 
+    def set_reading_pace(self, min_stream_tok_s: float) -> None:
+        """Change the reading-pace floor of a running engine (EngineConfig.min_stream_tok_s;
+        0 turns it off): it holds from the next step on, no reload. Raises
+        InvalidRequestError for a value EngineConfig would refuse."""
+        self._check_open()
+        try:
+            config = dataclasses.replace(self.config, min_stream_tok_s=min_stream_tok_s)
+        except (TypeError, ValueError) as e:
+            raise InvalidRequestError(str(e)) from None
+        self.config = config
+        self._send(SetReadingPace(config.min_stream_tok_s))
+
     # -- listeners ---------------------------------------------------------------
     def add_listener(self, fn: Callable[[object], None]) -> None:
         """fn(event) is called on the engine thread for every event; keep it quick."""
@@ -314,6 +327,8 @@ class Engine:
             loop.cancel(message.request_id)
         elif isinstance(message, CacheNotice):
             self._emit(CacheNoticeEvent(message.message))
+        elif isinstance(message, SetReadingPace):
+            loop.budget.min_stream_tok_s = message.min_stream_tok_s
         elif isinstance(message, Logits):
             try:
                 message.future.set_result(loop.runner.full_logits(list(message.token_ids)))

@@ -31,8 +31,15 @@ class CacheNotice:
 
 
 @dataclass(frozen=True)
+class SetReadingPace:
+    """A new reading-pace floor (EngineConfig.min_stream_tok_s), from the next step on:
+    the prefill budget's measured rates stay, only the floor they are spent against moves."""
+    min_stream_tok_s: float
+
+
+@dataclass(frozen=True)
 class Close:
     pass
 
 
-Message = Submit | Cancel | Logits | CacheNotice | Close
+Message = Submit | Cancel | Logits | CacheNotice | SetReadingPace | Close

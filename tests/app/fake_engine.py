@@ -2,6 +2,7 @@
 active request together each step and emits the same events (no mlx)."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import queue
 import threading
@@ -76,6 +77,10 @@ class FakeEngine:
             if on_progress:
                 on_progress(LoadProgress(i / 2, f"loading part {i + 1}/3"))
         return cls(Path(model).name if model else "fake-default", config)
+
+    def set_reading_pace(self, min_stream_tok_s):
+        """Like Engine.set_reading_pace: the fake has no prompt budget, only the config."""
+        self.config = dataclasses.replace(self.config, min_stream_tok_s=min_stream_tok_s)
 
     def add_listener(self, fn):
         self._listeners.append(fn)
