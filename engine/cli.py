@@ -15,12 +15,21 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "resumes after a restart without re-reading its history")
     p.add_argument("--disk-cache-mb", type=int, default=EngineConfig.disk_cache_mb,
                    help="the --cache-dir folder's budget in MB (least recently used go)")
+    add_reading_pace_arg(p)
     add_sampling_arguments(p)
+
+
+def add_reading_pace_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reading-pace", type=float, default=EngineConfig.min_stream_tok_s,
+                   metavar="TOK_S",
+                   help="while a new prompt is read, keep every other stream at least this "
+                        "many tokens/s (0: read new prompts as fast as possible)")
 
 
 def engine_config(args) -> EngineConfig:
     """The engine limits the command line sets."""
-    return EngineConfig(cache_dir=args.cache_dir, disk_cache_mb=args.disk_cache_mb)
+    return EngineConfig(cache_dir=args.cache_dir, disk_cache_mb=args.disk_cache_mb,
+                        min_stream_tok_s=args.reading_pace)
 
 
 def _load(args, config: EngineConfig | None = None) -> Engine | None:

@@ -11,6 +11,7 @@ import contextlib
 import signal
 import sys
 
+from engine.cli import add_reading_pace_arg
 from engine.config import EngineConfig
 from engine.errors import TandemError
 from engine.server.api_server import ApiServer
@@ -30,12 +31,14 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                         "next turn (also after a restart) reads only its new tokens")
     p.add_argument("--disk-cache-mb", type=int, default=EngineConfig.disk_cache_mb,
                    help="the --cache-dir folder's budget in MB (least recently used go)")
+    add_reading_pace_arg(p)
 
 
 def run_serve(args) -> int:
     try:
         config = ServerConfig(host=args.host, port=args.port, api_key=args.api_key)
-        engine_config = EngineConfig(cache_dir=args.cache_dir, disk_cache_mb=args.disk_cache_mb)
+        engine_config = EngineConfig(cache_dir=args.cache_dir, disk_cache_mb=args.disk_cache_mb,
+                                     min_stream_tok_s=args.reading_pace)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
