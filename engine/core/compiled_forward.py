@@ -1,7 +1,7 @@
 """The decode forward as one mx.compile'd function (on a GPU).
 
 A decode step of the hybrid MoE model is ~1,300 operations. Building that graph in
-Python costs ~0.56 ms per 4-layer block on a fast core (5-6 ms a step), and the GPU
+Python costs ~0.70 ms per 4-layer block on the 2-core dev machine (~7 ms a step), and the GPU
 runs the whole step in ~7.7 ms (docs/PERFORMANCE.md, "Where a decode step goes"): the
 step was bound by the host. A compiled function is traced once per input shape; later
 calls replay the recorded graph from C++ with new inputs, and MLX fuses its chains of
