@@ -1,0 +1,83 @@
+"""A mixed step's extra memory follows its tokens, never the KV pool (issue 21).
+
+The regression this guards: two groups of rows (decode rows and a prompt chunk) each
+scattered their K/V into the same pool, the second scatter after the first group's
+attention had read it, so MLX could not update the pool in place and copied it, per
+layer and per step: on a CPU every mixed step touched (page-faulted and zeroed) memory
+in proportion to the pool, and streams dropped to one token per ~3 s. The signature is
+deterministic, no timing: the peak memory a step adds above the steady state
+(mx.get_peak_memory) must not grow with the pool, and must stay far below one layer's
+share of it.
+"""
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from qwen_fixtures import build_model, random_weights, tiny_config
+from tiny_models import tiny_llama
+
+from engine.config import EngineConfig
+from engine.core.runner import Runner
+from engine.core.scheduler import PrefillChunk
+from engine.core.sequence import Sequence
+
+PAGE = 16
+SMALL_POOL, LARGE_POOL = 512, 8192    # pages; the large pool is 16x the small one
+RNG = np.random.default_rng(3)
+
+
+def _model(kind: str):
+    if kind == "llama":
+        return tiny_llama()
+    config = tiny_config(kind)
+    return build_model(config, random_weights(config, seed=5))
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3_5_moe"])
+def model(request):
+    return _model(request.param)
+
+
+def _seq(i: int, length: int) -> Sequence:
+    s = Sequence(i, RNG.integers(0, 320, length).tolist())
+    s.pages, s.slot, s.prefill_target = list(range(1 + 8 * i, 9 + 8 * i)), i, length - 1
+    return s
+
+
+def _extra_peak(model, num_pages: int, step) -> tuple[int, int]:
+    """(bytes a step adds above the steady state, bytes of one layer's K+V pool)."""
+    config = EngineConfig(max_num_seqs=4, page_size=PAGE, num_pages=num_pages,
+                          prefix_cache=False, prefill_chunk=32)
+    runner = Runner(model, config)
+    streams = [_seq(i, 20) for i in range(3)]
+    mx.eval(runner.prefill([PrefillChunk(s, 0, s.prefill_target) for s in streams]),
+            runner.cache_arrays())
+    for s in streams:
+        s.num_computed = s.prefill_target
+    new = _seq(3, 40)
+    new.prefill_target = 40
+    extra = []
+    for _ in range(2):                  # the second step: nothing left to allocate once
+        mx.eval(runner.cache_arrays())
+        mx.reset_peak_memory()
+        base = mx.get_active_memory()
+        mx.eval(step(runner, streams, [PrefillChunk(new, 0, 24)]), runner.cache_arrays())
+        extra.append(mx.get_peak_memory() - base)
+    layer_pool = runner.cache.kv[0][0].nbytes * 2
+    return extra[-1], layer_pool
+
+
+STEPS = {"mixed": lambda r, streams, chunks: r.mixed(streams, chunks),
+         "decode": lambda r, streams, chunks: r.decode(streams),
+         "prefill": lambda r, streams, chunks: r.prefill(chunks)}
+
+
+@pytest.mark.parametrize("kind", list(STEPS))
+def test_a_steps_extra_memory_does_not_grow_with_the_pool(model, kind):
+    small, _ = _extra_peak(model, SMALL_POOL, STEPS[kind])
+    large, layer_pool = _extra_peak(model, LARGE_POOL, STEPS[kind])
+    # The same tokens, a 16x larger pool: the step's extra bytes are its activations,
+    # the same up to the allocator's rounding (a pool copy would add >= layer_pool).
+    assert large <= small + (1 << 16), (small, large)
+    assert large < layer_pool / 8, (large, layer_pool)
