@@ -81,3 +81,28 @@ def test_a_steps_extra_memory_does_not_grow_with_the_pool(model, kind):
     # the same up to the allocator's rounding (a pool copy would add >= layer_pool).
     assert large <= small + (1 << 16), (small, large)
     assert large < layer_pool / 8, (large, layer_pool)
+
+
+def test_saving_a_kept_turn_beside_a_step_does_not_copy_the_pool(model):
+    """A turn that ends is gathered for the disk cache in the same step that writes new
+    K/V (issue 22: two panes froze for 6.5 s when a third finished). The gather must be
+    queued before the step's writes, or MLX copies the whole pool for them."""
+    from engine.cache.cache_manager import DeviceCopies, DiskSave
+    config = EngineConfig(max_num_seqs=4, page_size=PAGE, num_pages=LARGE_POOL,
+                          prefix_cache=False, prefill_chunk=32)
+    runner = Runner(model, config)
+    streams = [_seq(i, 20) for i in range(3)]
+    mx.eval(runner.prefill([PrefillChunk(s, 0, s.prefill_target) for s in streams]),
+            runner.cache_arrays())
+    for s in streams:
+        s.num_computed = s.prefill_target
+    kept = streams[0]
+    save = DiskSave(tuple(kept.all_ids[:16]), kept.pages[:1], kept.slot)
+    mx.eval(runner.cache_arrays())
+    mx.reset_peak_memory()
+    base = mx.get_active_memory()
+    saves = runner.copy(DeviceCopies(saves=[save]))
+    mx.eval(runner.decode(streams[1:]), runner.cache_arrays(),
+            [a for _, arrays in saves for a in arrays.values()])
+    extra = mx.get_peak_memory() - base
+    assert extra < runner.cache.kv[0][0].nbytes * 2 / 8, extra
