@@ -106,3 +106,43 @@ def test_saving_a_kept_turn_beside_a_step_does_not_copy_the_pool(model):
             [a for _, arrays in saves for a in arrays.values()])
     extra = mx.get_peak_memory() - base
     assert extra < runner.cache.kv[0][0].nbytes * 2 / 8, extra
+
+
+def test_no_step_of_the_apps_workload_copies_the_pool(tmp_path, monkeypatch):
+    """The app's workload through the public API, with the prefix cache and the disk
+    cache on: streams, one ending (its turn kept and saved), its next turn (read from the
+    kept turn), a new prompt beside the streams, a cancel. No step may add more than a
+    fraction of one layer's pool to the peak: every write is in place."""
+    from tiny_models import write_tiny_llama
+
+    from engine import Engine, SamplingParams
+    from engine.core import step_loop
+    peaks = []
+    step = step_loop.StepLoop.step
+
+    def measured_step(self):
+        mx.reset_peak_memory()
+        base = mx.get_active_memory()
+        step(self)
+        peaks.append(mx.get_peak_memory() - base)
+    monkeypatch.setattr(step_loop.StepLoop, "step", measured_step)
+    folder = write_tiny_llama(tmp_path / "llama")
+    config = EngineConfig(num_pages=LARGE_POOL, page_size=PAGE, prefill_chunk=16,
+                          min_stream_tok_s=0.0, cache_dir=str(tmp_path / "cache"))
+    greedy = dict(temperature=0.0)
+    with Engine.load(folder, config) as engine:
+        prompts = [RNG.integers(5, 300, n).tolist() for n in (20, 33, 47)]
+        first, *others = [engine.submit(p, SamplingParams(max_tokens=m, **greedy))
+                          for p, m in zip(prompts, (4, 40, 40))]
+        done = first.result()
+        next_turn = prompts[0] + list(done.token_ids) + RNG.integers(5, 300, 9).tolist()
+        later = [engine.submit(next_turn, SamplingParams(max_tokens=8, **greedy)),
+                 engine.submit(RNG.integers(5, 300, 40).tolist(),
+                               SamplingParams(max_tokens=8, **greedy))]
+        others[0].cancel()
+        for h in others + later:
+            h.result()
+        reused = later[0].result().stats.cached_tokens
+    layer_pool = 2 * PAGE * LARGE_POOL * 2 * 16 * 4        # K+V, 2 KV heads of 16, f32
+    assert done.finish_reason == "length" and reused > 0 and len(peaks) > 20
+    assert max(peaks) < layer_pool / 8, (max(peaks), layer_pool)
