@@ -92,10 +92,11 @@ class PrefillBudget:
         return line
 
     def _longest_within(self, prompt_s: float, line: CostLine) -> int:
-        """The longest chunk length (at most 4x the longest measured beside a decode)
-        whose cost fits in prompt_s seconds above the calm step; 0 if none does."""
+        """The longest chunk length (at most 4x the longest measured beside a decode,
+        WARMUP_TOKENS before any: the alone rate says little about a mixed step) whose
+        cost fits in prompt_s seconds above the calm step; 0 if none does."""
         measured = self.mixed.lengths
-        cap = 4 * measured[-1] if measured else self.max_chunk
+        cap = 4 * measured[-1] if measured else WARMUP_TOKENS
         fitting = [n for n in chunk_lengths(self.max_chunk)
                    if n <= cap and line.extra_s(n) <= prompt_s + 1e-9]
         return fitting[-1] if fitting else 0

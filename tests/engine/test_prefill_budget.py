@@ -40,8 +40,13 @@ def test_prompt_gets_the_time_between_the_calm_step_and_the_floor():
 
 def test_a_fast_prompt_rate_reads_a_large_chunk_within_the_floor():
     b = measured(2048, decode_s=0.031, prefill_tok_s=40000)
+    # Before any mixed step: a cautious first chunk (the alone rate says little about it)
+    assert b.allowance(True).tokens == WARMUP_TOKENS
+    b.observe(0.031 + 256 / 40000, decode_rows=7, prefill_tokens=256)
     assert b.allowance(True).tokens == 1024            # 1427 -> 1024 (set member, not 1427)
-    assert measured(512, 0.031, 40000).allowance(True).tokens == 512   # capped by the chunk
+    c = measured(512, 0.031, 40000)
+    c.observe(0.031 + 256 / 40000, decode_rows=7, prefill_tokens=256)
+    assert c.allowance(True).tokens == 512             # capped by the chunk
 
 
 def test_degraded_when_the_smallest_chunk_overruns_the_floor():
