@@ -15,6 +15,7 @@ here belongs in a test.
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import threading
@@ -98,7 +99,10 @@ def measure_round(engine: Engine, vocab: int, n_streams: int, length: int, seed:
     mixed = [e for e in steps if e.kind == "mixed"]
     return {"alone_s": alone, "loaded_s": loaded, "before": before, "during": during,
             "chunks": [e.prefill_tokens for e in mixed],
-            "degraded": sum(e.degraded for e in mixed), "mixed": len(mixed)}
+            "degraded": sum(e.degraded for e in mixed), "mixed": len(mixed),
+            "steps": [{"step": e.step, "kind": e.kind, "ms": round(1000 * (e.t_end - e.t_start), 2),
+                       "batch": e.batch_size, "prompt_tokens": e.prefill_tokens,
+                       "degraded": e.degraded} for e in steps]}
 
 
 def _summary(length: int, rounds: list[dict], floor_ms: float) -> str:
@@ -135,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-num-seqs", type=int, default=8)
     p.add_argument("--temperature", type=float, default=0.7, help="the streams' (the app's)")
     p.add_argument("--no-mixed-forward", action="store_true")
+    p.add_argument("--steps-log", default=None,
+                   help="write every step while a new prompt is read (JSON lines) here")
     args = p.parse_args(argv)
     lengths = [int(n) for n in args.prompt.split(",") if n]
     config = EngineConfig(max_num_seqs=args.max_num_seqs,
@@ -150,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
             rounds = [measure_round(engine, vocab, args.streams, length, 17 * r + length,
                                     sampling) for r in range(args.rounds)]
             print(_summary(length, rounds, floor_ms), flush=True)
+            if args.steps_log:
+                with open(args.steps_log, "a") as f:
+                    for r, result in enumerate(rounds):
+                        f.write(json.dumps({"prompt": length, "round": r,
+                                            "steps": result["steps"]}) + "\n")
     return 0
 
 

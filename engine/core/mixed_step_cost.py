@@ -13,10 +13,14 @@ chunk: on the GPU every mixed step ran degraded with 16-32-token chunks although
 calm step was well inside the floor.
 
 So the cost of each chunk length is kept apart (a moving average of its time above the
-calm step) and a line is fitted through them. With one length seen, the line is not
-determined: the per-token cost is then bounded by the alone prefill's (seconds per
-token when a prompt is read with nobody streaming, which includes that step's own
-fixed cost, so it is an upper bound), and the rest is the fixed cost.
+calm step). A length measured is predicted by its own average (the cost is not linear
+in the tokens on an MoE model: the experts a chunk reads saturate at a few dozen
+tokens); between measured lengths, by the segment joining them; past them, by a line
+fitted through them (least squares, its slope never steeper than the last segment's
+nor the alone bound). With one length seen, the line is not determined: the per-token
+cost is then bounded by the alone prefill's (seconds per token when a prompt is read
+with nobody streaming, which includes that step's own fixed cost, so it is an upper
+bound), and the rest is the fixed cost.
 
 Plain Python (no mlx, no clock): PrefillBudget feeds it measured seconds.
 """
@@ -36,16 +40,26 @@ class _Length:
 
 @dataclass(frozen=True)
 class CostLine:
-    fixed_s: float        # seconds any chunk pays beside a calm step
-    per_token_s: float    # seconds each of its tokens adds
+    fixed_s: float        # seconds any chunk pays beside a calm step (the line's)
+    per_token_s: float    # seconds each of its tokens adds (the line's)
     # The slope is known: fitted through two or more lengths, or bounded by the alone
     # prefill's. False: one length seen and no bound, so the fixed cost was assumed 0
     # and the slope may be too steep (the budget then probes, see prefill_budget.py).
     known_slope: bool
+    points: tuple[tuple[int, float], ...] = ()   # (length, seconds) measured, ascending
 
     def extra_s(self, tokens: int) -> float:
         """Seconds a chunk of `tokens` adds to a calm step."""
-        return self.fixed_s + tokens * self.per_token_s
+        line = self.fixed_s + tokens * self.per_token_s
+        for (n0, e0), (n1, e1) in zip(self.points, self.points[1:]):
+            if n0 <= tokens <= n1:             # between two measured lengths
+                return e0 + (e1 - e0) * (tokens - n0) / (n1 - n0)
+        if self.points and tokens == self.points[0][0]:
+            return self.points[0][1]
+        if self.points and tokens > self.points[-1][0]:
+            n, e = self.points[-1]             # past them: the line's slope from the last
+            return e + (tokens - n) * self.per_token_s
+        return line
 
 
 class MixedStepCost:
@@ -77,22 +91,25 @@ class MixedStepCost:
         alone prefill's seconds per token (an upper bound on per_token), if known."""
         if not self._lengths:
             return None
-        points = [(n, v.extra_s) for n, v in self._lengths.items()]
+        points = sorted((n, v.extra_s) for n, v in self._lengths.items())
         if len(points) >= 2:
             fixed, per_token = _least_squares(points)
+            (n0, e0), (n1, e1) = points[-2:]
+            per_token = min(per_token, max(e1 - e0, 0.0) / (n1 - n0) or per_token)
             if alone_per_token_s is not None:
                 per_token = min(per_token, alone_per_token_s)
             if per_token > 0:
                 # Refit the intercept for a clamped slope; a fixed cost is never negative.
                 fixed = max(0.0, sum(e - n * per_token for n, e in points) / len(points))
-                return CostLine(fixed, per_token, known_slope=True)
+                return CostLine(fixed, per_token, known_slope=True, points=tuple(points))
         # One length (or no rising line): the longest's cost per token, bounded.
-        n, e = max(points)
+        n, e = points[-1]
         per_token = e / n
         bounded = alone_per_token_s is not None and alone_per_token_s <= per_token * (1 + 1e-6)
         if bounded:
             per_token = alone_per_token_s
-        return CostLine(max(0.0, e - n * per_token), per_token, known_slope=bounded)
+        return CostLine(max(0.0, e - n * per_token), per_token, known_slope=bounded,
+                        points=tuple(points))
 
 
 def _least_squares(points: list[tuple[int, float]]) -> tuple[float, float]:

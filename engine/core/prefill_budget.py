@@ -12,24 +12,30 @@ the floor. Both the calm step and the cost line are measured from the engine's o
 recent steps, here and nowhere else: the scheduler only receives the token count and
 stays deterministic.
 
-Two rules keep the policy from locking itself into its smallest chunk (issue 21):
-- the fixed cost is never charged to the tokens: the cost line is fitted over the chunk
-  lengths measured, or, with one length, its slope is bounded by the alone prefill's
-  seconds per token (an upper bound) and the rest of the step is the fixed cost;
+Three rules keep the policy from locking itself into a small chunk (issue 21):
+- the fixed cost is never charged to the tokens: a length measured is predicted by its
+  own cost, others from the segments and line through the measured ones, or, with one
+  length, a slope bounded by the alone prefill's seconds per token (an upper bound)
+  with the rest of the step taken as the fixed cost;
 - with one length measured and no bound (the slope may be too steep: a fixed cost
   taken for tokens), the next length up is tried once, where even a cost linear in the
   tokens keeps that step's prompt part within twice its share (always in degraded
   mode); its cost is at most (up / measured) x the measured one, since the fixed part is
-  not paid twice, and after it the line is fitted. Chunks also grow by at most 4x the
-  longest measured a step, so a wrong prediction costs one step, never a stall.
+  not paid twice;
+- where tokens beside decode rows are measured cheaper than alone ones, after
+  PROBE_EVERY steps at one length the next length up is measured once, if twice this
+  chunk's cost keeps the step within twice the floor: a cost that flattens with the
+  tokens (an MoE chunk's experts saturate) is under-read by any line.
+Chunks also grow by at most 4x the longest measured a step (64 tokens first), so a
+wrong prediction costs one step, never a stall.
 
 Degraded mode: where even one smallest chunk beside a calm step overruns the floor (a
 CPU, or a batch whose calm step is itself slower than the floor), the floor cannot
 hold. The step may then be max(floor, calm x (1 + max_decode_slowdown)), and the
 prompt still gets at least the smallest chunk so that a new conversation's wait stays
 bounded (prompt length / MIN_CHUNK steps); where the smallest chunk's own cost overruns
-that, the chunk may cost up to (1 + max_decode_slowdown) x the smallest's. The allowance says the mode is active; the
-step loop puts it in every StepEvent.
+that, the chunk may cost up to (1 + max_decode_slowdown) x the smallest's. The
+allowance says the mode is active; the step loop puts it in every StepEvent.
 """
 from __future__ import annotations
 
@@ -39,6 +45,7 @@ from engine.core.mixed_step_cost import CostLine, MixedStepCost
 from engine.core.shapes import MIN_CHUNK, chunk_lengths
 
 WARMUP_TOKENS = 64  # before anything is measured, read this much beside a decode
+PROBE_EVERY = 16    # mixed steps at one length before the next length up is tried
 _ALPHA = 0.2        # weight of the newest step in the moving averages
 
 
@@ -57,6 +64,8 @@ class PrefillBudget:
         self.decode_s: float | None = None      # seconds of a calm (decode-only) step
         self.prefill_tok_s: float | None = None  # prompt tokens per second, alone
         self.mixed = MixedStepCost()
+        self._last_length = 0       # prompt tokens of the last mixed step
+        self._num_same_length = 0   # consecutive mixed steps that read that many
 
     def allowance(self, decoding: bool) -> Allowance:
         """The next step's prompt tokens; the whole chunk when nobody is streaming."""
@@ -106,10 +115,22 @@ class PrefillBudget:
         and the line's slope is not known (module docstring). The probe's cost is at
         most (up / tokens) x the measured one; it is tried where that stays within
         2 x prompt_s, or always in degraded mode (the floor is not holding anyway)."""
-        if line.known_slope or self.mixed.lengths != [tokens]:
-            return tokens
         bigger = [n for n in chunk_lengths(self.max_chunk) if n > tokens]
-        if bigger and (degraded or line.extra_s(tokens) * bigger[0] / tokens <= 2 * prompt_s):
+        if not bigger:
+            return tokens
+        if not line.known_slope and self.mixed.lengths == [tokens]:
+            if degraded or line.extra_s(tokens) * bigger[0] / tokens <= 2 * prompt_s:
+                return bigger[0]
+        # A cost that flattens with the tokens (an MoE chunk's experts saturate) makes
+        # any extrapolation call a longer chunk too dear. Where the tokens are measured
+        # cheaper than alone ones (a sign of it), after PROBE_EVERY steps at one length
+        # the next one up is measured once, if even twice this chunk's cost (a bound:
+        # the fixed part is not paid twice) keeps the step within twice the floor.
+        alone = 1.0 / self.prefill_tok_s if self.prefill_tok_s else None
+        if (self._last_length == tokens and self._num_same_length >= PROBE_EVERY
+                and alone is not None and line.per_token_s < alone
+                and bigger[0] not in self.mixed.lengths and self.decode_s
+                + 2 * line.extra_s(tokens) <= 2 / self.min_stream_tok_s):
             return bigger[0]
         return tokens
 
@@ -124,6 +145,9 @@ class PrefillBudget:
         elif prefill_tokens and self.decode_s is not None:
             # A mixed step: the time beyond a calm decode step went to the prompt.
             self.mixed.observe(prefill_tokens, seconds - self.decode_s)
+            same = prefill_tokens == self._last_length
+            self._num_same_length = self._num_same_length + 1 if same else 1
+            self._last_length = prefill_tokens
 
 
 def _mix(old: float | None, new: float) -> float:

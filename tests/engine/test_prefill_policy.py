@@ -15,11 +15,12 @@ class ScriptedEngine:
     """The step loop's planning with a fake runner whose step costs are scripted."""
 
     def __init__(self, decode_s, prefill_tok_s, chunk=2048, turn=4, mixed_fixed_s=0.0,
-                 mixed_tok_s=None):
+                 mixed_tok_s=None, mixed_cost=None):
         """mixed_fixed_s, mixed_tok_s: a chunk beside decode rows costs a fixed part plus
         its tokens at this rate (default: the alone prefill_tok_s, no fixed part)."""
         self.decode_s, self.prefill_tok_s = decode_s, prefill_tok_s
         self.mixed_fixed_s, self.mixed_tok_s = mixed_fixed_s, mixed_tok_s or prefill_tok_s
+        self.mixed_cost = mixed_cost    # tokens -> seconds above the calm step, if given
         cfg = EngineConfig(max_num_seqs=16, page_size=16, num_pages=4096, prefill_chunk=chunk,
                            max_context=8192, prefill_turn_chunks=turn)
         self.sched = Scheduler(cfg, CacheManager(4096, 16, 16, keep_turns=None,
@@ -53,6 +54,8 @@ class ScriptedEngine:
         return plan
 
     def _cost(self, plan) -> float:
+        if plan.decode and plan.prefills and self.mixed_cost:
+            return self.decode_s + self.mixed_cost(plan.prefill_tokens)
         if plan.decode and plan.prefills:
             return self.decode_s + self.mixed_fixed_s + plan.prefill_tokens / self.mixed_tok_s
         return (self.decode_s if plan.decode else 0.0) + plan.prefill_tokens / self.prefill_tok_s
@@ -188,3 +191,22 @@ def test_degraded_mode_does_not_stay_at_the_smallest_chunk_when_larger_costs_the
     sizes = [p.prefill_tokens for p, _, _ in during]
     assert sizes[0] == 32 and max(sizes) >= 256, sizes
     assert all(a.degraded for _, _, a in during)
+
+
+def test_a_cost_that_saturates_with_the_tokens_is_followed_not_a_line():
+    """On an MoE model a chunk's cost rises steeply until its tokens have touched most
+    experts, then slowly: 30 ms x min(n, 96) / 96 + 0.01 ms a token. Beside a 30 ms calm
+    step the floor leaves 36.7 ms: 256 tokens (32.6 ms) fit, 512 (35.1 ms) too; a line
+    through small chunks would call 512 far too dear, one through large ones would call
+    32 cheap. Every step after the first few stays within the floor."""
+    def cost(n):
+        return 0.030 * min(n, 96) / 96 + 1e-5 * n
+    eng = ScriptedEngine(decode_s=0.030, prefill_tok_s=4000, mixed_cost=cost, chunk=512)
+    eng.streams()
+    during = mixed(eng.read(100, 8192))
+    sizes = [p.prefill_tokens for p, _, _ in during]
+    # 64 first, then 128 (a line through 64 and 128 calls 256 dear), a probe of 256
+    # after PROBE_EVERY (16) steps, then 512 (its cost extrapolated from the flat segment)
+    assert sizes[:19] == [64] + [128] * 16 + [256, 512] and set(sizes[19:-1]) == {512}, sizes
+    assert all(sec <= FLOOR_S + 1e-9 for _, sec, _ in during)
+    assert all(sec <= 2 * FLOOR_S for _, sec, _ in during)
