@@ -74,7 +74,10 @@ def _ttft(engine: Engine, prompt: list[int]) -> float:
 def measure_round(engine: Engine, vocab: int, n_streams: int, length: int, seed: int,
                   sampling: SamplingParams) -> dict:
     steps: list[StepEvent] = []
-    listener = (lambda ev: steps.append(ev) if isinstance(ev, StepEvent) else None)
+
+    def listener(ev) -> None:       # the engine thread: the steps while the prompt is read
+        if isinstance(ev, StepEvent):
+            steps.append(ev)
     alone = _ttft(engine, _prompt(length, vocab, seed))
     streams = [Stream(engine, _prompt(STREAM_PROMPTS[i % len(STREAM_PROMPTS)], vocab,
                                       seed * 100 + i), sampling) for i in range(n_streams)]
