@@ -56,8 +56,9 @@ U32 = EPS32 / 2                           # unit roundoff of round-to-nearest
 
 
 def model_depth(model, tokens: int) -> int:
-    """Roundings on a logit's longest path through ``model`` after ``tokens`` tokens."""
-    a = model.args
+    """Roundings on a logit's longest path through ``model`` (a model or its ModelArgs)
+    after ``tokens`` tokens."""
+    a = getattr(model, "args", model)
     inner = getattr(a, "intermediate_size", 0) or 0
     moe = (getattr(a, "moe_intermediate_size", 0) or 0) + (
         getattr(a, "shared_expert_intermediate_size", 0) or 0)
