@@ -4,14 +4,15 @@ from __future__ import annotations
 import argparse
 
 from engine.sampling_params import SamplingParams
-from engine.settings_spec import SAMPLING, Setting
+from engine.settings_spec import BY_NAME, SAMPLING, Setting
 
 # Why the two sets of defaults (both declared once, in engine/settings_spec.py).
 CHAT_DEFAULTS = ("defaults as a new conversation in the app (settings_spec's chat "
                  "defaults: sampled, longer replies)")
 ENGINE_DEFAULTS = ("defaults are the engine's (settings_spec's default): greedy, so the "
                    "same prompts give the same output; `chat` starts as the app's new "
-                   "conversations do (temperature 0.7, 1024 tokens)")
+                   f"conversations do (temperature {BY_NAME['temperature'].chat_default}, "
+                   f"{BY_NAME['max_tokens'].chat_default} tokens)")
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser, chat: bool = False) -> None:
