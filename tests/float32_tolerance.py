@@ -27,14 +27,28 @@ partial sums of a logit are bounded by the logits' own scale, max |reference|:
     atol = K * eps32 * sqrt(depth) * max|reference|
 
 K counts standard deviations: the compared arrays hold up to ~1e5 elements, whose
-largest Gaussian deviate is ~4.5 sigma; sigma is u * sqrt(2/3) ~ 0.4 eps32 of the
-walk above; the gain of a layer of these random tiny models is not exactly 1 (SiLU,
-softmax and the gated recurrence amplify some directions, measured below), so K = 16
-leaves a factor ~2 over the largest deviation seen. Measured on a 2-core AMD EPYC with
-and without MKL's strict reproducible mode (docs: tests/README.md): the largest
-max|a - b| / (eps32 * sqrt(depth) * max|ref|) over every test that uses this file was
-RATIO_SEEN; a real error (one wrong logit of 1e-2, an off-by-one position, a row
-reading another row's state) is >= 100x the tolerance (``test_float32_tolerance``).
+largest Gaussian deviate is ~4.5 sigma, and sigma is u * sqrt(2/3) ~ 0.4 eps32 per
+sqrt(rounding) of the walk above; the gain of a layer of these random tiny models is
+not exactly 1 (SiLU, softmax and the gated recurrence stretch some directions), so
+K = 16 allows a gain of ~3 over the whole depth.
+
+Where the walk is not enough: conditioning. A value that comes out of a cancellation
+and is then normalised carries the rounding of its partial sums, not of itself; the
+bound above cannot see that, so ``rounding_spread`` measures it at the very input
+(backward error analysis; its docstring) and the tolerance of each row becomes the
+larger of the walk bound and K_SPREAD times the measured spread. K_SPREAD = 4: the
+spread is the largest of two samples of one rounding's effect, and the two compared
+runs are two roundings (sqrt(2)), with the samples' own scatter (measured: a single
+seed's spread varied 20x between seeds at one spiked token, two seeds' maximum 3x).
+
+Measured on a 2-core AMD EPYC (MKL 2025 in its strict reproducible mode and in its
+default mode, and MLX's own reference BLAS; ``TANDEM_TOLERANCE_LOG``): over every
+comparison of the tests that use this file, the largest difference was 0.28 of its
+tolerance (a mixed forward against the two forwards it replaces) where the walk bound
+decides, 0.21 where the spread decides; the one comparison the walk alone would fail,
+the Qwen3-Next chunked prefill above, was 7.5x the walk bound and 0.08 of its spread
+bound. A real error is far outside: 1e-2 on one logit is 13x the tolerance, a prompt
+read one position off ~1e4x (``tests/test_float32_tolerance.py``).
 
 What stays exact: greedy tokens (an argmax differs only where two logits are within the
 tolerance, which these random models never produce), and cache regions a step must not
