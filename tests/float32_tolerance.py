@@ -41,7 +41,7 @@ spread is the largest of two samples of one rounding's effect, and the two compa
 runs are two roundings (sqrt(2)), with the samples' own scatter (measured: a single
 seed's spread varied 20x between seeds at one spiked token, two seeds' maximum 3x).
 
-Measured on a 2-core AMD EPYC (MKL 2025 in its strict reproducible mode and in its
+Measured on a 2-core AMD EPYC (MKL 2026.2 in its strict reproducible mode and in its
 default mode, and MLX's own reference BLAS; ``TANDEM_TOLERANCE_LOG``): over every
 comparison of the tests that use this file, the largest difference was 0.28 of its
 tolerance (a mixed forward against the two forwards it replaces) where the walk bound
