@@ -42,6 +42,7 @@ def _require_model_package() -> None:
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     """(bundle folder, executable, seconds the build took)."""
+    _require_model_package()            # the recipe refuses to build a bundle without it
     dist = tmp_path_factory.mktemp("dist")
     work = tmp_path_factory.mktemp("work")
     out = subprocess.run([sys.executable, str(ROOT / "packaging" / "build.py"), "--dist", str(dist),
