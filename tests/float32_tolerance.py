@@ -27,10 +27,12 @@ partial sums of a logit are bounded by the logits' own scale, max |reference|:
     atol = K * eps32 * sqrt(depth) * max|reference|
 
 K counts standard deviations: the compared arrays hold up to ~1e5 elements, whose
-largest Gaussian deviate is ~4.5 sigma, and sigma is u * sqrt(2/3) ~ 0.4 eps32 per
-sqrt(rounding) of the walk above; the gain of a layer of these random tiny models is
-not exactly 1 (SiLU, softmax and the gated recurrence stretch some directions), so
-K = 16 allows a gain of ~3 over the whole depth.
+largest Gaussian deviate is ~4.5 sigma, and sigma is u * sqrt(2/3) ~ 0.41 eps32 per
+sqrt(rounding) (uniform rounding errors, two walks) at the scale above, so rounding
+alone reaches ~1.8 eps32 * sqrt(depth) * scale; the gain of a layer of these random
+tiny models is not exactly 1 (SiLU, softmax and the gated recurrence stretch some
+directions), and K = 16 leaves the whole depth a gain of ~9. The largest seen was 2.4
+(4.5 eps32 * sqrt(depth) * scale, below).
 
 Where the walk is not enough: conditioning. A value that comes out of a cancellation
 and is then normalised carries the rounding of its partial sums, not of itself; the
@@ -115,7 +117,6 @@ def rounding_spread(model, run, seeds=(0, 1)) -> np.ndarray:
             model.load_weights(moved, strict=False)
             d = np.abs(_np(run()) - base)
             out = d if out is None else np.maximum(out, d)
-            model.load_weights(saved, strict=False)
     finally:
         model.load_weights(saved, strict=False)
     return out
