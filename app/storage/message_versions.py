@@ -47,8 +47,10 @@ def with_new_version(msg: Message, model: str) -> Message:
     versions = synced_versions(msg) or [version_record(msg)]
     fresh = Message("assistant", state=MessageState.STREAMING, model=model, num_tokens=0)
     versions.append(version_record(fresh))
-    return with_version(msg.copy(versions=versions, version=len(versions) - 1),
-                        len(versions) - 1)
+    # `msg` keeps its own index while the fresh one is selected: with_version first
+    # refreshes the *selected* record from the message's fields, and those are the old
+    # answer's (selecting the new index first wrote the old answer over the fresh one).
+    return with_version(msg.copy(versions=versions), len(versions) - 1)
 
 
 def records_from_json(data) -> list[dict]:
