@@ -184,6 +184,7 @@ class StatusPanel(QDockWidget):
         self.stats.add_step(event)
 
     def _on_bridge_model_loaded(self, _name: str) -> None:
+        self.stats = StepStats()       # the previous engine's steps say nothing of this one
         self.show_kernels(self._bridge.kernel_status)
         self.show_cpu(*getattr(self._bridge, "cpu_status", ({}, {})))
 
@@ -202,7 +203,7 @@ class StatusPanel(QDockWidget):
         # A prefill-only step decodes no rows: while replies stream, show the last
         # decode batch rather than 0.
         batch, batch_value, batch_caption = batch_text(snap.last_decode_batch, activities)
-        kv_value, kv_caption = kv_text(snap.kv_pages_used, snap.kv_pages_total,
+        kv_value, kv_caption = kv_text(*self._kv_pages(snap),
                                        getattr(self._bridge.engine, "kv_page_bytes", 0))
         reading = _latest(self.telemetry)
         text = reading_text(reading)
@@ -227,6 +228,16 @@ class StatusPanel(QDockWidget):
                 widget.setToolTip(text.tooltip)
         self.per_conversation.setText(activity_lines(activities, snap.per_request_tok_s,
                                                      snap.degraded, _short))
+
+    def _kv_pages(self, snap) -> tuple[int, int]:
+        """(used, total) pages: the last step's; before the first step of a loaded
+        model, its empty pool (the scratch page is not counted, as the steps do)."""
+        engine = self._bridge.engine
+        if engine is None:
+            return 0, 0
+        if snap.kv_pages_total:
+            return snap.kv_pages_used, snap.kv_pages_total
+        return 0, max(int(getattr(engine, "num_pages", 0) or 0) - 1, 0)
 
     def activities(self) -> list:
         """The replies in flight, each with one phase: the app's word merged with the
