@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QApplication,
     QLabel,
@@ -32,7 +32,12 @@ from app.windows.export_dialog import export_conversation
 from app.windows.pane_area import PaneArea
 from app.windows.sidebar import Sidebar
 from app.windows.window_menus import build_menus
-from app.windows.window_state import restore_window_state, save_window_state
+from app.windows.window_state import (
+    CENTER_MIN_WIDTH,
+    SIDEBAR_MIN_WIDTH,
+    restore_window_state,
+    save_window_state,
+)
 
 
 class MainWindow(QMainWindow):
@@ -79,6 +84,9 @@ class MainWindow(QMainWindow):
         self.main_splitter.addWidget(self.sidebar)
         self.main_splitter.addWidget(center)
         self.main_splitter.setStretchFactor(1, 1)
+        self.main_splitter.setChildrenCollapsible(False)
+        self.sidebar.setMinimumWidth(SIDEBAR_MIN_WIDTH)
+        center.setMinimumWidth(CENTER_MIN_WIDTH)
         self.main_splitter.setSizes([260, 1020])
         self.main_splitter.setHandleWidth(1)
         self.setCentralWidget(self.main_splitter)
@@ -116,6 +124,7 @@ class MainWindow(QMainWindow):
         self.bridge.cache_notice.connect(self._on_bridge_cache_notice)
         self.api.address_changed.connect(self.status_panel.show_api)
         self.api.error.connect(lambda text: self.show_error(text, "Could not start the API"))
+        self.appearance.changed.connect(self._on_appearance_changed)
 
     # conversations and panes
     def new_conversation(self, new_pane: bool = True):
@@ -315,6 +324,15 @@ class MainWindow(QMainWindow):
         if not current:         # nothing loaded, e.g. a bundled app without the built-in model
             button = self.error_box.addButton("Open model…", QMessageBox.ButtonRole.ActionRole)
             button.clicked.connect(self.open_model_dialog)
+
+    def _on_appearance_changed(self, _theme: str) -> None:
+        # Once the new style sheet has resized the panel's contents (the next turn).
+        QTimer.singleShot(0, self._fit_status_panel)
+
+    def _fit_status_panel(self) -> None:
+        self.status_panel.fit_to_font()
+        self.resizeDocks([self.status_panel], [self.status_panel.natural_width()],
+                         Qt.Orientation.Horizontal)
 
     def _on_panes_active_changed(self, pane) -> None:
         self.sidebar.select(pane.session.conversation.id if pane is not None else None)

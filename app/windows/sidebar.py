@@ -37,6 +37,8 @@ class Sidebar(QFrame):
         self.list.setModel(model)
         self.list.setItemDelegate(ConversationDelegate(self.list))
         self.list.setMouseTracking(True)
+        # Rows elide their title and snippet to the list's width: never scroll sideways.
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setEditTriggers(QAbstractItemView.EditTrigger.EditKeyPressed)
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self._search_delay = QTimer(self, singleShot=True, interval=150)
