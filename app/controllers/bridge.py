@@ -68,6 +68,7 @@ class EngineBridge(QObject):
         super().__init__(parent)
         self._loader = loader
         self._check = check
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.engine = None
         self.model_path: str | None = None
         self.config = None                     # the EngineConfig the engine was loaded with
@@ -103,6 +104,10 @@ class EngineBridge(QObject):
         if self.loading:
             return False
         self.loading = True
+        # The loop this load runs on, taken while it surely runs: a later step may be
+        # resumed from Qt's event processing while qasync's loop is not running (seen
+        # in tests, where a quick executor call ended as run_until_complete returned).
+        self._loop = asyncio.get_running_loop()
         previous = (self.model_path, self.config) if self.engine is not None else None
         try:
             refused = await self._refused(path)
@@ -127,7 +132,7 @@ class EngineBridge(QObject):
         if self._check is None or not path:
             return ""
         try:
-            await asyncio.get_running_loop().run_in_executor(None, self._check, path)
+            await self._loop.run_in_executor(None, self._check, path)
         except (TandemError, OSError) as exc:
             return str(exc) or type(exc).__name__
         return ""
@@ -137,7 +142,7 @@ class EngineBridge(QObject):
         load = functools.partial(self._loader, model=path, config=config,
                                  on_progress=self._progress_posted.emit)
         try:
-            engine = await asyncio.get_running_loop().run_in_executor(None, load)
+            engine = await self._loop.run_in_executor(None, load)
         except Exception as exc:  # noqa: BLE001 - any load failure is shown to the user
             return str(exc) or type(exc).__name__
         self.engine, self.model_path, self.config = engine, path, config
@@ -164,7 +169,7 @@ class EngineBridge(QObject):
         for rid in list(self._handles):
             self._handles.pop(rid).cancel()
             self.request_finished.emit(rid, "cancelled", None, "", "")
-        await asyncio.get_running_loop().run_in_executor(None, old.close)
+        await self._loop.run_in_executor(None, old.close)
         self.model_unloaded.emit()
 
     @Slot(object)

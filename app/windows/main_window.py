@@ -22,6 +22,7 @@ from app.controllers.conversation_list_model import ConversationListModel
 from app.controllers.server_controller import ServerController
 from app.controllers.session_registry import SessionRegistry
 from app.controllers.store_guard import StoreGuard
+from app.dialog_folders import DialogFolders
 from app.status.status_panel import StatusPanel
 from app.status.trace_controller import TraceController
 from app.storage.app_settings import ENGINE_LIMITS, AppSettings
@@ -52,6 +53,7 @@ class MainWindow(QMainWindow):
         self.appearance = appearance_for(QApplication.instance())
         self.appearance.apply(self.settings.theme, self.settings.font_size)
         self.prompt_cache = prompt_cache_dir(store.path.parent)
+        self.folders = DialogFolders(store)       # each file dialog's own last folder
         self.sessions = SessionRegistry(store, bridge, self)
         self.api = ServerController(bridge, self)
         self.trace = TraceController(bridge, store.path.parent, telemetry, path=trace_path,
@@ -182,7 +184,7 @@ class MainWindow(QMainWindow):
 
     def save_trace_as(self):
         """Ask for a .json file and export the trace recorded so far."""
-        return self.trace.choose_and_save(self)
+        return self.trace.choose_and_save(self, self.folders)
 
     def export_chat(self, pane, fmt: str):
         """Ask for a file and export `pane`'s conversation ("markdown" or "json")."""
@@ -208,7 +210,8 @@ class MainWindow(QMainWindow):
     @asyncSlot()
     async def open_model_dialog(self) -> None:
         from app.windows.model_picker import ModelPicker
-        picker = ModelPicker(self.store.get_setting("recent_models", []), self)
+        picker = ModelPicker(self.store.get_setting("recent_models", []), self,
+                             folders=self.folders)
         if picker.exec() and picker.chosen:
             await self.load_model(picker.chosen)
 
