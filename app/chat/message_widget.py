@@ -77,7 +77,9 @@ class MessageWidget(QWidget):
         self.stats.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.role_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.buttons = self._make_buttons()
-        self.versions = VersionSwitcher()
+        # An edited message's versions each come back with the answers they had.
+        self.versions = VersionSwitcher("answer" if msg.role == "assistant"
+                                        else "message with its answers")
         self.versions.selected.connect(self.version_requested)
         self._lay_out()
         self.set_message(msg)

@@ -11,7 +11,8 @@ from app.controllers.chat_model import ChatModel
 from app.status.activity import READING, STREAMING, WAITING_FOR_MODEL
 from app.storage.conversation import Conversation
 from app.storage.message import Message, MessageState
-from app.storage.message_versions import num_versions, with_new_version, with_version
+from app.storage.message_branches import with_branch, with_branch_kept, with_edit
+from app.storage.message_versions import num_versions, with_new_version
 from engine.errors import TandemError
 
 SAVE_MS = 1000     # a streaming message reaches the database at least this often
@@ -86,31 +87,41 @@ class ChatSession(QObject):
 
     def regenerate(self, row: int) -> bool:
         """A new answer at `row`, kept beside the earlier ones ("< 1/2 >"); the turns
-        after `row` were built on the old answer, so they go."""
+        after `row` were built on the old answer, so they go with it (its branch)."""
         if self.model.message(row).role != "assistant":
             return False
         self._abandon()
+        self.model.replace(row, with_branch_kept(self.model.message(row),
+                                                 self.model.messages()[row + 1:]))
         self._truncate(row + 1)
         return self._generate(row)
 
     def select_version(self, row: int, index: int) -> bool:
-        """Show version `index` of the answer at `row`; the next turn builds on it."""
+        """Show version `index` of the message at `row`, with the turns that followed
+        it (its branch); the next turn builds on it."""
         msg = self.model.message(row)
-        if self.busy or msg.role != "assistant" or not 0 <= index < num_versions(msg):
+        if self.busy or not 0 <= index < num_versions(msg):
             return False
-        msg = with_version(msg, index)
+        msg, branch = with_branch(msg, index, self.model.messages()[row + 1:])
         self._store.update_message(msg)
         self.model.replace(row, msg)
+        self._truncate(row + 1)
+        for turn in branch:
+            self._add(turn)
         self.conversation_changed.emit()
         return True
 
     def edit_and_resend(self, row: int, text: str) -> bool:
-        """Replace the user message at `row` with `text`, drop what followed, reply again."""
+        """A new version of the user message at `row` with `text`, answered again; the
+        old version keeps the turns that followed it ("‹ 1/2 ›" brings them back)."""
         if self.model.message(row).role != "user" or not text.strip():
             return False
         self._abandon()
-        self._truncate(row)
-        self._add(Message("user", text.strip()))
+        edited = with_edit(self.model.message(row), text.strip(),
+                           self.model.messages()[row + 1:])
+        self._store.update_message(edited)
+        self.model.replace(row, edited)
+        self._truncate(row + 1)
         return self._generate()
 
     def update_conversation(self, conversation: Conversation) -> None:

@@ -1,4 +1,6 @@
-"""An assistant message's versions: Regenerate adds one, "< 1/2 >" picks one (no Qt).
+"""A message's versions: Regenerate adds one to an answer, Edit and resend one to a
+user message (message_branches.py keeps the turns each one led to); "< 1/2 >" picks
+one (no Qt).
 
 A message's own fields always hold the selected version, so everything that reads
 messages (the prompt, the sidebar snippet, search, export) sees what the user sees.
@@ -14,6 +16,9 @@ VERSION_FIELDS = ("content", "state", "ttft_s", "decode_tok_s", "num_tokens", "p
 # Fields versions stored by an older release may lack: None (not known), so a version
 # never shows another one's value.
 _OPTIONAL_FIELDS = ("cached_tokens",)
+# A user message's version that is not shown keeps the turns that followed it here
+# (message_branches.py); the shown one's are the conversation's next rows.
+BRANCH = "branch"
 
 
 def version_record(msg: Message) -> dict:
@@ -25,7 +30,7 @@ def synced_versions(msg: Message) -> list[dict]:
     if not msg.versions:
         return []
     versions = [dict(v) for v in msg.versions]
-    versions[msg.version] = version_record(msg)
+    versions[msg.version] = {**versions[msg.version], **version_record(msg)}   # BRANCH kept
     return versions
 
 
@@ -57,5 +62,10 @@ def records_from_json(data) -> list[dict]:
     """Stored versions, keeping only known fields; anything malformed reads as none."""
     if not isinstance(data, list) or not all(isinstance(v, dict) for v in data):
         return []
-    return [{k: v.get(k) for k in VERSION_FIELDS if k in v or k in _OPTIONAL_FIELDS}
-            for v in data]
+    records = []
+    for v in data:
+        record = {k: v.get(k) for k in VERSION_FIELDS if k in v or k in _OPTIONAL_FIELDS}
+        if isinstance(v.get(BRANCH), list):
+            record[BRANCH] = [m for m in v[BRANCH] if isinstance(m, dict)]
+        records.append(record)
+    return records
