@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat.edit_box import EditBox
+from app.chat.elided_label import ElidedLabel
 from app.chat.markdown_view import MarkdownView
 from app.chat.think_block import ThinkBlock
 from app.chat.think_text import split_think
@@ -71,10 +72,9 @@ class MessageWidget(QWidget):
         self.think = ThinkBlock()
         self.body = MarkdownView()
         self.editor = EditBox()
-        self.stats = QLabel(objectName="statsLabel")
-        self.stats.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.stats.setWordWrap(True)     # narrow panes: wrap, never widen the bubble
-        self.stats.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # Narrow panes: one elided line (all of it in the tooltip), never a wider bubble.
+        self.stats = ElidedLabel(objectName="statsLabel")
+        self.stats.setTextFormat(Qt.TextFormat.PlainText)
         self.role_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.buttons = self._make_buttons()
         # An edited message's versions each come back with the answers they had.

@@ -11,6 +11,7 @@ from app.storage.conversation import Conversation
 from app.storage.message import Message, MessageState
 from app.storage.message_versions import records_from_json, synced_versions
 from app.storage.schema_migration import add_missing_message_columns, migrate_settings_column
+from app.storage.snippet_text import snippet
 from engine.settings_spec import settings_or_defaults
 
 _SCHEMA = """
@@ -153,7 +154,7 @@ class Store:
     def _snippet(self, conv_id: int) -> str:
         row = self._db.execute("SELECT content FROM messages WHERE conversation_id=? "
                                "AND content != '' ORDER BY position DESC LIMIT 1", (conv_id,)).fetchone()
-        return " ".join(row[0].split())[:120] if row else ""
+        return snippet(row[0]) if row else ""
 
     # messages
     def messages(self, conv_id: int) -> list[Message]:
