@@ -54,6 +54,12 @@ class SessionRegistry(QObject):
         if session is not None:
             session.update_conversation(session.conversation.copy(title=title))
 
+    def set_pinned(self, conv_id: int, pinned: bool) -> None:
+        """Pinned chats stay at the top of the sidebar (saved with the chat)."""
+        session = self.get(conv_id)
+        if session is not None and session.conversation.pinned != pinned:
+            session.update_conversation(session.conversation.copy(pinned=pinned))
+
     def delete(self, conv_id: int) -> None:
         session = self._sessions.pop(conv_id, None)
         if session is not None:

@@ -104,6 +104,7 @@ class MainWindow(QMainWindow):
         self.sidebar.new_requested.connect(self.new_conversation)
         self.sidebar.open_requested.connect(self.open_conversation)
         self.sidebar.delete_requested.connect(self.confirm_delete_conversation)
+        self.sidebar.pin_requested.connect(self.sessions.set_pinned)
         self.conversations.renamed.connect(self.sessions.rename)
         self.sessions.changed.connect(lambda: self.conversations.refresh())
         self.sessions.error.connect(self.show_error)
