@@ -196,6 +196,15 @@ class EngineBridge(QObject):
         self._handles[handle.request_id] = handle
         return handle.request_id
 
+    def submit_continuation(self, prompt: list[dict], answer: str, params) -> int:
+        """Like submit, for an answer cut short: the prompt as the model's chat template
+        renders it for a reply, then `answer` as the start of that reply, so the model
+        goes on from its last word instead of starting again."""
+        if self.engine is None:
+            return self.submit(prompt, params)      # raises, saying why
+        tokenizer = self.engine.tokenizer
+        return self.submit(tokenizer.encode_prompt(prompt) + tokenizer.encode(answer), params)
+
     def cancel(self, request_id: int) -> None:
         handle = self._handles.get(request_id)
         if handle is not None:

@@ -114,6 +114,8 @@ class MainWindow(QMainWindow):
         self.panes.active_changed.connect(self._on_panes_active_changed)
         self.panes.panes_changed.connect(self._on_panes_panes_changed)
         self.broadcast.broadcast_requested.connect(self.broadcast_prompt)
+        self.broadcast.stop_all_requested.connect(self.sessions.stop_all)
+        self.sessions.busy_changed.connect(self.broadcast.set_busy)
         self.status_panel.trace_toggled.connect(self.trace.set_recording)
         self.status_panel.save_trace_requested.connect(self.save_trace_as)
         self.trace.state_changed.connect(self.status_panel.set_trace_state)
@@ -260,6 +262,13 @@ class MainWindow(QMainWindow):
         self.about_dialog = AboutDialog(about_info(self.bridge, self.store.path.parent), self)
         self.about_dialog.open()
         return self.about_dialog
+
+    def show_shortcuts(self):
+        """Help > Keyboard shortcuts."""
+        from app.windows.shortcuts_dialog import ShortcutsDialog
+        self.shortcuts_dialog = ShortcutsDialog(self)
+        self.shortcuts_dialog.open()
+        return self.shortcuts_dialog
 
     def _on_bridge_cache_notice(self, message: str) -> None:
         self.show_error(message, "Prompt cache")
