@@ -95,8 +95,8 @@ class SettingsDialog(QDialog):
         self._add_pace_row(form, s)
         form.addRow(QLabel("The KV cache holds the conversations' context: its size in MB "
                            "bounds how many tokens fit at once (Automatic: what every "
-                           "chat at full context can use, within an eighth of this machine's "
-                           "memory). The prompt cache on disk "
+                           "chat at full context can use, within a sixteenth of this "
+                           "machine's memory). The prompt cache on disk "
                            "lets conversations resume after a restart without reading "
                            "their history again; the oldest entries go when it is full. "
                            "While a new prompt is read, the chats already streaming keep at "

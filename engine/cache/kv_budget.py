@@ -3,7 +3,7 @@ bytes per page.
 
 The budget is EngineConfig.kv_budget_mb, or (None) the automatic one: what the model
 can use (every sequence at full context, max_num_seqs x max_context tokens, plus the
-recurrent-state slots), capped by AUTO_SHARE (1/8) of the machine's TOTAL memory and by
+recurrent-state slots), capped by AUTO_SHARE (1/16) of the machine's TOTAL memory and by
 half of what the weights leave of it. Total memory and the weights do not change
 between loads of one model, so neither does the pool: sizing from the memory *free*
 at the moment gave a different pool on every load (3608, 2362, 1827, 2414 MB seen),
@@ -19,8 +19,10 @@ from engine.config import EngineConfig
 # Of total memory, at most. A small share: the OS, the app and activations need the rest,
 # and pages a model never fills are memory taken for nothing (the pool is allocated at
 # load). The built-in 135M model in float32 on the CPU (45 KB a token) could fill 5.6 GB
-# at 16 x 8192 tokens; on 24 GB it gets 2.9 GB, about 4k tokens for each of 16 chats.
-AUTO_SHARE = 0.125
+# at 16 x 8192 tokens; on 24 GB it gets 1.5 GB (33k tokens: 2k for each of 16 chats at
+# once, any one of them up to its full context). The hybrid 35B model on a 64 GB Mac
+# (~4 GB at 16 x 8192, state slots included) gets 3 GB. Settings can ask for more.
+AUTO_SHARE = 1 / 16
 AFTER_WEIGHTS_SHARE = 0.5  # of what the weights leave: a big model on a small machine
 MIB = 1 << 20
 
