@@ -98,7 +98,8 @@ def make_window(qapp, data_dir, loader, model_path, run):
         store = Store(data_dir)
         store.set_setting("settings", AppSettings().with_chat(max_tokens=max_tokens,
                                                               temperature=0.0).to_dict())
-        bridge = EngineBridge(wrap_loader(loader) if wrap_loader else loader)
+        bridge = EngineBridge(wrap_loader(loader) if wrap_loader else loader,
+                              **({} if REAL_ENGINE else {"check": None}))
         window = MainWindow(store, bridge, telemetry=telemetry)
         made.append((window, bridge, store))
         window.show()

@@ -112,7 +112,7 @@ def test_built_in_model_is_the_default_model():
 def test_load_bar_label_is_one_elided_line(make_window):
     window = make_window(load=False)
     message = "Reading " + "SmolLM2-135M-Instruct-" * 10 + "Q4_1.gguf"
-    window._on_bridge_load_progress(0.4, message)
+    window.load_status._on_bridge_load_progress(0.4, message)
     shown = window.progress.format()
     assert "…" in shown and window.progress.toolTip() == message
     assert window.progress.fontMetrics().horizontalAdvance(shown) < window.progress.width()
