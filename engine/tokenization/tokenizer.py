@@ -199,13 +199,21 @@ class Tokenizer:
         rendered = self.apply_chat_template(escaped)
         return self._with_bos(self._guard.encode_rendered(rendered, restore))
 
-    def _encode_chat(self, prompt: ChatPrompt) -> list[int]:
-        """Messages with tool calls and results, and tools, through the model's template."""
+    def render_chat(self, prompt: ChatPrompt) -> str:
+        """The text the model reads for `prompt` (tools and tool history included)."""
+        return self._render_chat(prompt, escape=False)[0]
+
+    def _render_chat(self, prompt: ChatPrompt, escape: bool) -> tuple[str, dict]:
         if not prompt.messages:
             raise InvalidRequestError("A chat prompt needs at least one message.")
         messages, tools = prepare_messages(prompt, self._chat_template)
-        escaped, restore = self._guard.escape(check_messages(messages))
-        rendered = self.apply_chat_template(escaped, tools=tools, **prompt.template_vars)
+        messages, restore = (self._guard.escape(check_messages(messages)) if escape
+                             else (check_messages(messages), {}))
+        return self.apply_chat_template(messages, tools=tools, **prompt.template_vars), restore
+
+    def _encode_chat(self, prompt: ChatPrompt) -> list[int]:
+        """Messages with tool calls and results, and tools, through the model's template."""
+        rendered, restore = self._render_chat(prompt, escape=True)
         return self._with_bos(self._guard.encode_rendered(rendered, restore))
 
     def _with_bos(self, ids: list[int]) -> list[int]:
