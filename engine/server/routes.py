@@ -5,12 +5,15 @@ import time
 
 from aiohttp import web
 
-from engine.errors import EngineClosedError, ModelLoadError, PromptTooLongError
+from engine.errors import (EngineClosedError, InvalidRequestError, ModelLoadError,
+                           PromptTooLongError)
 from engine.events import TokenEvent
 from engine.server.api_error import ApiError, bad_request
 from engine.server.api_request import ApiRequest, parse_chat, parse_completion
 from engine.server.engine_source import EngineSource
 from engine.server.openai_format import ResponseShape, model_list, sse
+from engine.server.prepare import prepare
+from engine.server.reply import Reply
 
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                 "X-Accel-Buffering": "no"}
@@ -43,13 +46,17 @@ class Routes:
     # -- one request ----------------------------------------------------------
     async def _complete(self, request: web.Request, req: ApiRequest) -> web.StreamResponse:
         engine = self._engine(req.model)
-        handle = _submit(engine, req)
-        shape = ResponseShape(req.kind, engine.model_name)
+        handle, sampling = _submit(engine, req)
+        shape = ResponseShape(req.kind, engine.model_name, req.stream and req.include_usage)
+        tools = req.extras.tools
+        reply = Reply(shape, engine.tokenizer, sampling.token_log,
+                      read_calls=bool(tools and tools.reads_calls),
+                      forced_call=bool(tools and tools.forced))
         self.active.add(handle.request_id)
         try:
             if req.stream:
-                return await _stream(request, handle, shape, req.include_usage)
-            return await _whole(handle, shape)
+                return await _stream(request, handle, reply, req.include_usage)
+            return await _whole(handle, reply)
         finally:
             self.active.discard(handle.request_id)
             if handle.finished is None:
@@ -78,68 +85,53 @@ async def _json(request: web.Request) -> object:
 
 
 def _submit(engine, req: ApiRequest):
-    prompt = req.prompt
-    if req.kind == "text":
-        prompt = _text_ids(engine.tokenizer, prompt)
+    """(the engine's handle, the SamplingParams it runs with)."""
+    prompt_param = "messages" if req.kind == "chat" else "prompt"
     try:
-        return engine.submit(prompt, req.sampling_for(engine.config.max_context))
+        ids, sampling = prepare(engine, req)
+        return engine.submit(ids, sampling), sampling
     except PromptTooLongError as e:
-        raise ApiError(400, str(e), param="messages" if req.kind == "chat" else "prompt",
-                       code="context_length_exceeded") from e
-    except ModelLoadError as e:        # the chat template refused the messages
-        raise bad_request(str(e), "messages") from e
+        raise ApiError(400, str(e), param=prompt_param, code="context_length_exceeded") from e
+    except (ModelLoadError, InvalidRequestError) as e:   # e.g. the template refused them
+        raise bad_request(str(e), prompt_param) from e
     except EngineClosedError as e:
         raise ApiError(503, str(e), code="model_not_loaded") from e
     except ValueError as e:
         raise bad_request(str(e)) from e
 
 
-def _text_ids(tokenizer, prompt: str | list[int]) -> list[int]:
-    """A completion prompt is raw text: no chat template, BOS as the tokenizer adds it."""
-    if isinstance(prompt, list):
-        if max(prompt) >= tokenizer.vocab_size:
-            raise bad_request(f"Token id {max(prompt)} is outside the vocabulary "
-                              f"(size {tokenizer.vocab_size}).", "prompt")
-        return prompt
-    ids = tokenizer.encode(prompt)
-    bos = tokenizer.bos_token_id
-    if tokenizer.add_bos_token and (not ids or ids[0] != bos):
-        ids = [bos, *ids]
-    return ids
-
-
-async def _whole(handle, shape: ResponseShape) -> web.Response:
+async def _whole(handle, reply: Reply) -> web.Response:
     async for _ in handle:
         pass
     fin = handle.finished
     if fin.reason in _STOPPED_BY_ENGINE:
         raise _engine_failed(fin)
-    return web.json_response(shape.completion(fin.text, fin.reason, fin.stats))
+    return web.json_response(reply.whole(fin.text, fin.reason, fin.stats))
 
 
-async def _stream(request: web.Request, handle, shape: ResponseShape,
+async def _stream(request: web.Request, handle, reply: Reply,
                   include_usage: bool) -> web.StreamResponse:
     resp = web.StreamResponse(headers=_SSE_HEADERS)
     await resp.prepare(request)
     try:
-        if shape.kind == "chat":
-            await resp.write(sse(shape.chunk("", first=True, with_usage=include_usage)))
+        if reply.shape.kind == "chat":
+            await resp.write(sse(reply.shape.chunk("", first=True)))
         async for ev in handle:
             if isinstance(ev, TokenEvent) and ev.text:
-                await resp.write(sse(shape.chunk(ev.text, with_usage=include_usage)))
-        await resp.write(_last_chunks(handle.finished, shape, include_usage))
+                await resp.write(b"".join(sse(c) for c in reply.delta_chunks(ev.text)))
+        await resp.write(_last_chunks(handle.finished, reply, include_usage))
         await resp.write_eof()
     except ConnectionError:            # the client went away mid-stream
         pass
     return resp
 
 
-def _last_chunks(fin, shape: ResponseShape, include_usage: bool) -> bytes:
+def _last_chunks(fin, reply: Reply, include_usage: bool) -> bytes:
     if fin.reason in _STOPPED_BY_ENGINE:
         return sse(_engine_failed(fin).body()) + sse("[DONE]")
-    out = sse(shape.chunk(None, fin.reason, with_usage=include_usage))
+    out = b"".join(sse(c) for c in reply.last_chunks(fin.reason))
     if include_usage:
-        out += sse(shape.usage_chunk(fin.stats))
+        out += sse(reply.shape.usage_chunk(fin.stats))
     return out + sse("[DONE]")
 
 

@@ -1,0 +1,62 @@
+"""A checked request made ready for the engine: token ids and the SamplingParams to run.
+
+The prompt is tokenized here (not in Engine.submit) so that what depends on its length
+(max_tokens against the context) and on the tokenizer (logit_bias ids, a grammar built
+over its vocabulary, tools the template must render) is checked before it is queued.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from engine.sampling_params import SamplingParams
+from engine.server import grammar
+from engine.server.api_error import ApiError, bad_request
+from engine.tokenization.chat_prompt import ChatPrompt, template_support
+
+
+def prepare(engine, req) -> tuple[list[int], SamplingParams]:
+    tok = engine.tokenizer
+    ids = _chat_ids(tok, req) if req.kind == "chat" else text_ids(tok, req.prompt)
+    max_context = engine.config.max_context
+    sampling = req.sampling_for(max_context)
+    if req.max_tokens_given and len(ids) < max_context \
+            and len(ids) + sampling.max_tokens > max_context:
+        raise ApiError(400, f"The prompt is {len(ids)} tokens and max_tokens asks for "
+                       f"{sampling.max_tokens} more; the context holds {max_context}. Ask for "
+                       f"at most {max(max_context - len(ids), 0)}, or leave max_tokens out "
+                       "(the reply may then run to the context's end).",
+                       param="max_tokens", code="context_length_exceeded")
+    vocab = engine.vocab_size
+    for token, _ in sampling.logit_bias:
+        if token >= vocab:
+            raise bad_request(f"'logit_bias' names token {token}, outside the vocabulary "
+                              f"(0 to {vocab - 1}).", "logit_bias")
+    extras = req.extras
+    if extras.grammar is not None:
+        constraint = grammar.make_grammar(tok, vocab, extras.grammar, extras.grammar_param)
+        sampling = dataclasses.replace(sampling, constraint=constraint)
+    return ids, sampling
+
+
+def _chat_ids(tok, req) -> list[int]:
+    tools = req.extras.tools
+    rendered = tools.rendered if tools else None
+    if rendered and not template_support(tok.chat_template).tools:
+        raise bad_request("This model's chat template has no tool format (it never reads "
+                          "`tools`), so it cannot be shown tools; send the request without "
+                          "'tools' (or with 'tool_choice': 'none').", "tools")
+    return tok.encode_prompt(ChatPrompt(req.prompt, tools=rendered))
+
+
+def text_ids(tokenizer, prompt: str | list[int]) -> list[int]:
+    """A completion prompt is raw text: no chat template, BOS as the tokenizer adds it."""
+    if isinstance(prompt, list):
+        if max(prompt) >= tokenizer.vocab_size:
+            raise bad_request(f"Token id {max(prompt)} is outside the vocabulary "
+                              f"(size {tokenizer.vocab_size}).", "prompt")
+        return prompt
+    ids = tokenizer.encode(prompt)
+    bos = tokenizer.bos_token_id
+    if tokenizer.add_bos_token and (not ids or ids[0] != bos):
+        ids = [bos, *ids]
+    return ids
