@@ -16,11 +16,14 @@ from aiohttp import web
 
 from engine.errors import ServerStartError
 from engine.server.api_error import ApiError
+from engine.server.cors import Cors
 from engine.server.engine_source import EngineSource
 from engine.server.routes import Routes
 from engine.server.server_config import ServerConfig
 
-_ENDPOINTS = "GET /v1/models, POST /v1/chat/completions, POST /v1/completions"
+_ENDPOINTS = ("GET /v1/models, GET /v1/models/{id}, POST /v1/chat/completions, "
+              "POST /v1/completions, POST /tokenize, POST /detokenize, GET /health "
+              "(the /v1 paths also without /v1)")
 
 
 class ApiServer:
@@ -50,8 +53,10 @@ class ApiServer:
     async def start(self) -> str:
         if self._runner is not None:
             return self.url
-        app = web.Application(middlewares=[self._middleware],
+        cors = Cors(self.config.cors_origins)
+        app = web.Application(middlewares=[cors.middleware, self._middleware],
                               client_max_size=self.config.max_body_bytes)
+        cors.install(app)
         self.routes.install(app)
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
                                shutdown_timeout=self.config.shutdown_timeout_s)

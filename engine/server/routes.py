@@ -5,8 +5,12 @@ import time
 
 from aiohttp import web
 
-from engine.errors import (EngineClosedError, InvalidRequestError, ModelLoadError,
-                           PromptTooLongError)
+from engine.errors import (
+    EngineClosedError,
+    InvalidRequestError,
+    ModelLoadError,
+    PromptTooLongError,
+)
 from engine.events import TokenEvent
 from engine.server.api_error import ApiError, bad_request
 from engine.server.api_request import ApiRequest, parse_chat, parse_completion
@@ -14,6 +18,7 @@ from engine.server.engine_source import EngineSource
 from engine.server.openai_format import ResponseShape, model_list, sse
 from engine.server.prepare import prepare
 from engine.server.reply import Reply
+from engine.server.token_routes import TokenRoutes
 
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                 "X-Accel-Buffering": "no"}
@@ -26,16 +31,24 @@ class Routes:
     def __init__(self, source: EngineSource):
         self.source = source
         self.active: set[int] = set()
-        self._created = int(time.time())
+        self.created = int(time.time())
 
     def install(self, app: web.Application) -> None:
-        app.router.add_get("/v1/models", self.models)
-        app.router.add_post("/v1/chat/completions", self.chat)
-        app.router.add_post("/v1/completions", self.completions)
+        for prefix in ("/v1", ""):         # llama.cpp serves the paths without /v1 too
+            app.router.add_get(prefix + "/models", self.models)
+            app.router.add_post(prefix + "/chat/completions", self.chat)
+            app.router.add_post(prefix + "/completions", self.completions)
+        TokenRoutes(self).install(app)
+
+    def engine_for(self, model: str | None):
+        return self._engine(model)
+
+    async def read_body(self, request: web.Request) -> object:
+        return await _json(request)
 
     async def models(self, request: web.Request) -> web.Response:
         engine = self._engine(None)
-        return web.json_response(model_list([engine.model_name], self._created))
+        return web.json_response(model_list([engine.model_name], self.created))
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._complete(request, parse_chat(await _json(request)))
@@ -73,7 +86,7 @@ class Routes:
         if model is not None and model not in (engine.model_name, str(engine.model_path)):
             raise ApiError(404, f"The model {model!r} is not loaded here; this server serves "
                            f"{engine.model_name!r} (see GET /v1/models).",
-                           param="model", code="model_not_found")
+                           param="model", code="model_not_found", kind="invalid_request_error")
         return engine
 
 

@@ -26,6 +26,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--api-key", default=None,
                    help="require 'Authorization: Bearer KEY' on every request")
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages from ORIGIN (e.g. http://localhost:3000; '*' for any) "
+                        "call the API from a browser; repeatable (default: CORS off)")
     p.add_argument("--cache-dir", default=None,
                    help="keep finished requests' prompt cache in this folder, so a client's "
                         "next turn (also after a restart) reads only its new tokens")
@@ -36,7 +39,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
 
 def run_serve(args) -> int:
     try:
-        config = ServerConfig(host=args.host, port=args.port, api_key=args.api_key)
+        config = ServerConfig(host=args.host, port=args.port, api_key=args.api_key,
+                              cors_origins=tuple(args.cors_origin))
         engine_config = EngineConfig(cache_dir=args.cache_dir, disk_cache_mb=args.disk_cache_mb,
                                      min_stream_tok_s=args.reading_pace)
     except ValueError as e:
