@@ -101,6 +101,7 @@ class ApiServer:
             return
         given = request.headers.get("Authorization", "")
         token = given[7:] if given.lower().startswith("bearer ") else ""
+        token = token or request.headers.get("x-api-key", "")   # Anthropic's clients
         if not hmac.compare_digest(token.encode(), key.encode()):
             raise ApiError(401, "Missing or wrong API key: send 'Authorization: Bearer <key>' "
                            "with the key this server was started with.",

@@ -15,6 +15,7 @@ from engine.events import TokenEvent
 from engine.server.api_error import ApiError, bad_request
 from engine.server.api_request import ApiRequest, parse_chat, parse_completion
 from engine.server.engine_source import EngineSource
+from engine.server.messages_route import MessagesRoute
 from engine.server.openai_format import ResponseShape, model_list, sse
 from engine.server.prepare import prepare
 from engine.server.reply import Reply
@@ -39,9 +40,14 @@ class Routes:
             app.router.add_post(prefix + "/chat/completions", self.chat)
             app.router.add_post(prefix + "/completions", self.completions)
         TokenRoutes(self).install(app)
+        MessagesRoute(self).install(app)
 
     def engine_for(self, model: str | None):
         return self._engine(model)
+
+    def submit(self, engine, req: ApiRequest):
+        """(handle, SamplingParams) of a checked request, queued in the engine."""
+        return _submit(engine, req)
 
     async def read_body(self, request: web.Request) -> object:
         return await _json(request)

@@ -2,8 +2,11 @@
 over a tiny random Llama engine; clients are the official `openai` package."""
 from __future__ import annotations
 
+import json
+
 import pytest
 from server_harness import MAX_CONTEXT, EventLog, ServerThread, make_client
+from test_tokenizer import QWEN3
 from tiny_models import write_tiny_llama
 
 from engine import Engine, EngineConfig
@@ -53,3 +56,30 @@ def log(engine):
     log = EventLog(engine)
     yield log
     log.close()
+
+
+# A tiny model whose chat template is Qwen3's, as shipped (tools and tool calls).
+@pytest.fixture(scope="session")
+def qwen_engine(tmp_path_factory):
+    folder = write_tiny_llama(tmp_path_factory.mktemp("tools") / "llama")
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**config, "chat_template": QWEN3}))
+    # Qwen3's tool preamble is ~900 byte-level tokens of this tiny vocabulary.
+    config = EngineConfig(num_pages=600, page_size=16, prefill_chunk=256, max_context=3000,
+                          max_decode_slowdown=1e9)
+    with Engine.load(folder, config) as e:
+        yield e
+
+
+@pytest.fixture(scope="session")
+def qserver(qwen_engine):
+    server = ServerThread(EngineHolder(engine=qwen_engine, loading=False),
+                          ServerConfig(host="127.0.0.1", port=0))
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def qclient(qserver):
+    return make_client(qserver.url)

@@ -7,12 +7,7 @@ import json
 
 import openai
 import pytest
-from server_harness import ServerThread, make_client
-from test_tokenizer import QWEN3
-from tiny_models import write_tiny_llama
 
-from engine import Engine, EngineConfig
-from engine.server import EngineHolder, ServerConfig
 from engine.server.openai_format import ResponseShape
 from engine.server.reply import Reply
 from engine.tokenization.chat_prompt import ChatPrompt
@@ -30,29 +25,8 @@ TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
 ASK = [{"role": "user", "content": "hello world, the quick brown fox"}]
 
 
-@pytest.fixture(scope="module")
-def qwen_engine(tmp_path_factory):
-    folder = write_tiny_llama(tmp_path_factory.mktemp("tools") / "llama")
-    config_path = folder / "tokenizer_config.json"
-    config = json.loads(config_path.read_text())
-    config_path.write_text(json.dumps({**config, "chat_template": QWEN3}))
-    # Qwen3's tool preamble is ~900 byte-level tokens of this tiny vocabulary.
-    config = EngineConfig(num_pages=600, page_size=16, prefill_chunk=256, max_context=3000,
-                          max_decode_slowdown=1e9)
-    with Engine.load(folder, config) as e:
-        yield e
-
-
-@pytest.fixture(scope="module")
-def qclient(qwen_engine):
-    server = ServerThread(EngineHolder(engine=qwen_engine, loading=False),
-                          ServerConfig(host="127.0.0.1", port=0))
-    yield make_client(server.url)
-    server.close()
-
-
 def _ask(client, **kw):
-    return client.chat.completions.create(model="any" and None or openai.NOT_GIVEN,
+    return client.chat.completions.create(model=openai.NOT_GIVEN,
                                           messages=kw.pop("messages", ASK), max_tokens=80,
                                           temperature=0, **kw)
 
