@@ -16,7 +16,7 @@ from engine.server.anthropic_request import to_chat_body
 from engine.server.api_error import ApiError
 from engine.server.api_request import parse_chat
 
-_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                 "X-Accel-Buffering": "no"}
 
 
@@ -48,7 +48,7 @@ class MessagesRoute:
                 pass
             fin = handle.finished
             if fin.reason in ("error", "cancelled"):
-                return web.json_response(error_body(500, _failed(fin)), status=500)
+                return web.json_response(error_body(500, engine_failed(fin)), status=500)
             return web.json_response(reply.whole(fin, _full_text(engine.tokenizer, fin)))
         finally:
             self.routes.active.discard(handle.request_id)
@@ -57,7 +57,7 @@ class MessagesRoute:
 
 
 async def _stream(request, handle, reply: AnthropicReply, tokenizer) -> web.StreamResponse:
-    resp = web.StreamResponse(headers=_SSE_HEADERS)
+    resp = web.StreamResponse(headers=SSE_HEADERS)
     await resp.prepare(request)
     try:
         await resp.write(b"".join(event(n, d) for n, d in reply.start_events()))
@@ -66,7 +66,7 @@ async def _stream(request, handle, reply: AnthropicReply, tokenizer) -> web.Stre
                 await resp.write(b"".join(event(n, d) for n, d in reply.delta_events(ev.text)))
         fin = handle.finished
         if fin.reason in ("error", "cancelled"):
-            await resp.write(event("error", error_body(500, _failed(fin))))
+            await resp.write(event("error", error_body(500, engine_failed(fin))))
         else:
             await resp.write(b"".join(event(n, d) for n, d in
                                       reply.end_events(fin, _full_text(tokenizer, fin))))
@@ -81,6 +81,6 @@ def _full_text(tokenizer, fin) -> str:
     return tokenizer.decode(fin.token_ids, skip_special_tokens=True)
 
 
-def _failed(fin) -> str:
+def engine_failed(fin) -> str:
     why = f" ({fin.message})" if getattr(fin, "message", "") else ""
     return f"The engine stopped this request{why}; retry."

@@ -19,6 +19,7 @@ from engine.server.messages_route import MessagesRoute
 from engine.server.openai_format import ResponseShape, model_list, sse
 from engine.server.prepare import prepare
 from engine.server.reply import Reply
+from engine.server.responses_route import ResponsesRoute
 from engine.server.token_routes import TokenRoutes
 
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
@@ -41,6 +42,7 @@ class Routes:
             app.router.add_post(prefix + "/completions", self.completions)
         TokenRoutes(self).install(app)
         MessagesRoute(self).install(app)
+        ResponsesRoute(self).install(app)
 
     def engine_for(self, model: str | None):
         return self._engine(model)
