@@ -5,12 +5,19 @@ import time
 
 from aiohttp import web
 
-from engine.errors import EngineClosedError, ModelLoadError, PromptTooLongError
+from engine.errors import (
+    EngineClosedError,
+    InvalidRequestError,
+    ModelLoadError,
+    PromptTooLongError,
+)
 from engine.events import TokenEvent
 from engine.server.api_error import ApiError, bad_request
 from engine.server.api_request import ApiRequest, parse_chat, parse_completion
 from engine.server.engine_source import EngineSource
+from engine.server.limits import check_context, prompt_ids, read_json, send, too_long
 from engine.server.openai_format import ResponseShape, model_list, sse
+from engine.tokenization.messages import check_text
 
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                 "X-Accel-Buffering": "no"}
@@ -35,10 +42,10 @@ class Routes:
         return web.json_response(model_list([engine.model_name], self._created))
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._complete(request, parse_chat(await _json(request)))
+        return await self._complete(request, parse_chat(await read_json(request)))
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._complete(request, parse_completion(await _json(request)))
+        return await self._complete(request, parse_completion(await read_json(request)))
 
     # -- one request ----------------------------------------------------------
     async def _complete(self, request: web.Request, req: ApiRequest) -> web.StreamResponse:
@@ -70,22 +77,17 @@ class Routes:
         return engine
 
 
-async def _json(request: web.Request) -> object:
-    try:
-        return await request.json()
-    except ValueError as e:            # JSONDecodeError and bad UTF-8 both are
-        raise bad_request(f"The request body is not valid JSON ({e}).") from e
-
-
 def _submit(engine, req: ApiRequest):
-    prompt = req.prompt
-    if req.kind == "text":
-        prompt = _text_ids(engine.tokenizer, prompt)
     try:
+        prompt = (_text_ids(engine.tokenizer, req.prompt) if req.kind == "text"
+                  else prompt_ids(engine, req.prompt))
+        check_context(len(prompt), req.sampling.max_tokens if req.max_tokens_given else None,
+                      engine.config.max_context, req.kind)
         return engine.submit(prompt, req.sampling_for(engine.config.max_context))
     except PromptTooLongError as e:
-        raise ApiError(400, str(e), param="messages" if req.kind == "chat" else "prompt",
-                       code="context_length_exceeded") from e
+        raise too_long(e, req.kind) from e
+    except InvalidRequestError as e:
+        raise bad_request(str(e), "messages" if req.kind == "chat" else "prompt") from e
     except ModelLoadError as e:        # the chat template refused the messages
         raise bad_request(str(e), "messages") from e
     except EngineClosedError as e:
@@ -101,7 +103,7 @@ def _text_ids(tokenizer, prompt: str | list[int]) -> list[int]:
             raise bad_request(f"Token id {max(prompt)} is outside the vocabulary "
                               f"(size {tokenizer.vocab_size}).", "prompt")
         return prompt
-    ids = tokenizer.encode(prompt)
+    ids = tokenizer.encode(check_text(prompt, "The prompt"))
     bos = tokenizer.bos_token_id
     if tokenizer.add_bos_token and (not ids or ids[0] != bos):
         ids = [bos, *ids]
@@ -123,11 +125,12 @@ async def _stream(request: web.Request, handle, shape: ResponseShape,
     await resp.prepare(request)
     try:
         if shape.kind == "chat":
-            await resp.write(sse(shape.chunk("", first=True, with_usage=include_usage)))
+            await send(request, resp, sse(shape.chunk("", first=True,
+                                                      with_usage=include_usage)))
         async for ev in handle:
             if isinstance(ev, TokenEvent) and ev.text:
-                await resp.write(sse(shape.chunk(ev.text, with_usage=include_usage)))
-        await resp.write(_last_chunks(handle.finished, shape, include_usage))
+                await send(request, resp, sse(shape.chunk(ev.text, with_usage=include_usage)))
+        await send(request, resp, _last_chunks(handle.finished, shape, include_usage))
         await resp.write_eof()
     except ConnectionError:            # the client went away mid-stream
         pass
