@@ -92,8 +92,10 @@ def _sampling(r: FieldReader) -> tuple[SamplingParams, bool]:
                               "'repetition_penalty' (e.g. 1.1) instead.", name)
     try:
         return SamplingParams(**fields), max_tokens is not None
-    except ValueError as e:
-        raise bad_request(f"Invalid sampling settings: {e}.") from e
+    except ValueError as e:            # out of range: the message starts with the field
+        field = str(e).split(" ", 1)[0]
+        raise bad_request(f"Invalid sampling settings: {e}.",
+                          field if field in fields else None) from e
 
 
 def _refuse_unsupported(r: FieldReader, chat: bool) -> None:

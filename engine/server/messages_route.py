@@ -15,6 +15,7 @@ from engine.server.anthropic_reply import AnthropicReply, error_body, event
 from engine.server.anthropic_request import to_chat_body
 from engine.server.api_error import ApiError
 from engine.server.api_request import parse_chat
+from engine.server.limits import send
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                 "X-Accel-Buffering": "no"}
@@ -60,15 +61,15 @@ async def _stream(request, handle, reply: AnthropicReply, tokenizer) -> web.Stre
     resp = web.StreamResponse(headers=SSE_HEADERS)
     await resp.prepare(request)
     try:
-        await resp.write(b"".join(event(n, d) for n, d in reply.start_events()))
+        await send(request, resp, b"".join(event(n, d) for n, d in reply.start_events()))
         async for ev in handle:
             if isinstance(ev, TokenEvent) and ev.text:
-                await resp.write(b"".join(event(n, d) for n, d in reply.delta_events(ev.text)))
+                await send(request, resp, b"".join(event(n, d) for n, d in reply.delta_events(ev.text)))
         fin = handle.finished
         if fin.reason in ("error", "cancelled"):
-            await resp.write(event("error", error_body(500, engine_failed(fin))))
+            await send(request, resp, event("error", error_body(500, engine_failed(fin))))
         else:
-            await resp.write(b"".join(event(n, d) for n, d in
+            await send(request, resp, b"".join(event(n, d) for n, d in
                                       reply.end_events(fin, _full_text(tokenizer, fin))))
         await resp.write_eof()
     except ConnectionError:

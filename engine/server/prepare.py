@@ -10,8 +10,10 @@ import dataclasses
 
 from engine.sampling_params import SamplingParams
 from engine.server import grammar
-from engine.server.api_error import ApiError, bad_request
+from engine.server.api_error import bad_request
+from engine.server.limits import check_context
 from engine.tokenization.chat_prompt import ChatPrompt, template_support
+from engine.tokenization.messages import check_text
 
 
 def prepare(engine, req) -> tuple[list[int], SamplingParams]:
@@ -19,13 +21,8 @@ def prepare(engine, req) -> tuple[list[int], SamplingParams]:
     ids = _chat_ids(tok, req) if req.kind == "chat" else text_ids(tok, req.prompt)
     max_context = engine.config.max_context
     sampling = req.sampling_for(max_context)
-    if req.max_tokens_given and len(ids) < max_context \
-            and len(ids) + sampling.max_tokens > max_context:
-        raise ApiError(400, f"The prompt is {len(ids)} tokens and max_tokens asks for "
-                       f"{sampling.max_tokens} more; the context holds {max_context}. Ask for "
-                       f"at most {max(max_context - len(ids), 0)}, or leave max_tokens out "
-                       "(the reply may then run to the context's end).",
-                       param="max_tokens", code="context_length_exceeded")
+    check_context(len(ids), sampling.max_tokens if req.max_tokens_given else None,
+                  max_context, req.kind)
     vocab = engine.vocab_size
     for token, _ in sampling.logit_bias:
         if token >= vocab:
@@ -55,7 +52,7 @@ def text_ids(tokenizer, prompt: str | list[int]) -> list[int]:
             raise bad_request(f"Token id {max(prompt)} is outside the vocabulary "
                               f"(size {tokenizer.vocab_size}).", "prompt")
         return prompt
-    ids = tokenizer.encode(prompt)
+    ids = tokenizer.encode(check_text(prompt, "The prompt"))
     bos = tokenizer.bos_token_id
     if tokenizer.add_bos_token and (not ids or ids[0] != bos):
         ids = [bos, *ids]

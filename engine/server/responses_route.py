@@ -10,6 +10,7 @@ from engine.events import TokenEvent
 from engine.server.anthropic_reply import event
 from engine.server.api_error import ApiError
 from engine.server.api_request import parse_chat
+from engine.server.limits import send
 from engine.server.messages_route import SSE_HEADERS, engine_failed
 from engine.server.responses_reply import ResponsesReply
 from engine.server.responses_request import to_chat_body
@@ -59,17 +60,17 @@ async def _stream(request, handle, reply: ResponsesReply) -> web.StreamResponse:
     resp = web.StreamResponse(headers=SSE_HEADERS)
     await resp.prepare(request)
     try:
-        await resp.write(b"".join(event(n, d) for n, d in reply.start_events()))
+        await send(request, resp, b"".join(event(n, d) for n, d in reply.start_events()))
         async for ev in handle:
             if isinstance(ev, TokenEvent) and ev.text:
-                await resp.write(b"".join(event(n, d) for n, d in reply.delta_events(ev.text)))
+                await send(request, resp, b"".join(event(n, d) for n, d in reply.delta_events(ev.text)))
         fin = handle.finished
         if fin.reason in ("error", "cancelled"):
-            await resp.write(event("error", {"type": "error", "code": "engine_error",
+            await send(request, resp, event("error", {"type": "error", "code": "engine_error",
                                              "message": engine_failed(fin), "param": None,
                                              "sequence_number": 0}))
         else:
-            await resp.write(b"".join(event(n, d) for n, d in reply.end_events(fin)))
+            await send(request, resp, b"".join(event(n, d) for n, d in reply.end_events(fin)))
         await resp.write_eof()
     except ConnectionError:
         pass

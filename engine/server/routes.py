@@ -15,6 +15,7 @@ from engine.events import TokenEvent
 from engine.server.api_error import ApiError, bad_request
 from engine.server.api_request import ApiRequest, parse_chat, parse_completion
 from engine.server.engine_source import EngineSource
+from engine.server.limits import read_json, send, too_long
 from engine.server.messages_route import MessagesRoute
 from engine.server.openai_format import ResponseShape, model_list, sse
 from engine.server.prepare import prepare
@@ -52,17 +53,17 @@ class Routes:
         return _submit(engine, req)
 
     async def read_body(self, request: web.Request) -> object:
-        return await _json(request)
+        return await read_json(request)
 
     async def models(self, request: web.Request) -> web.Response:
         engine = self._engine(None)
         return web.json_response(model_list([engine.model_name], self.created))
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._complete(request, parse_chat(await _json(request)))
+        return await self._complete(request, parse_chat(await read_json(request)))
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._complete(request, parse_completion(await _json(request)))
+        return await self._complete(request, parse_completion(await read_json(request)))
 
     # -- one request ----------------------------------------------------------
     async def _complete(self, request: web.Request, req: ApiRequest) -> web.StreamResponse:
@@ -98,13 +99,6 @@ class Routes:
         return engine
 
 
-async def _json(request: web.Request) -> object:
-    try:
-        return await request.json()
-    except ValueError as e:            # JSONDecodeError and bad UTF-8 both are
-        raise bad_request(f"The request body is not valid JSON ({e}).") from e
-
-
 def _submit(engine, req: ApiRequest):
     """(the engine's handle, the SamplingParams it runs with)."""
     prompt_param = "messages" if req.kind == "chat" else "prompt"
@@ -112,7 +106,7 @@ def _submit(engine, req: ApiRequest):
         ids, sampling = prepare(engine, req)
         return engine.submit(ids, sampling), sampling
     except PromptTooLongError as e:
-        raise ApiError(400, str(e), param=prompt_param, code="context_length_exceeded") from e
+        raise too_long(e, req.kind) from e
     except (ModelLoadError, InvalidRequestError) as e:   # e.g. the template refused them
         raise bad_request(str(e), prompt_param) from e
     except EngineClosedError as e:
@@ -136,11 +130,11 @@ async def _stream(request: web.Request, handle, reply: Reply,
     await resp.prepare(request)
     try:
         if reply.shape.kind == "chat":
-            await resp.write(sse(reply.shape.chunk("", first=True)))
+            await send(request, resp, sse(reply.shape.chunk("", first=True)))
         async for ev in handle:
             if isinstance(ev, TokenEvent) and ev.text:
-                await resp.write(b"".join(sse(c) for c in reply.delta_chunks(ev.text)))
-        await resp.write(_last_chunks(handle.finished, reply, include_usage))
+                await send(request, resp, b"".join(sse(c) for c in reply.delta_chunks(ev.text)))
+        await send(request, resp, _last_chunks(handle.finished, reply, include_usage))
         await resp.write_eof()
     except ConnectionError:            # the client went away mid-stream
         pass
