@@ -86,3 +86,14 @@ def test_a_template_without_tool_calls_keeps_them_as_text():
         "<|im_start|>user\n<tool_response>\n12°C\n</tool_response>\n"
         "<tool_response>\n10°C\n</tool_response><|im_end|>\n"
         "<|im_start|>assistant\n")
+
+
+def test_the_builtin_model_has_no_tool_format_but_keeps_tool_history():
+    from builtin_gguf import builtin_tokenizer
+    tok = builtin_tokenizer()
+    assert not template_support(tok.chat_template).tools
+    with pytest.raises(InvalidRequestError, match="tool"):
+        tok.encode_prompt(ChatPrompt(HISTORY[:2], tools=TOOLS))
+    rendered = tok.render_chat(ChatPrompt(HISTORY))
+    assert '{"name": "get_weather", "arguments": {"city": "Bern"}}' in rendered
+    assert "<tool_response>\n10°C\n</tool_response>" in rendered

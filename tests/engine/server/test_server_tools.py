@@ -120,3 +120,13 @@ def test_bad_tool_fields_are_400_naming_them(qclient, body, param):
         qclient.chat.completions.create(model=openai.NOT_GIVEN,
                                         messages=body.pop("messages", ASK), extra_body=body)
     assert info.value.body["param"] == param
+
+
+def test_the_engine_chat_path_takes_a_chat_prompt(qwen_engine):
+    """Engine.submit(ChatPrompt) renders tools with the template (the app's path)."""
+    from engine import SamplingParams
+    prompt = ChatPrompt(ASK, tools=[WEATHER])
+    out = qwen_engine.submit(prompt, SamplingParams(max_tokens=2, temperature=0)).result()
+    rendered = qwen_engine.tokenizer.render_chat(prompt)
+    assert "get_weather" in rendered and out.stats.prompt_tokens == \
+        len(qwen_engine.tokenizer.encode(rendered))
