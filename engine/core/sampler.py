@@ -24,8 +24,13 @@ from collections.abc import Sequence
 
 import mlx.core as mx
 
-from engine.core.sampler_extras import apply_constraints, apply_logit_bias, logprob_arrays
-from engine.sampling_params import SamplingParams, TokenLogprob
+from engine.core.sampler_extras import (
+    SampleTracker,
+    apply_constraints,
+    apply_logit_bias,
+    logprob_arrays,
+)
+from engine.sampling_params import SamplingParams
 
 NUM_RECENT = 64  # ids the repetition penalty looks back over
 
@@ -54,63 +59,13 @@ class RowSampler:
         self.key = mx.random.key(seed)                                 # [2] uint32
         # The prompt's tail counts too: penalties apply to what the model has seen.
         self.recent: deque[int] = deque(list(prompt_ids)[-NUM_RECENT:], maxlen=NUM_RECENT)
-        # Samples not yet appended (grammar or logprob rows only): (ids [B], row, logprob
-        # arrays or None); `early` are the oldest of them, already fed to the grammar.
-        self.samples: deque[tuple] = deque()
-        self.early: list[int] = []
-
-    @property
-    def tracks_samples(self) -> bool:
-        return self.params.constraint is not None or self.params.logprobs is not None
+        # Grammar and logprob rows: their samples until append() (sampler_extras.py).
+        self.tracker = SampleTracker(params) if SampleTracker.wanted(params) else None
 
     def append(self, token_id: int) -> None:
-        token_id = int(token_id)
-        self.recent.append(token_id)
-        if not self.tracks_samples:
-            return
-        entry = self._take_sample(token_id)
-        constraint = self.params.constraint
-        if constraint is not None:
-            if self.early and self.early[0] == token_id:
-                self.early.pop(0)
-            else:                    # not the token fed early (a dropped step): redo
-                if self.early:
-                    constraint.rollback(len(self.early))
-                    self.early.clear()
-                constraint.accept(token_id)
-        if self.params.token_log is not None:
-            self.params.token_log.append(_token_logprob(token_id, entry, self.params.logprobs))
-
-    def _take_sample(self, token_id: int):
-        """The oldest sample that produced token_id; older ones (steps whose tokens the
-        engine dropped, e.g. a preemption) are discarded."""
-        while self.samples:
-            entry = self.samples.popleft()
-            if int(entry[0][entry[1]].item()) == token_id:
-                return entry
-            if self.early:           # it fed the grammar a token that never came
-                self.params.constraint.rollback(len(self.early))
-                self.early.clear()
-        return None
-
-    def feed_early(self) -> None:
-        """A grammar's next mask needs the previous token: with steps pipelined it is
-        still on the device when this step samples, so read it now (a sync, for
-        constrained rows' batches only) and feed it before append() confirms it."""
-        for ids, row, _ in list(self.samples)[len(self.early):]:
-            token = int(ids[row].item())
-            self.params.constraint.accept(token)
-            self.early.append(token)
-
-
-def _token_logprob(token_id: int, entry, num_top: int) -> TokenLogprob:
-    if entry is None or entry[2] is None:
-        return TokenLogprob(token_id, float("nan"))
-    _, row, (chosen, top_ids, top) = entry
-    if top_ids is None or num_top == 0:
-        return TokenLogprob(token_id, chosen[row].item())
-    pairs = zip(top_ids[row, :num_top].tolist(), top[row, :num_top].tolist())
-    return TokenLogprob(token_id, chosen[row].item(), tuple(pairs))
+        self.recent.append(int(token_id))
+        if self.tracker is not None:
+            self.tracker.confirm(int(token_id))
 
 
 def sample_batch(logits: mx.array, states: Sequence[RowSampler]) -> mx.array:
@@ -120,8 +75,8 @@ def sample_batch(logits: mx.array, states: Sequence[RowSampler]) -> mx.array:
         logits = logits[:, -1, :]
     model_logits = logits = logits.astype(mx.float32)                  # [B, V]
     for s in states:
-        if s.params.constraint is not None:
-            s.feed_early()
+        if s.tracker is not None and s.params.constraint is not None:
+            s.tracker.feed_early()
     logits = apply_constraints(apply_logit_bias(logits, params), params)
     ids = _sample_batch(logits, states, params)
     _track_samples(model_logits, ids, states)
@@ -130,14 +85,14 @@ def sample_batch(logits: mx.array, states: Sequence[RowSampler]) -> mx.array:
 
 def _track_samples(logits: mx.array, ids: mx.array, states: Sequence[RowSampler]) -> None:
     """Keep each grammar or logprob row's sample (and its logprobs, lazy) until append."""
-    tracked = [s.params.logprobs for s in states if s.tracks_samples]
+    tracked = [s.params.logprobs for s in states if s.tracker is not None]
     if not tracked:
         return
     wanted = [k for k in tracked if k is not None]
     arrays = logprob_arrays(logits, ids, max(wanted)) if wanted else None
     for row, s in enumerate(states):
-        if s.tracks_samples:
-            s.samples.append((ids, row, arrays if s.params.logprobs is not None else None))
+        if s.tracker is not None:
+            s.tracker.record(ids, row, arrays if s.params.logprobs is not None else None)
 
 
 def _sample_batch(logits: mx.array, states: Sequence[RowSampler],

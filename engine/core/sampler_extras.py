@@ -7,12 +7,13 @@ request and unconstrained ones share one step.
 """
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 
 import mlx.core as mx
 import numpy as np
 
-from engine.sampling_params import SamplingParams
+from engine.sampling_params import SamplingParams, TokenLogprob
 
 
 def apply_logit_bias(logits: mx.array, params: Sequence[SamplingParams]) -> mx.array:
@@ -58,3 +59,68 @@ def logprob_arrays(logits: mx.array, ids: mx.array, num_top: int):
     order = mx.argsort(-top, axis=-1)                                         # likeliest first
     return (chosen, mx.take_along_axis(top_ids, order, axis=-1),
             mx.take_along_axis(top, order, axis=-1))
+
+
+class SampleTracker:
+    """A grammar or logprob row's samples until the engine appends their tokens.
+
+    The engine queues step n+1 before it reads step n's token, so a grammar's mask for
+    n+1 needs token n early: feed_early() reads it then (a sync, for batches with a
+    constrained row only) and confirm() checks it when it is appended. Logprobs ride
+    along, lazy, and are read with the token.
+    """
+
+    def __init__(self, params: SamplingParams):
+        self.params = params
+        self.samples: deque[tuple] = deque()   # (ids [B], row, logprob arrays or None)
+        self.early: list[int] = []             # the oldest samples, already fed
+
+    @staticmethod
+    def wanted(params: SamplingParams) -> bool:
+        return params.constraint is not None or params.logprobs is not None
+
+    def record(self, ids: mx.array, row: int, arrays) -> None:
+        self.samples.append((ids, row, arrays))
+
+    def feed_early(self) -> None:
+        for ids, row, _ in list(self.samples)[len(self.early):]:
+            token = int(ids[row].item())
+            self.params.constraint.accept(token)
+            self.early.append(token)
+
+    def confirm(self, token_id: int) -> None:
+        entry = self._take(token_id)
+        constraint = self.params.constraint
+        if constraint is not None:
+            if self.early and self.early[0] == token_id:
+                self.early.pop(0)
+            else:                    # not the token fed early (a dropped step): redo
+                self._rollback()
+                constraint.accept(token_id)
+        if self.params.token_log is not None:
+            self.params.token_log.append(_token_logprob(token_id, entry, self.params.logprobs))
+
+    def _take(self, token_id: int):
+        """The oldest sample that produced token_id; older ones (steps whose tokens the
+        engine dropped, e.g. a preemption) are discarded."""
+        while self.samples:
+            entry = self.samples.popleft()
+            if int(entry[0][entry[1]].item()) == token_id:
+                return entry
+            self._rollback()         # it may have fed the grammar a token that never came
+        return None
+
+    def _rollback(self) -> None:
+        if self.early:
+            self.params.constraint.rollback(len(self.early))
+            self.early.clear()
+
+
+def _token_logprob(token_id: int, entry, num_top: int) -> TokenLogprob:
+    if entry is None or entry[2] is None:
+        return TokenLogprob(token_id, float("nan"))
+    _, row, (chosen, top_ids, top) = entry
+    if top_ids is None or num_top == 0:
+        return TokenLogprob(token_id, chosen[row].item())
+    pairs = zip(top_ids[row, :num_top].tolist(), top[row, :num_top].tolist())
+    return TokenLogprob(token_id, chosen[row].item(), tuple(pairs))
