@@ -11,6 +11,7 @@ import dataclasses
 from engine.sampling_params import SamplingParams
 from engine.server import grammar
 from engine.server.api_error import bad_request
+from engine.server.call_grammar import call_grammar
 from engine.server.limits import check_context
 from engine.tokenization.chat_prompt import ChatPrompt, template_support
 from engine.tokenization.messages import check_text
@@ -28,11 +29,20 @@ def prepare(engine, req) -> tuple[list[int], SamplingParams]:
         if token >= vocab:
             raise bad_request(f"'logit_bias' names token {token}, outside the vocabulary "
                               f"(0 to {vocab - 1}).", "logit_bias")
-    extras = req.extras
-    if extras.grammar is not None:
-        constraint = grammar.make_grammar(tok, vocab, extras.grammar, extras.grammar_param)
+    rule = _grammar(tok, req.extras)
+    if rule is not None:
+        constraint = grammar.make_grammar(tok, vocab, rule, req.extras.grammar_param)
         sampling = dataclasses.replace(sampling, constraint=constraint)
     return ids, sampling
+
+
+def _grammar(tok, extras) -> str | None:
+    """response_format's grammar, or a forced tool call's in the template's format."""
+    tools = extras.tools
+    if tools is None or not tools.forced:
+        return extras.grammar
+    style = template_support(tok.chat_template).call_format
+    return grammar.lark_grammar(call_grammar(tools.forced, tools.parallel, style))
 
 
 def _chat_ids(tok, req) -> list[int]:

@@ -8,7 +8,7 @@ from engine.sampling_params import MAX_TOP_LOGPROBS
 from engine.server import grammar
 from engine.server.api_error import bad_request
 from engine.server.field_reader import FieldReader
-from engine.server.tools import ToolRequest, call_grammar, read_tools
+from engine.server.tools import ToolRequest, read_tools
 
 _MAX_BIAS_ENTRIES = 1024
 
@@ -16,7 +16,7 @@ _MAX_BIAS_ENTRIES = 1024
 @dataclass(frozen=True)
 class Extras:
     tools: ToolRequest | None = None
-    grammar: str | None = None              # llguidance's grammar (JSON text), or None
+    grammar: str | None = None              # llguidance's grammar (response_format), or None
     grammar_param: str | None = None        # the field it came from, for its 400s
     logprobs: int | None = None             # None: off; k: the sampled token's and k top
     logit_bias: tuple[tuple[int, float], ...] = ()
@@ -30,8 +30,7 @@ def read_extras(r: FieldReader, chat: bool) -> Extras:
             raise bad_request("'response_format' cannot be combined with a 'tool_choice' "
                               "that forces a call; send one of them.", "response_format")
         _need_llguidance("tool_choice")
-        rule = grammar.lark_grammar(call_grammar(tools.forced, tools.parallel))
-        param = "tool_choice"
+        param = "tool_choice"     # the grammar is built in prepare.py: its format is the template's
     return Extras(tools=tools, grammar=rule, grammar_param=param,
                   logprobs=_logprobs(r, chat), logit_bias=_logit_bias(r))
 

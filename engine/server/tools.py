@@ -138,18 +138,3 @@ def _history_call(c: object, param: str) -> dict:
         out["id"] = c["id"]
     return out
 
-
-def call_grammar(functions: list[dict], parallel: bool) -> str:
-    """Lark (llguidance) for one call (or several, if parallel) to `functions`, in the
-    `<tool_call>{"name": ..., "arguments": ...}</tool_call>` form the parser reads."""
-    schemas = [{"type": "object", "properties": {
-        "name": {"const": f["name"]},
-        "arguments": f.get("parameters") or {"type": "object"}},
-        "required": ["name", "arguments"], "additionalProperties": False}
-        for f in functions]
-    schema = dict(schemas[0]) if len(schemas) == 1 else {"anyOf": schemas}
-    schema["x-guidance"] = {"whitespace_flexible": False}
-    body = json.dumps(schema, ensure_ascii=False)
-    more = ' ("\\n" call)*' if parallel else ""
-    return (f'start: call{more}\ncall: "<tool_call>\\n" args "\\n</tool_call>"\n'
-            f'args: %json {body}\n')

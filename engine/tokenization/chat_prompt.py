@@ -36,10 +36,12 @@ class TemplateSupport:
     tools: bool          # reads `tools`
     tool_calls: bool     # reads a message's `tool_calls`
     tool_role: bool      # names the "tool" role
+    xml_calls: bool = False  # writes calls as `<function=name><parameter=...>` (Qwen3.5)
 
     @property
-    def call_format(self) -> str | None:
-        return "hermes" if self.tools else None
+    def call_format(self) -> str:
+        """How the template writes a call inside <tool_call>: "xml" or "json"."""
+        return "xml" if self.xml_calls else "json"
 
 
 @lru_cache(maxsize=16)
@@ -57,8 +59,10 @@ def template_support(source: str | None) -> TemplateSupport:
     attrs |= {n.arg.value for n in ast.find_all(jinja2.nodes.Getitem)
               if isinstance(n.arg, jinja2.nodes.Const) and isinstance(n.arg.value, str)}
     consts = {n.value for n in ast.find_all(jinja2.nodes.Const) if isinstance(n.value, str)}
+    texts = consts | {n.data for n in ast.find_all(jinja2.nodes.TemplateData)}
     return TemplateSupport(tools="tools" in names, tool_calls="tool_calls" in attrs,
-                           tool_role="tool" in consts)
+                           tool_role="tool" in consts,
+                           xml_calls=any("<function=" in t for t in texts))
 
 
 def prepare_messages(prompt: ChatPrompt, source: str | None) -> tuple[list[dict], list | None]:

@@ -97,3 +97,20 @@ def test_the_builtin_model_has_no_tool_format_but_keeps_tool_history():
     rendered = tok.render_chat(ChatPrompt(HISTORY))
     assert '{"name": "get_weather", "arguments": {"city": "Bern"}}' in rendered
     assert "<tool_response>\n10°C\n</tool_response>" in rendered
+
+
+def test_an_xml_style_template_renders_as_transformers_does():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent / "server"))
+    from xml_template import XML_TOOLS
+    assert template_support(XML_TOOLS).call_format == "xml"
+    assert template_support(QWEN3).call_format == "json"
+    history = [*HISTORY[:2], {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather",
+                                          "arguments": {"city": "Bern", "days": 2}}}]},
+               HISTORY[3]]
+    ours = _tokenizer(XML_TOOLS).render_chat(ChatPrompt(history, tools=TOOLS))
+    assert ours == _transformers(XML_TOOLS, history, TOOLS)
+    assert "<function=get_weather>\n<parameter=city>\nBern\n</parameter>\n" \
+           "<parameter=days>\n2\n</parameter>\n</function>" in ours

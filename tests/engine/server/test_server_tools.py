@@ -27,7 +27,8 @@ ASK = [{"role": "user", "content": "hello world, the quick brown fox"}]
 
 def _ask(client, **kw):
     return client.chat.completions.create(model=openai.NOT_GIVEN,
-                                          messages=kw.pop("messages", ASK), max_tokens=80,
+                                          messages=kw.pop("messages", ASK),
+                                          max_tokens=kw.pop("max_tokens", 80),
                                           temperature=0, **kw)
 
 
@@ -130,3 +131,15 @@ def test_the_engine_chat_path_takes_a_chat_prompt(qwen_engine):
     rendered = qwen_engine.tokenizer.render_chat(prompt)
     assert "get_weather" in rendered and out.stats.prompt_tokens == \
         len(qwen_engine.tokenizer.encode(rendered))
+
+
+def test_a_forced_call_follows_the_templates_xml_format(xml_client):
+    """Qwen3.5's templates write calls as <function=..><parameter=..>: a forced call is
+    generated in that form (the grammar follows the template) and read back."""
+    out = _ask(xml_client, tools=[WEATHER, TIME], parallel_tool_calls=False, max_tokens=300,
+               tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    (call,) = out.choices[0].message.tool_calls
+    args = json.loads(call.function.arguments)
+    assert call.function.name == "get_weather" and set(args) == {"city", "days"}
+    assert isinstance(args["city"], str) and len(args["city"]) <= 6 and 1 <= args["days"] <= 5
+    assert out.choices[0].finish_reason == "tool_calls"
