@@ -195,9 +195,7 @@ class Tokenizer:
             raise InvalidRequestError(
                 f"A prompt must be text, a non-empty list of messages, or a non-empty list of "
                 f"token ids; got {type(prompt).__name__}{' (empty)' if prompt == [] else ''}.")
-        escaped, restore = self._guard.escape(check_messages(prompt))
-        rendered = self.apply_chat_template(escaped)
-        return self._with_bos(self._guard.encode_rendered(rendered, restore))
+        return self._encode_chat(ChatPrompt(prompt))
 
     def render_chat(self, prompt: ChatPrompt) -> str:
         """The text the model reads for `prompt` (tools and tool history included)."""
@@ -206,9 +204,9 @@ class Tokenizer:
     def _render_chat(self, prompt: ChatPrompt, escape: bool) -> tuple[str, dict]:
         if not prompt.messages:
             raise InvalidRequestError("A chat prompt needs at least one message.")
+        check_messages(prompt.messages)
         messages, tools = prepare_messages(prompt, self._chat_template)
-        messages, restore = (self._guard.escape(check_messages(messages)) if escape
-                             else (check_messages(messages), {}))
+        messages, restore = self._guard.escape(messages) if escape else (messages, {})
         return self.apply_chat_template(messages, tools=tools, **prompt.template_vars), restore
 
     def _encode_chat(self, prompt: ChatPrompt) -> list[int]:
