@@ -52,7 +52,8 @@ def _chat_ids(tok, req) -> list[int]:
         raise bad_request("This model's chat template has no tool format (it never reads "
                           "`tools`), so it cannot be shown tools; send the request without "
                           "'tools' (or with 'tool_choice': 'none').", "tools")
-    return tok.encode_prompt(ChatPrompt(req.prompt, tools=rendered))
+    return tok.encode_prompt(ChatPrompt(req.prompt, tools=rendered,
+                                        template_vars=req.extras.template_vars))
 
 
 def text_ids(tokenizer, prompt: str | list[int]) -> list[int]:

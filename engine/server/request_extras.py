@@ -2,7 +2,7 @@
 (read and checked here; api_request.py builds the request around them)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.sampling_params import MAX_TOP_LOGPROBS
 from engine.server import grammar
@@ -20,6 +20,8 @@ class Extras:
     grammar_param: str | None = None        # the field it came from, for its 400s
     logprobs: int | None = None             # None: off; k: the sampled token's and k top
     logit_bias: tuple[tuple[int, float], ...] = ()
+    # chat_template_kwargs (vLLM's name): variables for the template, e.g. enable_thinking
+    template_vars: dict = field(default_factory=dict)
 
 
 def read_extras(r: FieldReader, chat: bool) -> Extras:
@@ -32,7 +34,18 @@ def read_extras(r: FieldReader, chat: bool) -> Extras:
         _need_llguidance("tool_choice")
         param = "tool_choice"     # the grammar is built in prepare.py: its format is the template's
     return Extras(tools=tools, grammar=rule, grammar_param=param,
-                  logprobs=_logprobs(r, chat), logit_bias=_logit_bias(r))
+                  logprobs=_logprobs(r, chat), logit_bias=_logit_bias(r),
+                  template_vars=_template_vars(r) if chat else {})
+
+
+def _template_vars(r: FieldReader) -> dict:
+    values = r.obj("chat_template_kwargs")
+    reserved = {"messages", "tools", "add_generation_prompt", "documents"}
+    for key in values:
+        if key in reserved or key.startswith("_") or key.endswith("_token"):
+            raise bad_request(f"'chat_template_kwargs' cannot set {key!r}.",
+                              "chat_template_kwargs")
+    return dict(values)
 
 
 def _response_format(r: FieldReader) -> tuple[str | None, str | None]:

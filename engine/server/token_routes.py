@@ -39,7 +39,8 @@ class TokenRoutes:
             if body.get("messages") is not None:
                 req = parse_chat(body)
                 tools = req.extras.tools.rendered if req.extras.tools else None
-                ids = tok.encode_prompt(ChatPrompt(req.prompt, tools=tools))
+                ids = tok.encode_prompt(ChatPrompt(req.prompt, tools=tools,
+                                                   template_vars=req.extras.template_vars))
             else:
                 text = body.get("prompt", body.get("content"))
                 if not isinstance(text, str):

@@ -127,3 +127,18 @@ def test_completion_400s_name_the_field(client, engine, extra, param):
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(model=engine.model_name, prompt="hi", extra_body=extra)
     assert info.value.body["param"] == param
+
+
+def test_chat_template_kwargs_reach_the_template(qclient, qwen_engine):
+    """Qwen3's template reads enable_thinking (vLLM's chat_template_kwargs)."""
+    off = qclient.chat.completions.create(
+        model=qwen_engine.model_name, messages=USER, max_tokens=1,
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    on = qclient.chat.completions.create(model=qwen_engine.model_name, messages=USER,
+                                         max_tokens=1)
+    think = len(qwen_engine.tokenizer.encode("<think>\n\n</think>\n\n"))
+    assert off.usage.prompt_tokens == on.usage.prompt_tokens + think
+    with pytest.raises(openai.BadRequestError) as info:
+        qclient.chat.completions.create(model=qwen_engine.model_name, messages=USER,
+                                        extra_body={"chat_template_kwargs": {"tools": []}})
+    assert info.value.body["param"] == "chat_template_kwargs"
