@@ -73,7 +73,7 @@ def sample_batch(logits: mx.array, states: Sequence[RowSampler]) -> mx.array:
     params = [s.params for s in states]
     if logits.ndim == 3:
         logits = logits[:, -1, :]
-    model_logits = logits = logits.astype(mx.float32)                  # [B, V]
+    model_logits = logits = _float32(logits)                           # [B, V]
     for s in states:
         if s.tracker is not None and s.params.constraint is not None:
             s.tracker.feed_early()
@@ -117,7 +117,7 @@ def sample(logits: mx.array, params: Sequence[SamplingParams],
         logits = logits[:, -1, :]
     if logits.shape[0] != len(params):
         raise ValueError(f"{logits.shape[0]} logits rows but {len(params)} sampling params")
-    logits = logits.astype(mx.float32)                                 # [B, V]
+    logits = _float32(logits)                                          # [B, V]
     if histories is not None and any(p.repetition_penalty != 1.0 for p in params):
         logits = apply_repetition_penalty(logits, params, histories)
     greedy_ids = mx.argmax(logits, axis=-1)                            # [B]
@@ -128,6 +128,11 @@ def sample(logits: mx.array, params: Sequence[SamplingParams],
     sampled = _sample_rows(logits, params, keys)
     is_greedy = mx.array([p.greedy for p in params])                   # [B]
     return mx.where(is_greedy, greedy_ids, sampled).astype(mx.int32)
+
+
+def _float32(x: mx.array) -> mx.array:
+    # astype to the same dtype still copies (~0.7 ms for [8, 248k] on a CPU)
+    return x if x.dtype == mx.float32 else x.astype(mx.float32)
 
 
 def _column(values: list, dtype=mx.float32) -> mx.array:
