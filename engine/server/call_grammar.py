@@ -16,13 +16,18 @@ import json
 _NO_SPACE = {"whitespace_flexible": False}
 
 
-def call_grammar(functions: list[dict], parallel: bool, style: str = "json") -> str:
+def call_grammar(functions: list[dict], parallel: bool, style: str = "json",
+                 thinking: bool = False) -> str:
+    """thinking: the prompt ends inside an open `<think>` block (Qwen3.5 by default), so
+    the model may reason freely up to `</think>` before its call."""
     calls = [_xml_call(f, i) if style == "xml" else _json_call(f, i)
              for i, f in enumerate(functions)]
     rules = [rule for call in calls for rule in call[1]]
     names = " | ".join(call[0] for call in calls)
     more = ' ("\\n" call)*' if parallel else ""
-    return "\n".join([f"start: call{more}", f"call: {names}", *rules]) + "\n"
+    head = ['start: think "\\n\\n" calls', r"think[lazy]: /(?s:.*)<\/think>/"] \
+        if thinking else ["start: calls"]
+    return "\n".join([*head, f"calls: call{more}", f"call: {names}", *rules]) + "\n"
 
 
 def _json_call(fn: dict, i: int) -> tuple[str, list[str]]:

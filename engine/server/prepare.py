@@ -29,20 +29,22 @@ def prepare(engine, req) -> tuple[list[int], SamplingParams]:
         if token >= vocab:
             raise bad_request(f"'logit_bias' names token {token}, outside the vocabulary "
                               f"(0 to {vocab - 1}).", "logit_bias")
-    rule = _grammar(tok, req.extras)
+    rule = _grammar(tok, req.extras, ids)
     if rule is not None:
         constraint = grammar.make_grammar(tok, vocab, rule, req.extras.grammar_param)
         sampling = dataclasses.replace(sampling, constraint=constraint)
     return ids, sampling
 
 
-def _grammar(tok, extras) -> str | None:
-    """response_format's grammar, or a forced tool call's in the template's format."""
+def _grammar(tok, extras, ids: list[int]) -> str | None:
+    """response_format's grammar, or a forced tool call's in the template's format (after
+    the model's reasoning, when the prompt leaves a `<think>` block open)."""
     tools = extras.tools
     if tools is None or not tools.forced:
         return extras.grammar
     style = template_support(tok.chat_template).call_format
-    return grammar.lark_grammar(call_grammar(tools.forced, tools.parallel, style))
+    thinking = tok.decode(ids[-6:]).rstrip().endswith("<think>")
+    return grammar.lark_grammar(call_grammar(tools.forced, tools.parallel, style, thinking))
 
 
 def _chat_ids(tok, req) -> list[int]:
