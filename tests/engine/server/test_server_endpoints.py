@@ -142,3 +142,18 @@ def test_chat_template_kwargs_reach_the_template(qclient, qwen_engine):
         qclient.chat.completions.create(model=qwen_engine.model_name, messages=USER,
                                         extra_body={"chat_template_kwargs": {"tools": []}})
     assert info.value.body["param"] == "chat_template_kwargs"
+
+
+def test_a_long_non_streamed_request_outlasts_the_client_timeout(serve, engine):
+    """The client timeout bounds a stalled client, not a reply that takes long to make."""
+    import time
+    server = serve(EngineHolder(engine=engine, loading=False), client_timeout_s=0.2)
+    client = make_client(server.url)
+    start = time.monotonic()
+    out = client.chat.completions.create(model=engine.model_name, messages=USER,
+                                         max_tokens=150, temperature=1.0, seed=1,
+                                         logit_bias={str(t): -100 for t in
+                                                     engine.tokenizer.eos_token_ids})
+    assert out.choices[0].finish_reason == "length"
+    if time.monotonic() - start <= 0.2:
+        pytest.skip("the reply came within the timeout: too quick to show anything here")
