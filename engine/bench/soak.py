@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 import sys
 import tempfile
 import threading
@@ -81,8 +82,7 @@ def rss_mb() -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     except OSError:
-        pass
-    import resource                      # macOS: the peak, in bytes
+        pass                             # macOS: the peak so far
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / MB if sys.platform == "darwin" else peak / 1024
 
