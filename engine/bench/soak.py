@@ -150,7 +150,7 @@ def _soak(engine: ProbeEngine, args) -> dict:
         w.join(args.minutes * 60 + 300)
     if server:
         server.close()
-    unfinished = [h.request_id for h in tally.handles if _wait_finished(h) is None]
+    unfinished = [h.request_id for h in list(tally.open) if _wait_finished(h) is None]
     state = engine.probe(pool_state)
     emptied = _drop_kept_turns(engine)
     fixed_end = engine.generate([FIXED], GREEDY)[0].text
