@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 import sys
 import tempfile
 import threading
@@ -81,8 +82,7 @@ def rss_mb() -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     except OSError:
-        pass
-    import resource                      # macOS: the peak, in bytes
+        pass                             # macOS: the peak so far
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / MB if sys.platform == "darwin" else peak / 1024
 
@@ -150,7 +150,7 @@ def _soak(engine: ProbeEngine, args) -> dict:
         w.join(args.minutes * 60 + 300)
     if server:
         server.close()
-    unfinished = [h.request_id for h in tally.handles if _wait_finished(h) is None]
+    unfinished = [h.request_id for h in list(tally.open) if _wait_finished(h) is None]
     state = engine.probe(pool_state)
     emptied = _drop_kept_turns(engine)
     fixed_end = engine.generate([FIXED], GREEDY)[0].text

@@ -26,7 +26,9 @@ class Tally:
     """What the workers saw; list appends and Counter updates under one lock."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     counts: Counter = field(default_factory=Counter)
-    handles: list = field(default_factory=list)
+    # Handles submitted and not yet seen to finish: kept apart from finished ones, so the
+    # soak's own bookkeeping does not grow with the requests it made (RSS is measured).
+    open: set = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
 
     def count(self, what: str, n: int = 1) -> None:
@@ -92,7 +94,7 @@ def _one_request(engine, rng, history, max_context, vocab, tally) -> None:
         tally.count("refused")
         return
     with tally.lock:
-        tally.handles.append(handle)
+        tally.open.add(handle)
     cancel_after = int(rng.integers(0, 40)) if rng.random() < 0.2 else None
     if rng.random() < 0.05:               # a cancel at a random moment, maybe before a token
         threading.Timer(float(rng.uniform(0, 0.3)), handle.cancel).start()
@@ -104,6 +106,8 @@ def _one_request(engine, rng, history, max_context, vocab, tally) -> None:
                 handle.cancel()
                 cancel_after = None
     fin = handle.finished
+    with tally.lock:
+        tally.open.discard(handle)
     tally.count(f"finished_{fin.reason}")
     tally.count("tokens", fin.stats.generated_tokens)
     if fin.reason == "error":

@@ -16,28 +16,31 @@ import errno
 import hashlib
 import os
 import queue
-import stat
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+# clear_folder, folder_usage and list_files are re-exported: the app and tests use them.
+from engine.cache.disk_folder import (  # noqa: F401
+    PREFIX,
+    SUFFIX,
+    clear_folder,
+    folder_usage,
+    list_files,
+    remove_stale_tmp,
+)
+from engine.cache.disk_folder import unlink as _unlink
 from engine.cache.disk_format import (
     FORMAT_VERSION,
-    TMP_SUFFIX,
     BadEntry,
     Tensor,
     read_entry,
     read_ids,
 )
 from engine.cache.disk_format import write_entry as _write_entry
-
-SUFFIX = ".safetensors"
-PREFIX = "v"                     # every file this cache writes starts with v{FORMAT}-
-STALE_TMP_S = 3600               # a temporary file this old was left by a crashed writer
 
 
 @dataclass(frozen=True, eq=False)
@@ -271,7 +274,7 @@ class DiskCache:
                     bad.append((path.name, str(e)))
                     continue
                 self._entries[path.name] = DiskEntry(path.name, ids, size)
-        _remove_stale_tmp(self.folder)
+        remove_stale_tmp(self.folder)
         self._report_bad(bad)
 
     def _drop(self, name: str, delete: bool) -> None:
@@ -286,55 +289,6 @@ def write_entry(path: str, tensors: dict[str, Tensor], model_key: str) -> int:
     return _write_entry(path, tensors, model_key)
 
 
-def list_files(folder: Path, include_odd: bool = False) -> list[tuple[Path, int, float]]:
-    """(path, bytes, last use) of every entry file in the folder, any model or format.
-    Links and folders named like entries are never followed (lstat); include_odd: list
-    them too (the scan deletes them), with size 0."""
-    out = []
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return out
-    for name in names:
-        if name.startswith(PREFIX) and name.endswith(SUFFIX):
-            try:
-                st = os.lstat(folder / name)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                out.append((folder / name, st.st_size, st.st_mtime))
-            elif include_odd:
-                out.append((folder / name, 0, st.st_mtime))
-    return out
-
-
-def _remove_stale_tmp(folder: Path) -> None:
-    """Temporary files a crashed writer left (a live writer's are younger than an hour)."""
-    try:
-        names = [n for n in os.listdir(folder) if n.startswith(PREFIX) and n.endswith(TMP_SUFFIX)]
-    except OSError:
-        return
-    for name in names:
-        try:
-            st = os.lstat(folder / name)
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode) and time.time() - st.st_mtime > STALE_TMP_S:
-            _unlink(folder / name)
-
-
-def folder_usage(folder: str | os.PathLike) -> int:
-    """Bytes the cache's files take (the app's Settings shows it)."""
-    return sum(size for _, size, _ in list_files(Path(folder)))
-
-
-def clear_folder(folder: str | os.PathLike) -> None:
-    """Delete every cache file (the app's "Clear" button); a running engine treats the
-    missing files as misses."""
-    for path, _, _ in list_files(Path(folder)):
-        _unlink(path)
-
-
 def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     n = min(len(a), len(b))
     diff = np.flatnonzero(a[:n] != b[:n])
@@ -344,12 +298,5 @@ def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
 def _touch(path: Path) -> None:
     try:
         os.utime(path)
-    except OSError:
-        pass
-
-
-def _unlink(path) -> None:
-    try:
-        os.unlink(path)
     except OSError:
         pass

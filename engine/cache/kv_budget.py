@@ -11,21 +11,34 @@ from __future__ import annotations
 
 import os
 
+from engine.cache import memory_guard
 from engine.config import EngineConfig
 
 AUTO_FRACTION = 0.5       # of the free memory: leaves room for activations and the app
 MIB = 1 << 20
 
 
-def num_pages_for(config: EngineConfig, spec) -> int:
-    """Pages in the pool (scratch page included) for a model's CacheSpec."""
-    if config.num_pages is not None:
-        return config.num_pages
-    budget = (config.kv_budget_mb * MIB if config.kv_budget_mb is not None
-              else int(AUTO_FRACTION * free_memory_bytes()))
-    budget -= config.num_state_slots * spec.state_bytes_per_slot()
+def num_pages_for(config: EngineConfig, spec, guard: bool = True) -> int:
+    """Pages in the pool (scratch page included) for a model's CacheSpec. guard (the
+    engine calls this with the weights in memory): refuse a pool the memory left cannot
+    hold and, on a Mac, wire the weights and the pool (memory_guard.py)."""
+    slots = config.num_state_slots * spec.state_bytes_per_slot()
     per_page = max(config.page_size * spec.kv_bytes_per_token(), 1)
-    return max(2, min(budget // per_page + 1, config.max_useful_pages))
+    if config.num_pages is not None:
+        pages = config.num_pages
+    else:
+        budget = (config.kv_budget_mb * MIB if config.kv_budget_mb is not None
+                  else int(AUTO_FRACTION * free_memory_bytes()))
+        pages = max(2, min((budget - slots) // per_page + 1, config.max_useful_pages))
+    if guard:
+        _guard(config, pages * per_page + slots)
+    return pages
+
+
+def _guard(config: EngineConfig, pool_bytes: int) -> None:
+    import mlx.core as mx
+    memory_guard.check_fits(pool_bytes, memory_guard.available_bytes(mx), config.kv_budget_mb)
+    memory_guard.wire(mx, mx.get_active_memory(), pool_bytes)
 
 
 def free_memory_bytes() -> int:

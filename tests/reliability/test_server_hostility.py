@@ -137,6 +137,16 @@ def test_max_tokens_beyond_the_context_is_refused(server):
     still_serving(server)
 
 
+def test_max_tokens_exactly_to_the_context_end_is_accepted():
+    from engine.server.api_error import ApiError
+    from engine.server.limits import check_context
+    check_context(10, 8182, 8192, "chat")              # ends exactly at the context's end
+    check_context(10, None, 8192, "chat")              # left out: up to the end
+    with pytest.raises(ApiError) as info:
+        check_context(10, 8183, 8192, "text")
+    assert info.value.param == "max_tokens" and "at most 8182" in info.value.message
+
+
 @pytest.mark.parametrize("ctype", [None, "text/plain", "application/x-www-form-urlencoded",
                                    "multipart/form-data; boundary=x"])
 def test_content_type_must_be_json(server, ctype):
