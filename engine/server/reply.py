@@ -8,6 +8,7 @@ ToolCallStream, so a streamed reply and a whole one agree.
 from __future__ import annotations
 
 from engine.server.openai_format import ResponseShape, finish_reason
+from engine.tokenization.token_bytes import token_bytes
 from engine.tokenization.tool_calls import ToolCall, ToolCallStream
 
 
@@ -17,6 +18,7 @@ class Reply:
         self.shape = shape
         self._tok = tokenizer
         self._log = token_log
+        self._bytes = token_bytes(tokenizer) if token_log is not None else None
         self._num_logged = 0
         self._parser = ToolCallStream() if read_calls else None
         self._forced = forced_call
@@ -81,7 +83,7 @@ class Reply:
 
     def _token(self, token_id: int, logprob: float) -> dict:
         piece = self._piece(token_id)
-        return {"token": piece, "logprob": logprob, "bytes": list(piece.encode("utf-8"))}
+        return {"token": piece, "logprob": logprob, "bytes": list(self._bytes(token_id))}
 
     def _piece(self, token_id: int) -> str:
         return self._tok.decode([token_id])

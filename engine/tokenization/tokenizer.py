@@ -161,6 +161,9 @@ class Tokenizer:
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
         return self._hf.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
+    def id_to_token(self, token_id: int) -> str | None:
+        return self._hf.id_to_token(token_id)
+
     def token_to_id(self, token: str) -> int | None:
         return self._hf.token_to_id(token)
 

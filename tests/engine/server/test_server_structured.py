@@ -100,6 +100,8 @@ def test_chat_logprobs_match_a_float64_reference(client, engine):
                                          temperature=0.9, seed=4, logprobs=True,
                                          top_logprobs=3)
     content = out.choices[0].logprobs.content
+    text = out.choices[0].message.content
+    assert bytes(b for e in content for b in e.bytes).decode("utf-8", "replace") == text
     prompt = engine.tokenizer.encode_prompt(ASK)
     # the completion's ids, from the same seeded request run directly
     direct = engine.generate([prompt], SamplingParams(max_tokens=8, temperature=0.9,
