@@ -8,12 +8,15 @@ half of what the weights leave of it. Total memory and the weights do not change
 between loads of one model, so neither does the pool: sizing from the memory *free*
 at the moment gave a different pool on every load (3608, 2362, 1827, 2414 MB seen),
 and a 135M model took gigabytes it could never fill. The recurrent-state slots (one
-per sequence and kept turn) come out of the same budget.
+per sequence and kept turn) come out of the same budget. Whatever the budget, the pool
+it buys must fit the memory left (engine/cache/memory_guard.py), and on a Mac the
+weights and the pool are wired.
 """
 from __future__ import annotations
 
 import os
 
+from engine.cache import memory_guard
 from engine.config import EngineConfig
 
 # Of total memory, at most. A small share: the OS, the app and activations need the rest,
@@ -27,15 +30,27 @@ AFTER_WEIGHTS_SHARE = 0.5  # of what the weights leave: a big model on a small m
 MIB = 1 << 20
 
 
-def num_pages_for(config: EngineConfig, spec) -> int:
-    """Pages in the pool (scratch page included) for a model's CacheSpec."""
-    if config.num_pages is not None:
-        return config.num_pages
-    budget = (config.kv_budget_mb * MIB if config.kv_budget_mb is not None
-              else auto_budget_bytes(config, spec))
-    budget -= config.num_state_slots * spec.state_bytes_per_slot()
+def num_pages_for(config: EngineConfig, spec, guard: bool = True) -> int:
+    """Pages in the pool (scratch page included) for a model's CacheSpec. guard (the
+    engine calls this with the weights in memory): refuse a pool the memory left cannot
+    hold and, on a Mac, wire the weights and the pool (memory_guard.py)."""
+    slots = config.num_state_slots * spec.state_bytes_per_slot()
     per_page = max(config.page_size * spec.kv_bytes_per_token(), 1)
-    return max(2, min(budget // per_page + 1, config.max_useful_pages))
+    if config.num_pages is not None:
+        pages = config.num_pages
+    else:
+        budget = (config.kv_budget_mb * MIB if config.kv_budget_mb is not None
+                  else auto_budget_bytes(config, spec))
+        pages = max(2, min((budget - slots) // per_page + 1, config.max_useful_pages))
+    if guard:
+        _guard(config, pages * per_page + slots)
+    return pages
+
+
+def _guard(config: EngineConfig, pool_bytes: int) -> None:
+    import mlx.core as mx
+    memory_guard.check_fits(pool_bytes, memory_guard.available_bytes(mx), config.kv_budget_mb)
+    memory_guard.wire(mx, mx.get_active_memory(), pool_bytes)
 
 
 def auto_budget_bytes(config: EngineConfig, spec, total: int | None = None,
