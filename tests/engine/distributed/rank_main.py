@@ -20,7 +20,8 @@ import scenarios  # noqa: E402
 def main() -> int:
     name, out = sys.argv[1], Path(sys.argv[2])
     group = mx.distributed.init(backend="ring", strict=True)
-    result = getattr(scenarios, name)(group)
+    fn = getattr(scenarios, name)
+    result = fn(group, out) if name.startswith("engine") else fn(group)
     if group.rank() == 0 and result is not None:
         np.savez(out / "result.npz", **result)
     return 0

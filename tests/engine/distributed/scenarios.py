@@ -47,3 +47,93 @@ def logits(group) -> dict | None:
         out[f"{name}_prefill"] = np.array(first.astype(mx.float32))
         out[f"{name}_decode"] = np.array(second.astype(mx.float32))
     return out if group is None or group.rank() == 0 else None
+
+
+# ---- the whole engine: rank 0 schedules, the others follow ---------------------------
+
+PROMPTS = [PROMPT, PROMPT[:4], [9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 12, 13, 14, 15, 16, 17, 18],
+           [1, 2], PROMPT[3:11]]
+CONFIG = EngineConfig(num_pages=96, page_size=4, prefill_chunk=8, max_context=200,
+                      max_num_seqs=8, min_stream_tok_s=0.0)
+
+
+def _in_memory(name: str, folder):
+    from qwen_fixtures import write_tokenizer
+
+    from engine.loading.model_bundle import InMemoryModel
+    from engine.tokenization.tokenizer import Tokenizer
+    folder.mkdir(parents=True, exist_ok=True)
+    write_tokenizer(folder)
+    model = tiny_models()[name]
+    return InMemoryModel(model, Tokenizer.from_folder(folder), {}, f"tiny {name}")
+
+
+def _greedy(max_tokens: int):
+    from engine.sampling_params import SamplingParams
+    return SamplingParams(max_tokens=max_tokens, temperature=0.0)
+
+
+def _serve(group, name: str, folder, work, config: EngineConfig = CONFIG):
+    """Rank 0: an Engine over the model (sharded when group has ranks) running
+    work(engine) -> result; the other ranks follow it until it closes."""
+    from engine.core.engine import Engine
+    from engine.distributed import cluster as dist
+    model = _in_memory(name, folder / f"tok{0 if group is None else group.rank()}")
+    c = dist.Cluster(group, timeout_s=60) if group is not None and group.size() > 1 else None
+    if c is not None and c.rank != 0:
+        code = dist.run_follower(model, config, c)
+        if code:
+            raise SystemExit(code)
+        return None
+    dist.join(c)
+    try:
+        with Engine.from_model(model, config) as engine:
+            return work(engine)
+    finally:
+        dist.join(None)
+
+
+def _generate(engine) -> dict:
+    done = engine.generate(PROMPTS, _greedy(10))
+    out = {f"tokens{i}": np.array(c.token_ids) for i, c in enumerate(done)}
+    out["logits"] = np.array(engine.logits(PROMPT))
+    return out
+
+
+def engine_llama(group, folder) -> dict | None:
+    return _serve(group, "llama", folder, _generate)
+
+
+def engine_qwen(group, folder) -> dict | None:
+    return _serve(group, "qwen", folder, _generate)
+
+
+def _cancel_then_reuse(engine) -> dict:
+    """Three streams; one is cancelled after 3 tokens; the pool must be empty after the
+    rest finish; then a batch reuses the freed pages and must match one process."""
+    steps = []
+    engine.add_listener(lambda ev: steps.append(ev) if type(ev).__name__ == "StepEvent"
+                        else None)
+    long = engine.submit(PROMPTS[2], _greedy(40))
+    others = [engine.submit(p, _greedy(12)) for p in PROMPTS[:2]]
+    seen = 0
+    for ev in long:
+        if getattr(ev, "token_ids", ()):
+            seen += 1
+            if seen == 3:
+                long.cancel()
+    cancelled = long.finished
+    rest = [h.result() for h in others]
+    used_after = steps[-1].kv_pages_used
+    again = engine.generate(PROMPTS, _greedy(10))
+    out = {f"tokens{i}": np.array(c.token_ids) for i, c in enumerate(again)}
+    out.update(cancel_reason=np.array(cancelled.reason == "cancelled"),
+               used_after=np.array(used_after),
+               rest=np.array([len(c.token_ids) for c in rest]))
+    return out
+
+
+def engine_cancel(group, folder) -> dict | None:
+    import dataclasses
+    return _serve(group, "qwen", folder, _cancel_then_reuse,
+                  dataclasses.replace(CONFIG, prefix_cache=False))

@@ -1,0 +1,182 @@
+"""The process's group and the engine's hooks into it.
+
+A process started by ``mlx.launch`` (or ``python -m engine ... --hosts hosts.json``,
+which re-runs itself under mlx.launch) joins the group with ``Cluster.from_env``.
+Rank 0 builds its Engine as usual: the engine asks ``current_cluster()`` and, when
+there is one, loads its shard (``load_bundle``), runs a LeaderRunner
+(``make_runner``), turns the disk cache off, and sends the shutdown message when it
+closes. Every other rank loads its shard and runs ``follow`` until then.
+
+Failures: a rank whose process ends (killed, crashed, its machine's link reset)
+closes its sockets, and the ring backend raises on rank 0 within milliseconds; the
+engine then fails every request with ``failure_message`` and refuses later steps. A
+rank that is alive but silent (hung, or a cable pulled without a reset) blocks the
+collective forever: MLX's collectives cannot be cancelled, so the Watchdog, after
+``timeout_s`` without a step finishing while there is work, prints why and ends the
+process (rank 0; the followers then lose their peer and end too).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import mlx.core as mx
+
+from engine.config import EngineConfig
+from engine.distributed.follower import follow
+from engine.distributed.leader import ClusterError, LeaderRunner
+from engine.distributed.sharding import load_sharded, shard_model
+from engine.distributed.wire import Wire
+from engine.events import LoadProgress
+
+DEFAULT_TIMEOUT_S = 120.0        # a step of a big prefill on a slow link stays well under
+TIMEOUT_ENV = "TANDEM_DIST_TIMEOUT_S"
+EXIT_HUNG = 75
+
+_current: Cluster | None = None
+
+
+def current_cluster() -> Cluster | None:
+    """The group this process joined (join()), or None: one process, no sharding."""
+    return _current
+
+
+def join(cluster: Cluster | None) -> None:
+    global _current
+    _current = cluster
+
+
+class Cluster:
+    def __init__(self, group, timeout_s: float | None = None):
+        self.group = group
+        self.timeout_s = timeout_s or float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
+        self.runner: LeaderRunner | None = None
+        self.failure_message: str | None = None
+
+    @classmethod
+    def from_env(cls, backend: str = "any") -> Cluster | None:
+        """The group of a process launched by mlx.launch (MLX_RANK set); None alone."""
+        if "MLX_RANK" not in os.environ and "OMPI_COMM_WORLD_RANK" not in os.environ:
+            return None
+        group = mx.distributed.init(strict=True, backend=backend)
+        return cls(group) if group.size() > 1 else None
+
+    @property
+    def rank(self) -> int:
+        return self.group.rank()
+
+    @property
+    def size(self) -> int:
+        return self.group.size()
+
+    # -- the engine's hooks ------------------------------------------------------
+    def load_bundle(self, model, config: EngineConfig,
+                    on_progress: Callable[[LoadProgress], None] | None = None,
+                    quantize_bits: int | None = None):
+        """model_bundle.load_bundle for this rank's shard."""
+        return load_shard_bundle(model, config, self.group, on_progress, quantize_bits)
+
+    def make_runner(self, model, config: EngineConfig, num_pages: int) -> LeaderRunner:
+        self.runner = LeaderRunner(model, config, num_pages, Wire(self.group))
+        return self.runner
+
+    def watch(self, has_work: Callable[[], bool]) -> None:
+        """Start the watchdog over this engine's runner (see the module docstring)."""
+        Watchdog(self, has_work).start()
+
+    def failed(self, error: BaseException) -> bool:
+        """After a step raised: True when the group is broken (a lost rank), and then
+        every later step raises ClusterError at once instead of waiting."""
+        if isinstance(error, ClusterError):
+            return True
+        if self.runner is None or not _is_backend_error(error):
+            return False
+        self.failure_message = (
+            f"A machine of the group ({self.size} ranks) stopped answering ({error}). "
+            "Restart Tandem on every machine (python -m engine ... --hosts).")
+        self.runner.broken = self.failure_message
+        return True
+
+    def shutdown(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+
+
+class Watchdog(threading.Thread):
+    """Ends the process when the engine has work but no step went out for timeout_s."""
+
+    def __init__(self, cluster: Cluster, has_work: Callable[[], bool]):
+        super().__init__(name="tandem-dist-watchdog", daemon=True)
+        self.cluster, self.has_work = cluster, has_work
+
+    def run(self) -> None:
+        runner, limit = self.cluster.runner, self.cluster.timeout_s
+        busy_since = None           # when the engine last went from idle to having work
+        while runner.broken is None:
+            time.sleep(min(1.0, limit / 4))
+            now = time.monotonic()
+            if not self.has_work():
+                busy_since = None
+                continue
+            busy_since = busy_since or now
+            silent = now - max(runner.last_sent, busy_since)
+            if silent > limit:
+                print(f"tandem: no step of the group ({self.cluster.size} ranks) finished "
+                      f"for {silent:.0f} s: a rank is hung or unreachable. MLX cannot "
+                      f"cancel a collective, so this process stops (exit {EXIT_HUNG}).",
+                      file=sys.stderr, flush=True)
+                os._exit(EXIT_HUNG)
+
+
+def _is_backend_error(error: BaseException) -> bool:
+    """The backends' own errors: "[ring] connection to a peer was lost", JACCL's, NCCL's,
+    MPI's (RuntimeError with the backend's name)."""
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and any(
+        name in text for name in ("[ring]", "jaccl", "nccl", "mpi", "distributed"))
+
+
+def load_shard_bundle(model, config: EngineConfig, group,
+                      on_progress: Callable[[LoadProgress], None] | None = None,
+                      quantize_bits: int | None = None):
+    """This rank's shard with its tokenizer, projections joined and kernels checked, as
+    model_bundle.load_bundle does for a whole model."""
+    from engine.loading import cpu_dense, cpu_layout
+    from engine.loading.default_model import default_model_path
+    from engine.loading.model_bundle import (
+        InMemoryModel,
+        ModelBundle,
+        _give_kernels,
+        _in_memory_bundle,
+    )
+    from engine.models.base import fuse_projections
+    from engine.tokenization.tokenizer import Tokenizer
+    report = on_progress or (lambda p: None)
+    if quantize_bits:
+        raise ClusterError("quantize-on-load is not supported with several ranks; use an "
+                           "MLX (already quantized) folder")
+    if isinstance(model, InMemoryModel):
+        local = InMemoryModel(shard_model(model.model, group), model.tokenizer, model.config,
+                              model.name)
+        return _in_memory_bundle(local, config, report)
+    path = Path(model).expanduser() if model is not None else default_model_path()
+    report(LoadProgress(0.05, f"Reading rank {group.rank()}'s shard of {path.name}"))
+    loaded = load_sharded(path, group)
+    weights = cpu_dense.apply(loaded.model, config.cpu_weights)
+    tokenizer = Tokenizer.from_folder(path)
+    fuse_projections(loaded.model)
+    cpu_layout.arrange(loaded.model)
+    report(LoadProgress(0.88, "Checking kernels"))
+    kernels = _give_kernels(loaded.model, config)
+    return ModelBundle(loaded.model, tokenizer, loaded.config, path, path.name, kernels,
+                       weights.as_dict())
+
+
+def run_follower(model, config: EngineConfig, cluster: Cluster) -> int:
+    """A follower process's whole life: load its shard, follow rank 0."""
+    bundle = load_shard_bundle(model, config, cluster.group)
+    return follow(bundle.model, config, cluster.group)
