@@ -34,6 +34,7 @@ from engine.events import (
     ErrorEvent,
     FinishedEvent,
     LoadProgress,
+    RequestStats,
     SubmittedEvent,
     TokenEvent,
 )
@@ -266,7 +267,7 @@ class Engine:
                             self._disk_opener(model, bundle, quantize_bits),
                             make_runner=cluster.make_runner if cluster else None)
             if cluster:
-                cluster.watch(lambda: loop.has_work)
+                cluster.watch(lambda: loop.has_work, self._abandon)
             report = on_progress or (lambda p: None)
             if should_warm_up(self.config):
                 warm_up(loop.runner, self.config, report)
@@ -292,6 +293,16 @@ class Engine:
         self._close_disk_cache(loop)
         if cluster:
             cluster.shutdown()
+
+    def _abandon(self, message: str) -> None:
+        """A rank of the group is lost (engine/distributed/cluster.py) and the engine
+        thread is blocked in a collective for good: end every request with the error
+        from the caller's (watchdog's) thread, and take no new ones."""
+        self._closed = True
+        for rid, handle in list(self._handles.items()):
+            handle._put(ErrorEvent(rid, message))
+            handle._put(FinishedEvent(rid, "error", RequestStats(0, 0, 0.0, 0.0), "", (),
+                                      message))
 
     def _disk_opener(self, model, bundle: ModelBundle, quantize_bits: int | None):
         """Opens the disk cache (EngineConfig.cache_dir) for the loaded model's layout;

@@ -7,13 +7,15 @@ there is one, loads its shard (``load_bundle``), runs a LeaderRunner
 (``make_runner``), turns the disk cache off, and sends the shutdown message when it
 closes. Every other rank loads its shard and runs ``follow`` until then.
 
-Failures: a rank whose process ends (killed, crashed, its machine's link reset)
-closes its sockets, and the ring backend raises on rank 0 within milliseconds; the
-engine then fails every request with ``failure_message`` and refuses later steps. A
-rank that is alive but silent (hung, or a cable pulled without a reset) blocks the
-collective forever: MLX's collectives cannot be cancelled, so the Watchdog, after
-``timeout_s`` without a step finishing while there is work, prints why and ends the
-process (rank 0; the followers then lose their peer and end too).
+Failures. MLX's collectives cannot be cancelled, and with the ring backend an eval
+waiting on a lost peer never returns (heartbeat.py). So a lost rank is noticed beside
+them: by the heartbeat (a process that ended: at once; a silent one: after
+heartbeat.SILENCE_S) or by the Watchdog (work waiting and no step sent for
+``timeout_s``). Rank 0 then fails every request with a message that says so (the
+engine thread stays blocked in the collective for good), and ends its process
+EXIT_GRACE_S later with EXIT_LOST; a follower ends at once. Restarting every rank is
+the recovery. Errors the backend does raise (a peer gone before a collective
+starts) fail the requests the same way (``failed``).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import mlx.core as mx
 
 from engine.config import EngineConfig
 from engine.distributed.follower import follow
+from engine.distributed.heartbeat import Heartbeat, heartbeat_address
 from engine.distributed.leader import ClusterError, LeaderRunner
 from engine.distributed.sharding import load_sharded, shard_model
 from engine.distributed.wire import Wire
@@ -35,7 +38,8 @@ from engine.events import LoadProgress
 
 DEFAULT_TIMEOUT_S = 120.0        # a step of a big prefill on a slow link stays well under
 TIMEOUT_ENV = "TANDEM_DIST_TIMEOUT_S"
-EXIT_HUNG = 75
+EXIT_LOST = 75
+EXIT_GRACE_S = 2.0               # for the failed requests' events to reach their readers
 
 _current: Cluster | None = None
 
@@ -56,6 +60,8 @@ class Cluster:
         self.timeout_s = timeout_s or float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
         self.runner: LeaderRunner | None = None
         self.failure_message: str | None = None
+        self.heartbeat: Heartbeat | None = None
+        self._abandon: Callable[[str], None] | None = None
 
     @classmethod
     def from_env(cls, backend: str = "any") -> Cluster | None:
@@ -84,9 +90,28 @@ class Cluster:
         self.runner = LeaderRunner(model, config, num_pages, Wire(self.group))
         return self.runner
 
-    def watch(self, has_work: Callable[[], bool]) -> None:
-        """Start the watchdog over this engine's runner (see the module docstring)."""
+    def watch(self, has_work: Callable[[], bool], abandon: Callable[[str], None]) -> None:
+        """Rank 0, once its engine runs: start the heartbeat and the watchdog. abandon
+        (message) fails every request from their thread (Engine._abandon)."""
+        self._abandon = abandon
+        address = heartbeat_address()
+        if address is not None:
+            self.heartbeat = Heartbeat(0, self.size, address, self.lost)
+            self.heartbeat.start()
         Watchdog(self, has_work).start()
+
+    def lost(self, why: str) -> None:
+        """A rank is gone (heartbeat or watchdog thread): fail everything, then stop."""
+        message = (f"A machine of the group ({self.size} ranks) stopped answering: {why}. "
+                   "Restart Tandem on every machine.")
+        self.failure_message = message
+        if self.runner is not None:
+            self.runner.broken = message
+        print(f"tandem: {message} This process stops (exit {EXIT_LOST}).", file=sys.stderr,
+              flush=True)
+        if self._abandon is not None:
+            self._abandon(message)
+        threading.Timer(EXIT_GRACE_S, os._exit, (EXIT_LOST,)).start()
 
     def failed(self, error: BaseException) -> bool:
         """After a step raised: True when the group is broken (a lost rank), and then
@@ -102,6 +127,8 @@ class Cluster:
         return True
 
     def shutdown(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stopping = True
         if self.runner is not None:
             self.runner.close()
 
@@ -125,11 +152,7 @@ class Watchdog(threading.Thread):
             busy_since = busy_since or now
             silent = now - max(runner.last_sent, busy_since)
             if silent > limit:
-                print(f"tandem: no step of the group ({self.cluster.size} ranks) finished "
-                      f"for {silent:.0f} s: a rank is hung or unreachable. MLX cannot "
-                      f"cancel a collective, so this process stops (exit {EXIT_HUNG}).",
-                      file=sys.stderr, flush=True)
-                os._exit(EXIT_HUNG)
+                return self.cluster.lost(f"no step went out for {silent:.0f} s")
 
 
 def _is_backend_error(error: BaseException) -> bool:
@@ -177,6 +200,21 @@ def load_shard_bundle(model, config: EngineConfig, group,
 
 
 def run_follower(model, config: EngineConfig, cluster: Cluster) -> int:
-    """A follower process's whole life: load its shard, follow rank 0."""
+    """A follower process's whole life: load its shard, follow rank 0 (the heartbeat
+    ends the process when rank 0 is lost)."""
+    address = heartbeat_address()
+    beat = None
+    if address is not None:
+        beat = Heartbeat(cluster.rank, cluster.size, address, _follower_lost)
+        beat.start()
     bundle = load_shard_bundle(model, config, cluster.group)
-    return follow(bundle.model, config, cluster.group)
+    code = follow(bundle.model, config, cluster.group)
+    if beat is not None:
+        beat.stopping = True
+    return code
+
+
+def _follower_lost(why: str) -> None:
+    print(f"tandem follower: rank 0 is lost ({why}); stopping (exit {EXIT_LOST}).",
+          file=sys.stderr, flush=True)
+    os._exit(EXIT_LOST)

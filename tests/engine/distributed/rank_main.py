@@ -20,6 +20,9 @@ import scenarios  # noqa: E402
 def main() -> int:
     name, out = sys.argv[1], Path(sys.argv[2])
     group = mx.distributed.init(backend="ring", strict=True)
+    import faulthandler, os
+    if os.environ.get("DUMP_AFTER"):
+        faulthandler.dump_traceback_later(float(os.environ["DUMP_AFTER"]))
     fn = getattr(scenarios, name)
     result = fn(group, out) if name.startswith("engine") else fn(group)
     if group.rank() == 0 and result is not None:

@@ -79,7 +79,7 @@ def _serve(group, name: str, folder, work, config: EngineConfig = CONFIG):
     from engine.core.engine import Engine
     from engine.distributed import cluster as dist
     model = _in_memory(name, folder / f"tok{0 if group is None else group.rank()}")
-    c = dist.Cluster(group, timeout_s=60) if group is not None and group.size() > 1 else None
+    c = dist.Cluster(group) if group is not None and group.size() > 1 else None
     if c is not None and c.rank != 0:
         code = dist.run_follower(model, config, c)
         if code:
@@ -137,3 +137,75 @@ def engine_cancel(group, folder) -> dict | None:
     import dataclasses
     return _serve(group, "qwen", folder, _cancel_then_reuse,
                   dataclasses.replace(CONFIG, prefix_cache=False))
+
+
+def _turns(engine) -> dict:
+    """Two turns of one conversation: the second reuses the first's kept pages and
+    recurrent-state snapshot (page and state copies broadcast to every rank)."""
+    first = engine.generate([PROMPT], _greedy(6))[0]
+    follow_up = PROMPT + list(first.token_ids) + [21, 22, 23, 24, 25]
+    second = engine.generate([follow_up], _greedy(6))[0]
+    third = engine.generate([follow_up + list(second.token_ids) + [30, 31]], _greedy(6))[0]
+    return {"first": np.array(first.token_ids), "second": np.array(second.token_ids),
+            "third": np.array(third.token_ids)}
+
+
+def engine_turns(group, folder) -> dict | None:
+    return _serve(group, "qwen", folder, _turns)
+
+
+def engine_turns_llama(group, folder) -> dict | None:
+    return _serve(group, "llama", folder, _turns)
+
+
+def _long_request(engine) -> None:
+    """A reply that outlives the lost rank: it must end as an error that says so, and
+    the engine must take no new request. (Rank 0 then ends with EXIT_LOST.)"""
+    import time
+    t0 = time.monotonic()
+    first = engine.submit(PROMPT, _greedy(190)).result()
+    print(f"first: {first.finish_reason} after {time.monotonic() - t0:.1f} s: "
+          f"{first.message}", flush=True)
+    try:
+        engine.submit(PROMPT[:3], _greedy(5))
+    except Exception as e:          # EngineClosedError
+        print(f"second: refused: {type(e).__name__}", flush=True)
+    time.sleep(30)                  # the process ends before this
+
+
+def _doomed_follower(group, folder, how: str) -> None:
+    """Rank 1 follows 30 messages, then ends (how="exit") or freezes (how="stop")."""
+    import os
+    import signal
+
+    from engine.distributed import cluster as dist
+    from engine.distributed.follower import Follower
+    from engine.distributed.heartbeat import Heartbeat, heartbeat_address
+    from engine.distributed.sharding import shard_model
+    from engine.loading.model_bundle import _in_memory_bundle
+    Heartbeat(group.rank(), group.size(), heartbeat_address(), dist._follower_lost).start()
+    model = _in_memory("llama", folder / f"tok{group.rank()}")
+    model = type(model)(shard_model(model.model, group), model.tokenizer, {}, model.name)
+    bundle = _in_memory_bundle(model, CONFIG, lambda p: None)
+    follower = Follower(bundle.model, CONFIG, group)
+    while True:
+        header = follower.wire.receive_header()
+        follower.num_messages += 1
+        if follower.num_messages == 30:
+            if how == "exit":
+                os._exit(1)
+            os.kill(os.getpid(), signal.SIGSTOP)
+        follower.apply(header)
+
+
+def engine_kill(group, folder) -> None:
+    if group.rank() != 0:
+        return _doomed_follower(group, folder, "exit")
+    return _serve(group, "llama", folder, _long_request)
+
+
+def engine_hang(group, folder) -> None:
+    """Rank 1 freezes (SIGSTOP): its heartbeat falls silent too."""
+    if group.rank() != 0:
+        return _doomed_follower(group, folder, "stop")
+    return _serve(group, "llama", folder, _long_request)
