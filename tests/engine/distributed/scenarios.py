@@ -17,10 +17,11 @@ PROMPT = [5, 17, 42, 99, 3, 250, 7, 11, 64, 128, 200, 31, 8]
 
 def tiny_models() -> dict:
     """The test's models, float32, random (the same on every rank: seeded)."""
-    qcfg = tiny_config("qwen3_5_moe")
+    qcfg = tiny_config("qwen3_5_moe")        # 4 and 8 DeltaNet heads: split in 4 too
+    qcfg["text_config"].update(linear_num_key_heads=4, linear_num_value_heads=8)
     return {"llama": tiny_llama(tiny_llama_config("qwen2", num_attention_heads=4,
                                                   num_key_value_heads=2)),
-            "llama_tied": tiny_llama(tiny_llama_config("llama")),
+            "llama_tied": tiny_llama(tiny_llama_config("llama", vocab_size=321)),
             "qwen": build_model(qcfg, random_weights(qcfg, seed=1))}
 
 
