@@ -16,8 +16,8 @@ import numpy as np
 from engine.config import EngineConfig
 from engine.core.runner import Runner
 from engine.distributed.wire import (
-    COPY_PAGES,
     COMPILED,
+    COPY_PAGES,
     COPY_STATE,
     FORWARD,
     GROUPS,

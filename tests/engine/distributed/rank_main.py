@@ -7,6 +7,8 @@ with the same work in one process.
 """
 from __future__ import annotations
 
+import faulthandler
+import os
 import sys
 from pathlib import Path
 
@@ -20,8 +22,7 @@ import scenarios  # noqa: E402
 def main() -> int:
     name, out = sys.argv[1], Path(sys.argv[2])
     group = mx.distributed.init(backend="ring", strict=True)
-    import faulthandler, os
-    if os.environ.get("DUMP_AFTER"):
+    if os.environ.get("DUMP_AFTER"):        # debugging a hang: every thread's stack
         faulthandler.dump_traceback_later(float(os.environ["DUMP_AFTER"]))
     fn = getattr(scenarios, name)
     result = fn(group, out) if name.startswith("engine") else fn(group)
