@@ -25,7 +25,7 @@ def main() -> int:
     if os.environ.get("DUMP_AFTER"):        # debugging a hang: every thread's stack
         faulthandler.dump_traceback_later(float(os.environ["DUMP_AFTER"]))
     fn = getattr(scenarios, name)
-    result = fn(group, out) if name.startswith("engine") else fn(group)
+    result = fn(group) if name == "logits" else fn(group, out)
     if group.rank() == 0 and result is not None:
         np.savez(out / "result.npz", **result)
     return 0

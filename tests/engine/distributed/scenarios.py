@@ -210,3 +210,34 @@ def engine_hang(group, folder) -> None:
     if group.rank() != 0:
         return _doomed_follower(group, folder, "stop")
     return _serve(group, "llama", folder, _long_request)
+
+
+# ---- loading each rank's shard from a folder -----------------------------------------
+
+def write_folders(root) -> dict:
+    """The folders the disk scenario loads: an MLX 4-bit Llama, an HF bf16 Qwen3.5 MoE
+    (experts one by one, conv [C, 1, K], norms as w - 1)."""
+    from qwen_fixtures import write_hf_folder
+    from tiny_models import write_tiny_llama
+    cfg = tiny_config("qwen3_5_moe")
+    return {"llama_q4": write_tiny_llama(root / "llama_q4", quantized=True, seed=5),
+            "qwen_hf": write_hf_folder(root / "qwen_hf", cfg, random_weights(cfg, seed=2))}
+
+
+def disk(group, folder) -> dict | None:
+    """All logits of PROMPT from each folder of write_folders(folder / "models")."""
+    from engine.distributed.cluster import load_shard_bundle
+    from engine.loading.model_bundle import load_bundle
+    config = EngineConfig(page_size=4, num_pages=64)
+    out = {}
+    for name in ("llama_q4", "qwen_hf"):
+        path = folder / "models" / name
+        if group is None:
+            bundle = load_bundle(path, config)
+        else:
+            bundle = load_shard_bundle(path, config, group)
+        # bf16 weights widened (exactly) to float32: the comparison is of the slicing,
+        # not of bf16 partial sums (each rank rounds its part before the all_sum).
+        bundle.model.set_dtype(mx.float32)
+        out[name] = np.array(Runner(bundle.model, config).full_logits(PROMPT))
+    return out if group is None or group.rank() == 0 else None

@@ -48,6 +48,14 @@ def test_sharded_logits_equal_one_process(tmp_path, n):
     _same(scenarios.logits(None), _ranks(tmp_path, n, "logits"))
 
 
+def test_each_rank_loads_its_shard_from_a_folder(tmp_path):
+    """An MLX 4-bit Llama folder and an HF bf16 Qwen3.5 MoE folder (experts one by one):
+    each rank slices the lazily loaded tensors before evaluating them."""
+    scenarios.write_folders(tmp_path / "ranks2" / "models")
+    ref = scenarios.disk(None, tmp_path / "ranks2")
+    _same(ref, _ranks(tmp_path, 2, "disk"))
+
+
 @pytest.mark.parametrize("scenario", ["engine_llama", "engine_qwen"])
 def test_batched_greedy_equals_one_process(tmp_path, scenario):
     """Five prompts batched through the engine (chunked prefill, mixed steps, decode)."""
