@@ -12,6 +12,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
+from engine.distributed.traffic import TRAFFIC
 from engine.models.elementwise import moe_output
 from engine.models.moe import SparseMoeBlock, SwitchGLU
 
@@ -26,7 +27,9 @@ class AllSum(nn.Module):
         self.group = group
 
     def __call__(self, x: mx.array) -> mx.array:
-        return mx.distributed.all_sum(self.inner(x), group=self.group)    # [.., H]
+        part = self.inner(x)                                                 # [.., H]
+        TRAFFIC.all_sum(part.nbytes, self.group.size())
+        return mx.distributed.all_sum(part, group=self.group)
 
 
 class GatheredHead(nn.Module):
@@ -44,6 +47,7 @@ class GatheredHead(nn.Module):
         part = self.inner(h.reshape(-1, shape[-1]))                          # [M, Vl]
         M, Vl = part.shape
         n = self.group.size()
+        TRAFFIC.all_gather(part.nbytes, n)
         joined = mx.distributed.all_gather(part, group=self.group)            # [n*M, Vl]
         logits = joined.reshape(n, M, Vl).transpose(1, 0, 2).reshape(M, n * Vl)
         return logits[:, :self.vocab_size].reshape(*shape[:-1], self.vocab_size)
@@ -87,6 +91,7 @@ class ShardedMoeBlock(SparseMoeBlock):
         y = self.switch_mlp(x, local)                                        # [N, k, D]
         y = (scores[:, None, :] @ y)[:, 0]                                   # [N, D]
         part = moe_output(y, self.shared_expert(x), shared_gate, mx.array(0, y.dtype))
+        TRAFFIC.all_sum(part.nbytes, self.group.size())
         out = mx.distributed.all_sum(part, group=self.group)                 # [N, D]
         if residual is not None:
             out = out + residual.reshape(-1, shape[-1])

@@ -23,6 +23,7 @@ import mlx.core as mx
 import numpy as np
 
 from engine.core.batch_view import BatchView
+from engine.distributed.traffic import TRAFFIC
 
 HEADER = 32
 MAX_GROUPS = 3
@@ -54,7 +55,6 @@ class Wire:
         self.group = group
         self.is_leader = group.rank() == 0
         self._chain: mx.array | None = None     # rank 0: the last message's collective
-        self.bytes_sent = 0                     # rank 0: header and payload bytes, so far
 
     # -- rank 0 ----------------------------------------------------------------
     def send(self, header: list[int], payload: mx.array | None = None) -> mx.array | None:
@@ -67,13 +67,13 @@ class Wire:
             sent = sent + self._chain * 0               # after the previous message
         got = mx.distributed.all_sum(sent, group=self.group)
         self._chain = got[0]
-        self.bytes_sent += HEADER * 4
+        TRAFFIC.all_sum(HEADER * 4, self.group.size(), plan=True)
         if payload is None:
             return None
         got = mx.distributed.all_sum(payload.astype(mx.int32) + self._chain * 0,
                                      group=self.group)
         self._chain = got[0]
-        self.bytes_sent += payload.size * 4
+        TRAFFIC.all_sum(payload.size * 4, self.group.size(), plan=True)
         return got
 
     def send_forward(self, groups: list[tuple], cache_pages: int = 0, cache_slots: int = 0,
