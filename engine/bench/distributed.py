@@ -37,8 +37,7 @@ def toy_tp_config() -> dict:
 
 
 def _model(name: str):
-    from engine.bench.synthetic import IdTokenizer, synthetic_in_memory, \
-        synthetic_model_from_config
+    from engine.bench.synthetic import IdTokenizer, synthetic_in_memory, synthetic_model_from_config
     from engine.loading.model_bundle import InMemoryModel
     name = name.removeprefix("synthetic:")
     if name == "qwen3.5-toy-tp":
