@@ -109,6 +109,21 @@ def engine_qwen(group, folder) -> dict | None:
     return _serve(group, "qwen", folder, _generate)
 
 
+def engine_preempt(group, folder) -> dict | None:
+    """A pool of 24 pages for five growing sequences: the scheduler preempts and
+    recomputes; followers just see other block tables."""
+    import dataclasses
+    return _serve(group, "qwen", folder, _generate_long,
+                  dataclasses.replace(CONFIG, num_pages=24, prefix_cache=False))
+
+
+def _generate_long(engine) -> dict:
+    done = engine.generate(PROMPTS, _greedy(24))
+    out = {f"tokens{i}": np.array(c.token_ids) for i, c in enumerate(done)}
+    out["preempted"] = np.array(sum(c.stats.num_preemptions for c in done) > 0)
+    return out
+
+
 def _cancel_then_reuse(engine) -> dict:
     """Three streams; one is cancelled after 3 tokens; the pool must be empty after the
     rest finish; then a batch reuses the freed pages and must match one process."""

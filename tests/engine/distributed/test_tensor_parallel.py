@@ -56,11 +56,13 @@ def test_each_rank_loads_its_shard_from_a_folder(tmp_path):
     _same(ref, _ranks(tmp_path, 2, "disk"))
 
 
-@pytest.mark.parametrize("scenario", ["engine_llama", "engine_qwen"])
+@pytest.mark.parametrize("scenario", ["engine_llama", "engine_qwen", "engine_preempt"])
 def test_batched_greedy_equals_one_process(tmp_path, scenario):
-    """Five prompts batched through the engine (chunked prefill, mixed steps, decode)."""
+    """Five prompts batched through the engine (chunked prefill, mixed steps, decode;
+    engine_preempt: in a pool too small for all, so sequences are preempted)."""
     ref = getattr(scenarios, scenario)(None, tmp_path / "one")
     _same(ref, _ranks(tmp_path, 2, scenario))
+    assert ref.get("preempted", True)
 
 
 def test_batched_greedy_on_four_ranks(tmp_path):
