@@ -16,6 +16,7 @@ import sys
 
 from engine.config import EngineConfig
 
+PORT_ENV = "TANDEM_DIST_PORT"
 HOSTS_HELP = ("run one model over the machines of this mlx.launch hosts file (JSON); "
               "this process becomes rank 0 (docs/DISTRIBUTED.md)")
 
@@ -33,6 +34,8 @@ def launch_command(hosts: str, argv: list[str]) -> list[str]:
                "--hostfile", hosts, "--python", sys.executable]
     if os.environ.get("PYTHONPATH"):
         command += ["--env", f"PYTHONPATH={os.environ['PYTHONPATH']}"]
+    if os.environ.get(PORT_ENV):            # the ring's first port (mlx.launch: 32323)
+        command += ["--starting-port", os.environ[PORT_ENV]]
     return command + ["--", "-m", "engine", *rest]
 
 

@@ -109,6 +109,15 @@ def engine_qwen(group, folder) -> dict | None:
     return _serve(group, "qwen", folder, _generate)
 
 
+def engine_fixed_shapes(group, folder) -> dict | None:
+    """The GPU's path on the CPU: padded batches and chunks (padding rows routed to row
+    0's experts), stable block tables, the decode forward through mx.compile."""
+    import dataclasses
+    return _serve(group, "qwen", folder, _generate,
+                  dataclasses.replace(CONFIG, fixed_shapes=True, compile_decode=True,
+                                      warm_up=False))
+
+
 def engine_preempt(group, folder) -> dict | None:
     """A pool of 24 pages for five growing sequences: the scheduler preempts and
     recomputes; followers just see other block tables."""

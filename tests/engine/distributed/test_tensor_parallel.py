@@ -56,10 +56,12 @@ def test_each_rank_loads_its_shard_from_a_folder(tmp_path):
     _same(ref, _ranks(tmp_path, 2, "disk"))
 
 
-@pytest.mark.parametrize("scenario", ["engine_llama", "engine_qwen", "engine_preempt"])
+@pytest.mark.parametrize("scenario", ["engine_llama", "engine_qwen", "engine_preempt",
+                                      "engine_fixed_shapes"])
 def test_batched_greedy_equals_one_process(tmp_path, scenario):
     """Five prompts batched through the engine (chunked prefill, mixed steps, decode;
-    engine_preempt: in a pool too small for all, so sequences are preempted)."""
+    engine_preempt: in a pool too small for all, so sequences are preempted;
+    engine_fixed_shapes: the GPU's padded shapes and compiled decode)."""
     ref = getattr(scenarios, scenario)(None, tmp_path / "one")
     _same(ref, _ranks(tmp_path, 2, scenario))
     assert ref.get("preempted", True)
@@ -98,3 +100,37 @@ def test_lost_rank_ends_requests_with_an_error_within_a_bound(tmp_path, scenario
     assert run.wall_s < bound_s, out[-3000:]
     assert "first: error after" in out and "stopped answering" in out, out[-3000:]
     assert "second: refused: EngineClosedError" in out
+
+
+def test_generate_with_hosts_runs_under_mlx_launch(tmp_path):
+    """`python -m engine generate --hosts hosts.json`: mlx.launch starts both ranks
+    (127.0.0.1 hosts run locally) and rank 0 prints what one process prints."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from ranks import ROOT
+    from tiny_models import write_tiny_llama
+
+    from engine.distributed.local import free_ports
+    folder = write_tiny_llama(tmp_path / "llama", seed=3)
+    local = {"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}
+    hosts = tmp_path / "hosts.json"
+    hosts.write_text(json.dumps({"backend": "ring", "hosts": [local, local]}))
+    command = [sys.executable, "-m", "engine", "generate", "--model", str(folder),
+               "--prompt", "hello world", "--prompt", "the fox", "--max-tokens", "8",
+               "--temperature", "0"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TANDEM_DIST_PORT": str(free_ports(2))}
+    env.pop("MLX_RANK", None)
+    alone = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True,
+                           timeout=TIME_LIMIT_S)
+    both = subprocess.run(command + ["--hosts", str(hosts)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=TIME_LIMIT_S)
+    assert alone.returncode == 0 and both.returncode == 0, both.stderr[-3000:]
+
+    def replies(out: str) -> list[str]:      # each completion's text and ending, no timings
+        return [ln.split(", ttft")[0] for ln in out.splitlines()]
+    assert "mlx._distributed_utils.launch" in both.stderr
+    assert replies(both.stdout) == replies(alone.stdout)
+    assert both.stdout.count("--- [") == 2
