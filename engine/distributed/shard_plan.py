@@ -99,11 +99,19 @@ def local_vocab(vocab_size: int, size: int) -> int:
     return ceil_div(vocab_size, size)
 
 
-def shard_weights(weights: dict[str, mx.array], args, shard: Shard) -> dict[str, mx.array]:
-    """Every weight's local part (lazy). A tied head's rows come from the embedding."""
+def take_shards(weights: dict[str, mx.array], args, shard: Shard) -> dict[str, mx.array]:
+    """Every weight's local part, evaluated one at a time and copied out of its full
+    tensor (a slice is a view that would keep all of it alive); each full tensor is
+    popped from `weights` first, so none outlives its slice. A tied head's rows come
+    from the embedding."""
     if args.tie_word_embeddings:
-        weights = {**weights, **_tied_head(weights)}
-    return {k: shard_one(k, v, args, shard) for k, v in weights.items()}
+        weights.update(_tied_head(weights))
+    local = {}
+    for name in list(weights):
+        part = mx.contiguous(shard_one(name, weights.pop(name), args, shard))
+        mx.eval(part)
+        local[name] = part
+    return local
 
 
 def _tied_head(weights: dict) -> dict:

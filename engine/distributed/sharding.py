@@ -16,7 +16,7 @@ import mlx.nn as nn
 from mlx.utils import tree_unflatten
 
 from engine.distributed.layers import AllSum, GatheredHead, ShardedMoeBlock
-from engine.distributed.shard_plan import Shard, local_args, local_vocab, shard_weights
+from engine.distributed.shard_plan import Shard, local_args, local_vocab, take_shards
 from engine.errors import ModelLoadError
 from engine.loading import loader
 from engine.loading.weight_check import check_weights
@@ -60,18 +60,17 @@ def load_sharded(path: str | Path, group) -> loader.LoadedModel:
 def build_local(module, args, weights: dict, group, qconfig: dict | None = None,
                 origin: dict | None = None, where: Path | None = None) -> nn.Module:
     """module: the family (engine.models.llama / qwen3_5); weights: the full model's
-    sanitized weights in our tree (lazy is best)."""
+    sanitized weights in our tree (lazy is best), emptied as each is sliced."""
     shard = Shard(group.rank(), group.size())
     model = module.Model(local_args(args, shard.size))
     _swap_moe(model, args, shard, group)
     head = _head_path(model)
     _set_module(model, head, nn.Linear(args.hidden_size, local_vocab(args.vocab_size,
                                                                        shard.size), bias=False))
-    local = shard_weights(weights, args, shard)
-    for v in local.values():          # one at a time: the full tensor behind it is dropped
-        mx.eval(v)
+    tied_from = _embedding_path(weights) if args.tie_word_embeddings else None
+    local = take_shards(weights, args, shard)          # empties `weights` as it goes
     if qconfig:
-        loader._quantize(model, local, _with_head(qconfig, head, args, weights))
+        loader._quantize(model, local, _with_head(qconfig, head, tied_from))
     if where is not None:
         check_weights(model, local, {k: (origin or {}).get(k, "the weights") for k in local},
                       where)
@@ -117,12 +116,13 @@ def _set_module(model: nn.Module, path: str, value: nn.Module) -> None:
     model.update_modules(tree_unflatten([(path, value)]))
 
 
-def _with_head(qconfig: dict, head: str, args, weights: dict) -> dict:
+def _embedding_path(weights: dict) -> str:
+    return next(k for k in weights if k.endswith("embed_tokens.weight"))[:-len(".weight")]
+
+
+def _with_head(qconfig: dict, head: str, tied_from: str | None) -> dict:
     """A tied head is quantized like the embedding it came from (its own override)."""
-    if not args.tie_word_embeddings:
-        return qconfig
-    embed = next(k for k in weights if k.endswith("embed_tokens.weight"))[:-len(".weight")]
-    own = qconfig.get(embed)
+    own = qconfig.get(tied_from) if tied_from else None
     return {**qconfig, head: own} if isinstance(own, dict) else qconfig
 
 

@@ -265,3 +265,35 @@ def disk(group, folder) -> dict | None:
         bundle.model.set_dtype(mx.float32)
         out[name] = np.array(Runner(bundle.model, config).full_logits(PROMPT))
     return out if group is None or group.rank() == 0 else None
+
+
+def write_wide_llama(root):
+    """A float32 Llama of ~26 MB: big enough for its load's peak memory to show."""
+    from tiny_models import tiny_llama_config, write_tiny_llama
+    config = tiny_llama_config("llama", hidden_size=256, intermediate_size=1024,
+                               num_hidden_layers=4, vocab_size=4096, head_dim=64)
+    return write_tiny_llama(root / "wide", seed=7, config=config)
+
+
+def load_memory(group, folder) -> dict | None:
+    """The peak memory of reading the wide Llama folder (whole, or this rank's shard;
+    the loader's step only: the CPU layout after it copies every weight once), with
+    the model's logits and its bytes."""
+    from mlx.utils import tree_flatten
+
+    from engine.distributed.sharding import load_sharded
+    from engine.loading.loader import load_model
+    config = EngineConfig(page_size=4, num_pages=64)
+    path = folder / "models" / "wide"
+    mx.reset_peak_memory()
+    model = load_model(path).model if group is None else load_sharded(path, group).model
+    peak = mx.get_peak_memory()
+    size = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+    stats = np.array([peak, size])
+    if group is not None:              # every rank's, gathered to rank 0
+        stats = np.array(mx.distributed.all_gather(mx.array(stats[None].astype(np.float32)),
+                                                   group=group))
+    logits = np.array(Runner(model, config).full_logits(PROMPT))
+    if group is not None and group.rank() != 0:
+        return None
+    return {"stats": stats.reshape(-1, 2), "logits": logits}

@@ -134,3 +134,18 @@ def test_generate_with_hosts_runs_under_mlx_launch(tmp_path):
     assert "mlx._distributed_utils.launch" in both.stderr
     assert replies(both.stdout) == replies(alone.stdout)
     assert both.stdout.count("--- [") == 2
+
+
+def test_a_rank_reading_its_shard_never_holds_the_whole_model(tmp_path):
+    """Reading the folder, each rank's peak memory stays near its shard's bytes (one
+    full tensor of slack), well under what one process reading everything peaks at."""
+    scenarios.write_wide_llama(tmp_path / "ranks2" / "models")
+    ref = scenarios.load_memory(None, tmp_path / "ranks2")
+    got = _ranks(tmp_path, 2, "load_memory")
+    full_peak = ref["stats"][0, 0]
+    largest = 4096 * 256 * 4                    # the embedding, float32
+    for peak, shard in got["stats"]:
+        assert peak <= shard + largest, (peak, shard)
+        assert peak < 0.8 * full_peak, (peak, full_peak)
+    np.testing.assert_allclose(got["logits"], ref["logits"], rtol=0,
+                               atol=_tolerance(ref["logits"]))
