@@ -20,6 +20,7 @@ starts) fail the requests the same way (``failed``).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -201,7 +202,10 @@ def load_shard_bundle(model, config: EngineConfig, group,
 
 def run_follower(model, config: EngineConfig, cluster: Cluster) -> int:
     """A follower process's whole life: load its shard, follow rank 0 (the heartbeat
-    ends the process when rank 0 is lost)."""
+    ends the process when rank 0 is lost). Ctrl-C in the terminal reaches every local
+    rank: a follower ignores it and stops when rank 0 says so."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     address = heartbeat_address()
     beat = None
     if address is not None:
