@@ -15,14 +15,21 @@ from engine.core.runner import Runner
 PROMPT = [5, 17, 42, 99, 3, 250, 7, 11, 64, 128, 200, 31, 8]
 
 
-def tiny_models() -> dict:
+def tiny_models(engine_only: bool = True) -> dict:
     """The test's models, float32, random (the same on every rank: seeded)."""
     qcfg = tiny_config("qwen3_5_moe")        # 4 and 8 DeltaNet heads: split in 4 too
     qcfg["text_config"].update(linear_num_key_heads=4, linear_num_value_heads=8)
-    return {"llama": tiny_llama(tiny_llama_config("qwen2", num_attention_heads=4,
-                                                  num_key_value_heads=2)),
-            "llama_tied": tiny_llama(tiny_llama_config("llama", vocab_size=321)),
-            "qwen": build_model(qcfg, random_weights(qcfg, seed=1))}
+    models = {"llama": tiny_llama(tiny_llama_config("qwen2", num_attention_heads=4,
+                                                    num_key_value_heads=2)),
+              "llama_tied": tiny_llama(tiny_llama_config("llama", vocab_size=321)),
+              "qwen": build_model(qcfg, random_weights(qcfg, seed=1))}
+    if not engine_only:     # Qwen3-Next's fused layout; the dense Qwen3.5 (tied head)
+        for i, kind in enumerate(("qwen3_next", "qwen3_5")):
+            cfg = tiny_config(kind)
+            text = cfg.get("text_config", cfg)
+            text.update(linear_num_key_heads=4, linear_num_value_heads=8)
+            models[kind] = build_model(cfg, random_weights(cfg, seed=3 + i))
+    return models
 
 
 def _local(model, group):
@@ -36,7 +43,7 @@ def logits(group) -> dict | None:
     """All logits of one prompt (one forward) and of a ragged batch of three rows over
     two forwards (prefill, then a decode step), per model."""
     out = {}
-    for name, model in tiny_models().items():
+    for name, model in tiny_models(engine_only=False).items():
         model = _local(model, group)
         runner = Runner(model, EngineConfig(page_size=4, num_pages=64, max_num_seqs=4))
         out[f"{name}_full"] = np.array(runner.full_logits(PROMPT))
