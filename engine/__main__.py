@@ -1,15 +1,15 @@
 """Terminal use: python -m engine chat | generate | serve | bench (default: the built-in
-model). bench is handed to python -m engine.bench (engine/cli.py: run_bench).
+model). bench is handed to python -m engine.bench (engine/terminal/cli.py: run_bench).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from engine.chat_repl import add_chat_args
-from engine.cli import add_model_args, run_bench, run_chat, run_generate
 from engine.distributed.launch import add_hosts_arg
 from engine.distributed.launch import enter as enter_group
+from engine.terminal.chat_repl import add_chat_args
+from engine.terminal.cli import add_model_args, run_bench, run_chat, run_generate
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat = sub.add_parser("chat", help="interactive, streaming, multi-turn chat",
                           description="Chat in the terminal; /help inside lists the commands.",
                           formatter_class=HelpFormatter)
-    add_model_args(chat)
+    add_model_args(chat, chat=True)
     add_chat_args(chat)
     add_hosts_arg(chat)
     gen = sub.add_parser("generate", help="all prompts in one batch; prints each completion",

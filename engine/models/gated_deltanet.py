@@ -84,12 +84,19 @@ class GatedDeltaNet(nn.Module):
         """x [N, H] (every group's tokens) -> [N, H]: the projections run once on all
         tokens, the conv and the recurrence per group with its own view and slots."""
         parts = [rows.split(p) for p in self._in_projections(x)]          # per group [B, T, *]
-        ys = [self._mix(*self.unpack(list(group)), view, states)
+        writes = ([], [])        # per state array: (slots, rows) of every group
+        ys = [self._mix(*self.unpack(list(group)), view, states, writes)
               for view, *group in zip(rows.views, *parts)]
+        for i, pending in enumerate(writes):
+            if pending:
+                states[i] = _write_slots(states[i], pending)
         return self.out_proj(rows.join(ys))                                  # [N, H]
 
-    def _mix(self, qkv, z, b, a, view: BatchView, states: list[mx.array]) -> mx.array:
-        """One group's conv, recurrence and gated norm -> [B, T, value_dim]."""
+    def _mix(self, qkv, z, b, a, view: BatchView, states: list[mx.array],
+             writes: tuple[list, list]) -> mx.array:
+        """One group's conv, recurrence and gated norm -> [B, T, value_dim]. The new conv
+        (and reference recurrent) states go to `writes`, written once for all groups
+        after every group has read its own (_write_slots says why)."""
         B, T, _ = qkv.shape
         slots = view.state_slots
         # Slots are reused without clearing: a row starting a sequence reads zeros.
@@ -100,7 +107,7 @@ class GatedDeltaNet(nn.Module):
         conv_state = conv_state.astype(qkv.dtype)                            # no-op when equal
 
         conv_in = mx.concatenate([conv_state, qkv], axis=1)                  # [B, K-1+T, C]
-        states[0][slots] = self._conv_tail(conv_in, view).astype(states[0].dtype)
+        writes[0].append((slots, self._conv_tail(conv_in, view).astype(states[0].dtype)))
         conv_out = nn.silu(self.conv1d(conv_in))                             # [B, T, C]
 
         q, k, v = mx.split(conv_out, [self.key_dim, 2 * self.key_dim], axis=-1)
@@ -109,13 +116,15 @@ class GatedDeltaNet(nn.Module):
         v = v.reshape(B, T, self.hv, self.dv)                                # [B, T, Hv, Dv]
         q, k = normalize_qk(q, k)
         g, beta = decay_and_beta(self.A_log, a, self.dt_bias, b)             # [B, T, Hv] x2
-        y = self._recurrence(q, k, v, g, beta, view, states)                 # [B, T, Hv, Dv]
+        y = self._recurrence(q, k, v, g, beta, view, states, writes[1])      # [B, T, Hv, Dv]
 
         y = self.norm(y, z)                                                  # [B, T, Hv, Dv]
         return y.reshape(B, T, -1)                                           # [B, T, Hv*Dv]
 
-    def _recurrence(self, q, k, v, g, beta, view: BatchView, states: list[mx.array]):
-        """Delta rule over T tokens; reads and writes the slot pool states[1]."""
+    def _recurrence(self, q, k, v, g, beta, view: BatchView, states: list[mx.array],
+                    writes: list):
+        """Delta rule over T tokens; reads the slot pool states[1] (the kernels also
+        write it in place; the reference's new states go to `writes`)."""
         slots = view.state_slots
         fresh = (view.offsets == 0) if view.any_fresh else None               # [B] or None
         out = self._kernel_recurrence(q, k, v, g, beta, view, states[1], fresh)
@@ -127,7 +136,7 @@ class GatedDeltaNet(nn.Module):
             state = mx.where(fresh[:, None, None, None], 0.0, state)
         mask = _valid_mask(view) if view.ragged else None                    # [B, T]
         y, new_state = gated_delta(q, k, v, g, beta, state, mask)            # [B, T, Hv, Dv]
-        states[1][slots] = new_state
+        writes.append((slots, new_state))
         return y
 
     def _kernel_recurrence(self, q, k, v, g, beta, view: BatchView, pool: mx.array, fresh):
@@ -180,3 +189,13 @@ class NextGatedDeltaNet(GatedDeltaNet):
 def _valid_mask(view: BatchView) -> mx.array:
     """[B, T] bool: token t of a row is real (not right padding)."""
     return mx.arange(view.num_tokens, dtype=mx.int32)[None, :] < view.lengths[:, None]
+
+
+def _write_slots(pool: mx.array, writes: list[tuple[mx.array, mx.array]]) -> mx.array:
+    """Scatter every group's rows into its slots of a state pool in ONE scatter. MLX
+    updates a pool in place only when nothing else holds it: a second group's scatter
+    after the first group's read would copy the whole pool (see attention.write_kv)."""
+    slots = mx.concatenate([s for s, _ in writes]) if len(writes) > 1 else writes[0][0]
+    rows = mx.concatenate([r for _, r in writes]) if len(writes) > 1 else writes[0][1]
+    pool[slots] = rows
+    return pool
