@@ -27,12 +27,14 @@ from engine.core.sampler import RowSampler
 from engine.core.sequence import Sequence
 from engine.core.step_loop import Request, StepLoop
 from engine.core.warm_up import should_warm_up, warm_up
+from engine.distributed.cluster import current_cluster
 from engine.errors import EngineClosedError, InvalidRequestError, PromptTooLongError
 from engine.events import (
     CacheNoticeEvent,
     ErrorEvent,
     FinishedEvent,
     LoadProgress,
+    RequestStats,
     SubmittedEvent,
     TokenEvent,
 )
@@ -250,15 +252,22 @@ class Engine:
             clear_thread_streams()
 
     def _serve(self, model, on_progress, quantize_bits) -> None:
+        # Rank 0 of several processes (engine/distributed): its shard, broadcast steps.
+        cluster = current_cluster()
         try:
-            bundle = load_bundle(model, self.config, on_progress, quantize_bits)
+            bundle = (cluster.load_bundle if cluster else load_bundle)(
+                model, self.config, on_progress, quantize_bits)
             spec = bundle.model.cache_spec()
             self.num_pages = num_pages_for(self.config, spec)
             self.kv_page_bytes = self.config.page_size * spec.kv_bytes_per_token()
             # Takes the pool's memory and opens the disk cache; the warm-up then writes
             # only the scratch page and slot, so nothing read from disk is touched.
             loop = StepLoop(bundle.model, self.config, self._emit, self.num_pages,
-                            disk_cache=self._disk_opener(model, bundle, quantize_bits))
+                            disk_cache=None if cluster else
+                            self._disk_opener(model, bundle, quantize_bits),
+                            make_runner=cluster.make_runner if cluster else None)
+            if cluster:
+                cluster.watch(lambda: loop.has_work, self._abandon)
             report = on_progress or (lambda p: None)
             if should_warm_up(self.config):
                 warm_up(loop.runner, self.config, report)
@@ -275,10 +284,25 @@ class Engine:
                 loop.step()
             except Exception as e:   # keep serving: fail only what the step involved, say why
                 traceback.print_exc()
+                if cluster and cluster.failed(e):     # a rank is lost: nothing can run
+                    loop.fail_all(cluster.failure_message or str(e))
+                    continue
                 loop.step_failed(f"The engine failed while running this request: "
                                  f"{type(e).__name__}: {e}")
         loop.cancel_all()
         self._close_disk_cache(loop)
+        if cluster:
+            cluster.shutdown()
+
+    def _abandon(self, message: str) -> None:
+        """A rank of the group is lost (engine/distributed/cluster.py) and the engine
+        thread is blocked in a collective for good: end every request with the error
+        from the caller's (watchdog's) thread, and take no new ones."""
+        self._closed = True
+        for rid, handle in list(self._handles.items()):
+            handle._put(ErrorEvent(rid, message))
+            handle._put(FinishedEvent(rid, "error", RequestStats(0, 0, 0.0, 0.0), "", (),
+                                      message))
 
     def _disk_opener(self, model, bundle: ModelBundle, quantize_bits: int | None):
         """Opens the disk cache (EngineConfig.cache_dir) for the loaded model's layout;
