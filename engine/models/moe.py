@@ -181,9 +181,7 @@ class SparseMoeBlock(nn.Module):
         """Softmax over all experts, top-k, renormalised: (idx [N, k], scores [N, k])."""
         routed = self.kernel_set.moe_route(logits, self.top_k, self.norm_topk_prob)
         if routed is not None:             # one kernel instead of four ops
-            idx, scores = routed
-            # gather_(q)mm takes uint32 indices: cast once here, not in each of its calls.
-            return idx.astype(mx.uint32), scores.astype(logits.dtype)
+            return routed                  # int32, float32: cast only where read (experts)
         probs = mx.softmax(logits, axis=-1, precise=True)                    # [N, E]
         idx = mx.argpartition(probs, kth=-self.top_k, axis=-1)[:, -self.top_k:]  # [N, k]
         scores = mx.take_along_axis(probs, idx, axis=-1)                     # [N, k]
@@ -214,9 +212,11 @@ class SparseMoeBlock(nn.Module):
         """The routed experts' weighted sum [N, D]: two kernel launches at decode
         (kernels/moe_experts.py) where they apply, else the gathered matmuls."""
         quantized = self.switch_mlp.quantized_experts()
-        if quantized is not None:
+        if quantized is not None:          # reads the router's int32 / float32 as they are
             y = self.kernel_set.moe_experts(x, idx, scores, quantized)
             if y is not None:
                 return y
-        y = self.switch_mlp(x, idx)                                          # [N, k, D]
-        return (scores[:, None, :] @ y)[:, 0]       # the weighted sum as one matmul [N, D]
+        # gather_(q)mm takes uint32 indices (cast once here, not in each of its calls);
+        # the weighted sum runs in x's dtype. Both no-ops after the plain router.
+        y = self.switch_mlp(x, idx.astype(mx.uint32))                       # [N, k, D]
+        return (scores.astype(x.dtype)[:, None, :] @ y)[:, 0]   # weighted sum, one matmul
