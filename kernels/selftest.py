@@ -13,6 +13,7 @@ import mlx.core as mx
 
 import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
+import kernels.gdn_conv_step as gcs
 import kernels.moe_experts as me
 import kernels.moe_route as mr
 import kernels.paged_attention as pa
@@ -93,8 +94,8 @@ def random_experts(key, E: int, D: int, hidden: int, group_size: int, pad: int =
 
 
 def check_experts(backend: str) -> float:
-    """float32 (tight) and bf16 (the model's launch; |y| ~ 0.1 keeps bf16's rounding of
-    the output, 2**-9 relative, well under TOL)."""
+    """float32 (tight) and bf16 (the model's launch; |y| <= ~0.15 keeps bf16's rounding of
+    the output, half an ulp, under 2**-11, well under TOL)."""
     ks = mx.random.split(mx.random.key(5), 3)
     N, E, K, D, hidden = 3, 8, 4, 256, 256        # K * hidden / 32 = 32 chunks: every lane
     experts = random_experts(ks[0], E, D, hidden, 64, pad=128)
@@ -102,15 +103,34 @@ def check_experts(backend: str) -> float:
     scores = 0.1 * mx.softmax(mx.random.normal((N, K), key=ks[2]), axis=-1)
     x = mx.random.normal((N, D), key=ks[1])
     err = 0.0
-    for dtype in (mx.float32, mx.bfloat16):
+    for dtype in (mx.float32, mx.bfloat16):     # against the unrounded float32 result
         args = (x.astype(dtype), idx, scores.astype(dtype), experts)
-        err = max(err, _err(me.kernel(*args, backend=backend), me.reference(*args)))
+        want = me.reference(*(a.astype(mx.float32) for a in args[:3]), experts)
+        err = max(err, _err(me.kernel(*args, backend=backend), want))
     return err
+
+
+def check_conv(backend: str) -> float:
+    heads = (2, 4, 32, 32)                              # Hk, Hv, Dk, Dv: C = 256
+    ks = mx.random.split(mx.random.key(6), 3)
+    C, S = 256, 5
+    qkv = mx.random.normal((3, 1, C + 64), key=ks[0]).astype(mx.bfloat16)[..., 32:32 + C]
+    weight = mx.random.normal((C, 4, 1), key=ks[1]) * 0.1    # |v| ~ 0.1, |q|, |k| < 1:
+    pool = mx.random.normal((S, 3, C), key=ks[2]).astype(mx.bfloat16)   # bf16's half ulp
+    slots = mx.array([4, 0, 2], dtype=mx.int32)                         # stays under TOL
+    fresh = mx.array([False, True, False])
+    # Against the unrounded float32 result; the new states are exact copies of inputs.
+    (rq, rk, rv), rows = gcs.reference(qkv.astype(mx.float32), weight, pool, slots, fresh,
+                                       heads, 1e-6)
+    mx.eval(rq, rk, rv, rows)                # before the kernel rewrites the pool in place
+    q, k, v = gcs.kernel(qkv, weight, pool, slots, fresh, heads, 1e-6, backend=backend)
+    mx.eval(q, k, v)
+    return max(_err(q, rq), _err(k, rk), _err(v, rv), _err(pool[slots], rows))
 
 
 CHECKS = {"gated_delta_step": check_step, "gated_delta_chunk": check_chunk,
           "paged_attention": check_paged, "moe_route": check_route,
-          "moe_experts": check_experts}
+          "moe_experts": check_experts, "gdn_conv_step": check_conv}
 
 
 def run_selftest(verbose: bool = True) -> dict:

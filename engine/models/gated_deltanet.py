@@ -91,6 +91,33 @@ class GatedDeltaNet(nn.Module):
     def _mix(self, qkv, z, b, a, view: BatchView, states: list[mx.array]) -> mx.array:
         """One group's conv, recurrence and gated norm -> [B, T, value_dim]."""
         B, T, _ = qkv.shape
+        qkv_heads = self._kernel_conv(qkv, view, states) if T == 1 else None
+        if qkv_heads is not None:
+            q, k, v = qkv_heads                                              # [B, 1, H, D]
+        else:
+            q, k, v = self._conv(qkv, view, states)
+        g, beta = decay_and_beta(self.A_log, a, self.dt_bias, b)             # [B, T, Hv] x2
+        y = self._recurrence(q, k, v, g, beta, view, states)                 # [B, T, Hv, Dv]
+
+        y = self.norm(y, z)                                                  # [B, T, Hv, Dv]
+        return y.reshape(B, T, -1)                                           # [B, T, Hv*Dv]
+
+    def _kernel_conv(self, qkv, view: BatchView, states: list[mx.array]):
+        """Decode: (q, k, v) [B, 1, H, D] from this model's conv kernel, which writes the
+        new conv states into the pool itself (kernels/gdn_conv_step.py); None: no kernel."""
+        fresh = (view.offsets == 0) if view.any_fresh else None               # [B] or None
+        out = self.kernel_set.gdn_conv_step(qkv, self.conv1d.weight, states[0],
+                                            view.state_slots, fresh,
+                                            (self.hk, self.hv, self.dk, self.dv), 1e-6)
+        if out is None:
+            return None
+        (q, k, v), states[0] = out
+        return q[:, None], k[:, None], v[:, None]
+
+    def _conv(self, qkv, view: BatchView, states: list[mx.array]):
+        """The conv over the chunk (its state gathered and scattered), SiLU, q/k
+        normalised: (q, k [B, T, Hk, Dk], v [B, T, Hv, Dv])."""
+        B, T, _ = qkv.shape
         slots = view.state_slots
         # Slots are reused without clearing: a row starting a sequence reads zeros.
         conv_state = states[0][slots]                                        # [B, K-1, C]
@@ -108,11 +135,7 @@ class GatedDeltaNet(nn.Module):
         k = k.reshape(B, T, self.hk, self.dk)                                # [B, T, Hk, Dk]
         v = v.reshape(B, T, self.hv, self.dv)                                # [B, T, Hv, Dv]
         q, k = normalize_qk(q, k)
-        g, beta = decay_and_beta(self.A_log, a, self.dt_bias, b)             # [B, T, Hv] x2
-        y = self._recurrence(q, k, v, g, beta, view, states)                 # [B, T, Hv, Dv]
-
-        y = self.norm(y, z)                                                  # [B, T, Hv, Dv]
-        return y.reshape(B, T, -1)                                           # [B, T, Hv*Dv]
+        return q, k, v
 
     def _recurrence(self, q, k, v, g, beta, view: BatchView, states: list[mx.array]):
         """Delta rule over T tokens; reads and writes the slot pool states[1]."""

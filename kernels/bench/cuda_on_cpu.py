@@ -1,4 +1,6 @@
-"""``python -m kernels.bench.cuda_on_cpu``: kernels/moe_experts.py's CUDA sources run on the CPU.
+"""``python -m kernels.bench.cuda_on_cpu``: CUDA sources of kernels/ run on the CPU.
+
+kernels/moe_experts.py's two kernels and kernels/gdn_conv_step.py's.
 
 Not a benchmark: a check of a CUDA source's index math where no GPU is at hand. The
 kernel bodies are compiled by g++ (C++20) as written, with a shim: each block's 256
@@ -13,6 +15,7 @@ import tempfile
 import mlx.core as mx
 import numpy as np
 
+import kernels.gdn_conv_step as gcs
 import kernels.moe_experts as me
 
 PRE = r'''
@@ -44,6 +47,7 @@ float __shfl_xor_sync(unsigned, float v, int off) {
   return o;
 }
 float __expf(float x) { return std::exp(x); }
+float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 '''
 
 def kfunc(name, src, args, templates):
@@ -142,6 +146,73 @@ def _numpy_reference(x, idx, scores, gate_up, down, hidden) -> np.ndarray:
     return ref
 
 
+def emulate_conv(B, S, heads, K, fresh_rows, seed):
+    """gdn_conv_step on a strided qkv view (a slice of a wider row) and a pool."""
+    Hk, Hv, Dk, Dv = heads
+    C = 2 * Hk * Dk + Hv * Dv
+    rng = np.random.default_rng(seed)
+    wide = rng.standard_normal((B, 1, C + 48)).astype(np.float32)      # qkv = wide[..., 16:16+C]
+    weight = (rng.standard_normal((C, K, 1)) * 0.5).astype(np.float32)
+    pool = rng.standard_normal((S, K - 1, C)).astype(np.float32)
+    slots = rng.permutation(S)[:B].astype(np.int32)
+    fresh = np.array([b in fresh_rows for b in range(B)], np.int32)
+    d = WORK
+    for k, v in {"wide": wide, "weight": weight, "pool": pool, "slots": slots,
+                 "fresh": fresh}.items():
+        v.tofile(f"{d}/{k}.bin")
+    nb = -(-(B * (2 * Hk + Hv) * 32) // 256)
+    src = PRE + kfunc("conv", gcs._CUDA_SOURCE,
+                      "const float* qkv, const int* qkv_shape, const int64_t* qkv_strides,"
+                      " int qkv_ndim, const float* weight, const int64_t* weight_strides,"
+                      " const float* pool,"
+                      " const int64_t* pool_strides, const int* slots, const int* fresh,"
+                      " const float* eps, float* q, float* k, float* v",
+                      [("OutT", "float"), ("PoolT", "float"), ("Hk", Hk), ("Hv", Hv),
+                       ("Dk", Dk), ("Dv", Dv), ("KS", K)])
+    W = C + 48
+    src += f'''
+template <class T> std::vector<T> load(const char* n, size_t c) {{
+  std::vector<T> v(c); FILE* f = fopen(n, "rb"); fread(v.data(), sizeof(T), c, f); fclose(f); return v; }}
+std::vector<float> WIDE, WT, POOL, Q, K_, V, EPS{{1e-6f}}; std::vector<int> SL, FR;
+int QS[3] = {{{B}, 1, {C}}}; int64_t QST[3] = {{{W}, {W}, 1}};
+int64_t PST[3] = {{{(K - 1) * C}, {C}, 1}}; int64_t WST[3] = {{{K}, 1, 1}};
+''' + launch("cv", "conv(WIDE.data() + 16, QS, QST, 3, WT.data(), WST, POOL.data(), PST, SL.data(),"
+                   " FR.data(), EPS.data(), Q.data(), K_.data(), V.data())", nb) + f'''
+void save(const char* n, const std::vector<float>& v) {{
+  FILE* f = fopen(n, "wb"); fwrite(v.data(), 4, v.size(), f); fclose(f); }}
+int main() {{
+  WIDE = load<float>("{d}/wide.bin", {B * W}); WT = load<float>("{d}/weight.bin", {C * K});
+  POOL = load<float>("{d}/pool.bin", {S * (K - 1) * C}); SL = load<int>("{d}/slots.bin", {B});
+  FR = load<int>("{d}/fresh.bin", {B});
+  Q.assign({B * Hk * Dk}, -1e30f); K_.assign({B * Hk * Dk}, -1e30f); V.assign({B * Hv * Dv}, -1e30f);
+  run_cv();
+  save("{d}/q.bin", Q); save("{d}/k.bin", K_); save("{d}/v.bin", V); save("{d}/pool2.bin", POOL);
+}}
+'''
+    with open(f"{d}/emu.cpp", "w") as f:
+        f.write(src)
+    subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", f"{d}/emu.cpp", "-o", f"{d}/emu"],
+                   check=True)
+    subprocess.run([f"{d}/emu"], check=True)
+    got = [np.fromfile(f"{d}/{n}.bin", np.float32) for n in ("q", "k", "v", "pool2")]
+    # float64 numpy: window = [old (zero when fresh), x]; conv, silu, split, normalise
+    x = wide[:, 0, 16:16 + C].astype(np.float64)
+    old = np.where(fresh[:, None, None] != 0, 0.0, pool[slots].astype(np.float64))
+    window = np.concatenate([old, x[:, None, :]], axis=1)                # [B, K, C]
+    y = (window * weight[:, :, 0].T).sum(axis=1)
+    y = y / (1 + np.exp(-y))
+    kd = Hk * Dk
+    q, k, v = (y[:, :kd].reshape(B, Hk, Dk), y[:, kd:2 * kd].reshape(B, Hk, Dk), y[:, 2 * kd:])
+    q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6) * Dk ** -0.5
+    k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+    want_pool = pool.astype(np.float64).copy()
+    want_pool[slots] = window[:, 1:]
+    err = max(float(np.abs(g - w.reshape(-1)).max())
+              for g, w in zip(got, (q, k, v, want_pool)))
+    print(f"conv B={B} S={S} heads={heads} K={K} fresh={sorted(fresh_rows)}: max err {err:.2e}")
+    return err
+
+
 WORK = tempfile.mkdtemp(prefix="cuda_on_cpu_")
 
 if __name__ == "__main__":
@@ -149,3 +220,6 @@ if __name__ == "__main__":
     for case in [(3, 8, 4, 256, 256, 64, 128), (2, 16, 8, 128, 64, 64, 0),
                  (1, 8, 8, 1024, 96, 32, 64), (2, 12, 10, 96, 128, 32, 0)]:
         assert emulate(*case, seed=1) < 1e-4
+    # (B, slots, (Hk, Hv, Dk, Dv), taps, fresh rows): the real head layout at 2+2+4 heads
+    for case in [(3, 5, (2, 4, 128, 128), 4, {1}), (2, 4, (1, 2, 32, 64), 3, set())]:
+        assert emulate_conv(*case, seed=2) < 1e-5

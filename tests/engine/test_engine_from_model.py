@@ -59,7 +59,8 @@ def test_each_engine_keeps_its_own_kernel_set(tmp_path, monkeypatch):
     monkeypatch.setattr(mr, "kernel", router_kernel)
     only_router = KernelSet("cuda", tuple((n, "test") for n in
                                           ("gated_delta_step", "gated_delta_chunk",
-                                           "paged_attention", "moe_experts")))
+                                           "paged_attention", "moe_experts",
+                                           "gdn_conv_step")))
     monkeypatch.setattr(model_bundle, "select_kernels", lambda use: only_router)
     # No warm-up (a GPU's default): its forwards would route through A's kernel at load.
     a = Engine.from_model(_moe_model(tmp_path / "a"), replace(CFG, warm_up=False))
