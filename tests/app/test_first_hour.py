@@ -29,9 +29,9 @@ def _tokens(pane) -> int:
 
 
 # item 3
-def test_quit_mid_reply_joins_the_engine_and_keeps_the_partial_reply(make_window,
-                                                                      wait_until):
-    window = make_window(max_tokens=400)
+def test_quit_mid_reply_joins_the_engine_and_keeps_the_partial_reply(
+        make_window, wait_until, endless_model_path):
+    window = make_window(max_tokens=4000, model=endless_model_path)
     pane = window.panes.panes()[0]
     pane.session.send("Tell me a long story")
     wait_until(lambda: _tokens(pane) >= 4)
