@@ -1,5 +1,6 @@
 """A conversation's live state: its ChatModel, its one request in flight, and
-the verbs on it (send, stop, regenerate, edit and resend)."""
+the verbs on it: send and stop here; continue, regenerate, edit and resend and the
+versions in history_edits.py."""
 from __future__ import annotations
 
 import time
@@ -7,12 +8,12 @@ import time
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.controllers.chat_model import ChatModel
-from app.controllers.conversation_prompt import context_tokens, prompt_messages
+from app.controllers.conversation_prompt import context_tokens, prompt_messages, title_from
+from app.controllers.history_edits import HistoryEdits
 from app.status.activity import READING, STREAMING, WAITING_FOR_MODEL
 from app.storage.conversation import Conversation
-from app.storage.message import CONTINUABLE, Message, MessageState
-from app.storage.message_branches import with_branch, with_branch_kept, with_edit
-from app.storage.message_versions import num_versions, with_new_version
+from app.storage.message import Message, MessageState
+from app.storage.message_versions import with_new_version
 from engine.errors import TandemError
 
 SAVE_MS = 1000     # a streaming message reaches the database at least this often
@@ -20,7 +21,7 @@ _FINAL_STATE = {"stop": MessageState.DONE, "length": MessageState.LENGTH,
                 "cancelled": MessageState.STOPPED, "error": MessageState.ERROR}
 
 
-class ChatSession(QObject):
+class ChatSession(QObject, HistoryEdits):
     """Signals:
         busy_changed(bool): a request started or ended
         conversation_changed(): title or settings changed (sidebar refresh)
@@ -46,12 +47,8 @@ class ChatSession(QObject):
         self._continued = ("", 0)    # a continued answer: its text and tokens before
         self._save = QTimer(self, interval=SAVE_MS)
         self._save.timeout.connect(self._on_save_timeout)
-        bridge.request_submitted.connect(self._on_bridge_request_submitted)
-        bridge.token_received.connect(self._on_bridge_token_received)
-        bridge.request_finished.connect(self._on_bridge_request_finished)
-        bridge.load_progress.connect(self._on_bridge_load_progress)
-        bridge.model_loaded.connect(self._on_bridge_model_loaded)
-        bridge.load_failed.connect(self._on_bridge_load_failed)
+        for signal, slot in self._bridge_slots():
+            signal.connect(slot)
 
     @property
     def busy(self) -> bool:
@@ -89,67 +86,6 @@ class ChatSession(QObject):
         elif self.request_id is not None:
             self._bridge.cancel(self.request_id)
 
-    def continue_reply(self, row: int) -> bool:
-        """Carry on the stopped (or cut) last answer at `row` from where it ended: the
-        model reads the answer so far as its own and goes on; the text joins it."""
-        msg = self.model.message(row)
-        if (self.busy or row != self.model.last_row() or msg.role != "assistant"
-                or msg.state not in CONTINUABLE or not msg.content):
-            return False
-        try:
-            rid = self._bridge.submit_continuation(
-                self._prompt(row), msg.content, self.conversation.sampling_params())
-        except (TandemError, ValueError) as exc:
-            self.error.emit(str(exc))
-            return False
-        self._row, self._t_sent = row, time.perf_counter()
-        self._continued = (msg.content, msg.num_tokens or 0)
-        msg.state, msg.error = MessageState.STREAMING, ""
-        self._store.update_message(msg)
-        self.model.replace(row, msg)
-        self._started(rid)
-        self.busy_changed.emit(True)
-        return True
-
-    def regenerate(self, row: int) -> bool:
-        """A new answer at `row`, kept beside the earlier ones ("< 1/2 >"); the turns
-        after `row` were built on the old answer, so they go with it (its branch)."""
-        if self.model.message(row).role != "assistant":
-            return False
-        self._abandon()
-        self.model.replace(row, with_branch_kept(self.model.message(row),
-                                                 self.model.messages()[row + 1:]))
-        self._truncate(row + 1)
-        return self._generate(row)
-
-    def select_version(self, row: int, index: int) -> bool:
-        """Show version `index` of the message at `row`, with the turns that followed
-        it (its branch); the next turn builds on it."""
-        msg = self.model.message(row)
-        if self.busy or not 0 <= index < num_versions(msg):
-            return False
-        msg, branch = with_branch(msg, index, self.model.messages()[row + 1:])
-        self._store.update_message(msg)
-        self.model.replace(row, msg)
-        self._truncate(row + 1)
-        for turn in branch:
-            self._add(turn)
-        self.conversation_changed.emit()
-        return True
-
-    def edit_and_resend(self, row: int, text: str) -> bool:
-        """A new version of the user message at `row` with `text`, answered again; the
-        old version keeps the turns that followed it ("‹ 1/2 ›" brings them back)."""
-        if self.model.message(row).role != "user" or not text.strip():
-            return False
-        self._abandon()
-        edited = with_edit(self.model.message(row), text.strip(),
-                           self.model.messages()[row + 1:])
-        self._store.update_message(edited)
-        self.model.replace(row, edited)
-        self._truncate(row + 1)
-        return self._generate()
-
     def update_conversation(self, conversation: Conversation) -> None:
         self.conversation = conversation
         self._store.update_conversation(conversation)
@@ -157,12 +93,17 @@ class ChatSession(QObject):
 
     def close(self) -> None:
         self._abandon()
-        self._bridge.request_submitted.disconnect(self._on_bridge_request_submitted)
-        self._bridge.token_received.disconnect(self._on_bridge_token_received)
-        self._bridge.request_finished.disconnect(self._on_bridge_request_finished)
-        self._bridge.load_progress.disconnect(self._on_bridge_load_progress)
-        self._bridge.model_loaded.disconnect(self._on_bridge_model_loaded)
-        self._bridge.load_failed.disconnect(self._on_bridge_load_failed)
+        for signal, slot in self._bridge_slots():
+            signal.disconnect(slot)
+
+    def _bridge_slots(self) -> list:
+        b = self._bridge
+        return [(b.request_submitted, self._on_bridge_request_submitted),
+                (b.token_received, self._on_bridge_token_received),
+                (b.request_finished, self._on_bridge_request_finished),
+                (b.load_progress, self._on_bridge_load_progress),
+                (b.model_loaded, self._on_bridge_model_loaded),
+                (b.load_failed, self._on_bridge_load_failed)]
 
     # internals
     def _prompt(self, upto: int | None = None) -> list[dict]:
@@ -241,9 +182,7 @@ class ChatSession(QObject):
 
     def _maybe_title(self, text: str) -> None:
         if self.conversation.title == "New chat":
-            title = " ".join(text.split())
-            self.update_conversation(self.conversation.copy(
-                title=title[:48] + ("…" if len(title) > 48 else "")))
+            self.update_conversation(self.conversation.copy(title=title_from(text)))
 
     def _end(self, state: str, stats, error: str) -> None:
         msg = self.model.message(self._row)

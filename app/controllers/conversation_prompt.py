@@ -1,4 +1,5 @@
-"""What a conversation sends the engine, and how much of the context it fills (no Qt)."""
+"""What a conversation sends the engine, how much of the context it fills, and the
+title its first message gives it (no Qt)."""
 from __future__ import annotations
 
 from app.chat.think_text import strip_think
@@ -27,3 +28,9 @@ def context_tokens(messages: list[Message]) -> int | None:
         if msg.role == "assistant" and msg.prompt_tokens is not None:
             return msg.prompt_tokens + (msg.num_tokens or 0)
     return None
+
+
+def title_from(text: str, limit: int = 48) -> str:
+    """A new chat's title: its first message on one line, cut at `limit` characters."""
+    title = " ".join(text.split())
+    return title[:limit] + ("…" if len(title) > limit else "")

@@ -36,7 +36,7 @@ _METRICS = [("decode", "Decode tok/s", "#4f6ef7"), ("prefill", "Prefill tok/s", 
             ("memory", "Memory (RSS)", "#64748b"), ("mhz", "GPU MHz", "#ef4444"),
             ("watts", "GPU W", "#ec4899")]
 _CAPTIONED = ("batch", "kv", "mhz", "watts")
-MIN_WIDTH_EM, MAX_WIDTH_EM = 30, 46      # the dock's width, in average characters
+MAX_WIDTH_EM = 46      # the dock's widest, in average characters of the app's font
 
 
 def _latest(telemetry):
@@ -147,15 +147,17 @@ class StatusPanel(QDockWidget):
         return body
 
     def fit_to_font(self) -> None:
-        """Width limits in characters of the app's font (call after a font change)."""
+        """The widest it may get, in characters of the app's font (call after a font
+        change). No explicit minimum: the contents' own (the buttons, the sparklines)
+        keeps them from being clipped."""
         em = max(QFontMetrics(QApplication.font()).averageCharWidth(), 1)
-        self.setMinimumWidth(round(MIN_WIDTH_EM * em))
-        self.setMaximumWidth(round(MAX_WIDTH_EM * em))
+        self.setMaximumWidth(max(round(MAX_WIDTH_EM * em), self.minimumSizeHint().width()))
 
     def natural_width(self) -> int:
         """The width its contents ask for at the current font, within the limits: after
         a font change (19 -> 13) the panel the big font widened comes back to it."""
-        return min(max(self.sizeHint().width(), self.minimumWidth()), self.maximumWidth())
+        return min(max(self.sizeHint().width(), self.minimumSizeHint().width()),
+                   self.maximumWidth())
 
     def value_text(self, key: str) -> str:
         return self.values[key].text()
