@@ -18,7 +18,7 @@ from kernels.backend import NAMES, gpu_backend
 from kernels.bench.common import compare, report
 from kernels.kernel_set import NO_KERNELS, KernelSet
 
-D, I, E = 2048, 512, 256        # the real widths and experts
+D, I, E = 2048, 512, 256  # noqa: E741 (the real widths and experts)
 
 
 def _block():
