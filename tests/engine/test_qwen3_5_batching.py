@@ -4,7 +4,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-from qwen_fixtures import Rows, build_model, random_weights, tiny_config
+from qwen_fixtures import Rows, build_model, one_rounding_off, random_weights, tiny_config
 
 import engine.models.gated_delta as gated_delta
 
@@ -25,10 +25,7 @@ def models(request):
     """The model and its twin with every float32 weight moved by one rounding."""
     config = tiny_config(request.param)
     weights = random_weights(config, seed=3)
-    rng = np.random.default_rng(0)
-    moved = {k: v * mx.array(1 + 2.0 ** -23 * rng.choice([-1.0, 1.0], v.shape), mx.float32)
-             if v.dtype == mx.float32 else v for k, v in weights.items()}
-    return build_model(config, weights), build_model(config, moved)
+    return build_model(config, weights), build_model(config, one_rounding_off(weights))
 
 
 @pytest.fixture(scope="module")
