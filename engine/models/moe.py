@@ -4,6 +4,8 @@ Experts are stacked weights [E, out, in] run through ``mx.gather_mm`` (float)
 or ``mx.gather_qmm`` (quantized): one op per projection whatever the number of
 tokens or experts touched. With many (token, expert) pairs the pairs are sorted
 by expert first, so each expert's weights are read once and contiguously.
+At decode, 4-bit experts go to the model's kernel set instead (kernels/moe_experts.py):
+the routed experts, the gated shared expert and the residual add in two launches.
 """
 from __future__ import annotations
 
