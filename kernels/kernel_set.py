@@ -106,13 +106,14 @@ class KernelSet:
         out = gcs.kernel(qkv, weight, pool, slots, fresh, heads, eps, backend=backend)
         return out, mx.depends(pool, out)   # keep the returned pool: ordered after the write
 
-    def moe_experts(self, x, idx, scores, experts):
+    def moe_experts(self, x, idx, scores, experts, shared_gate=None, residual=None):
         """y [N, D] of kernels.moe_experts: the routed experts' weighted sum (x [N, D],
-        idx [N, k], scores [N, k]; experts a kernels.moe_experts.QuantExperts)."""
+        idx [N, k], scores [N, k]; experts a kernels.moe_experts.QuantExperts), with its
+        shared expert gated by sigmoid(shared_gate [N, 1]) and residual [N, D] when given."""
         backend = self.launches(me.NAME)
-        if backend is None or not me.applies(x, idx, experts):
+        if backend is None or not me.applies(x, idx, experts, shared_gate, residual):
             return None
-        return me.kernel(x, idx, scores, experts, backend=backend)
+        return me.kernel(x, idx, scores, experts, shared_gate, residual, backend=backend)
 
 
 # What a layer holds until its model is given a kernel set (models built outside an engine).

@@ -6,6 +6,11 @@ For each token n and its k chosen experts e = idx[n, j] with weights s = scores[
     h[n, j] = silu(Wg[e] x[n]) * (Wu[e] x[n])          # launch 1: gate+up, SwiGLU  [N, k, I]
     y[n]    = sum_j s[n, j] * Wd[e] h[n, j]            # launch 2: down, weighted sum  [N, D]
 
+With the block's shared expert (same width and quantization) it is one more "expert"
+j = k of every token with weight sigmoid(shared_gate[n]), and a residual is added in
+launch 2: the whole MoE block after its router in two launches (the plain path runs
+the shared expert's two matmuls, its SwiGLU and the output's add on top).
+
 The model's plain path is four launches and more (two gathered tiled matmuls, the
 SwiGLU, the weighted-sum matmul); at decode the tiled kernel runs one-row products
 (H200, B=1: 80 calls of 18.4 us a step). Here each warp streams whole weight rows
@@ -54,6 +59,8 @@ class QuantExperts:
     group_size: int
     bits: int = 4
     mode: str = "affine"
+    # The shared expert alike: (gate_up [>= 2I, D/8], down [D, I/8]) (w, scales, biases)
+    shared: tuple[tuple, tuple] | None = None
 
 
 _CUDA_HEADER = """
@@ -82,14 +89,21 @@ _CUDA_GATE_UP = """
   constexpr int NCH = (NCHUNK + 31) / 32;     // chunks per lane
   constexpr int G = D / GS;                   // groups per row
   constexpr int TILES = I / RPW;
+  constexpr int KK = K + (SHARED ? 1 : 0);    // experts a token runs: its k, the shared one
   const int N = x_shape[0];
   const int lane = threadIdx.x % 32;
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
-  const int pair = warp / TILES;              // n * K + j
-  if (pair >= N * K) return;                  // whole warps
+  const int pair = warp / TILES;              // n * KK + j
+  if (pair >= N * KK) return;                 // whole warps
   const int i0 = (warp % TILES) * RPW;
-  const int n = pair / K;
-  const size_t e = static_cast<size_t>(idx[pair]);
+  const int n = pair / KK;
+  const int j = pair % KK;
+  const bool own = SHARED && j == K;          // the shared expert: its own arrays
+  const size_t e = own ? 0 : static_cast<size_t>(idx[n * K + j]);
+  const uint32_t* wm = own ? sw : w;
+  const auto* sm = own ? ss : scales;
+  const auto* bm = own ? sb : biases;
+  const size_t rows = own ? size_t(RS) : size_t(R);
   const auto* xr = x + size_t(n) * D;
   float xv[NCH][32];
   float xs[NCH];
@@ -105,10 +119,10 @@ _CUDA_GATE_UP = """
   }
 #pragma unroll
   for (int r = 0; r < RPW; ++r) {
-    const size_t rg = e * R + i0 + r;         // gate row; the up row is I further
+    const size_t rg = e * rows + i0 + r;      // gate row; the up row is I further
     const size_t ru = rg + I;
-    const uint4* wg = reinterpret_cast<const uint4*>(w + rg * WPR);
-    const uint4* wu = reinterpret_cast<const uint4*>(w + ru * WPR);
+    const uint4* wg = reinterpret_cast<const uint4*>(wm + rg * WPR);
+    const uint4* wu = reinterpret_cast<const uint4*>(wm + ru * WPR);
     float ag = 0.f, au = 0.f;
 #pragma unroll
     for (int it = 0; it < NCH; ++it) {
@@ -117,10 +131,10 @@ _CUDA_GATE_UP = """
         const int grp = c * 32 / GS;
         const uint4 qg = wg[c];
         const uint4 qu = wu[c];
-        ag += static_cast<float>(scales[rg * G + grp]) * dot32(qg, xv[it])
-              + static_cast<float>(biases[rg * G + grp]) * xs[it];
-        au += static_cast<float>(scales[ru * G + grp]) * dot32(qu, xv[it])
-              + static_cast<float>(biases[ru * G + grp]) * xs[it];
+        ag += static_cast<float>(sm[rg * G + grp]) * dot32(qg, xv[it])
+              + static_cast<float>(bm[rg * G + grp]) * xs[it];
+        au += static_cast<float>(sm[ru * G + grp]) * dot32(qu, xv[it])
+              + static_cast<float>(bm[ru * G + grp]) * xs[it];
       }
     }
     ag = warp_sum(ag);
@@ -132,7 +146,8 @@ _CUDA_GATE_UP = """
 _CUDA_DOWN = """
   constexpr int WPR = I / 8;                  // uint32 words per down row
   constexpr int CPR = I / 32;                 // chunks per down row
-  constexpr int NC = K * CPR;                 // chunks of one output row, all experts
+  constexpr int KK = K + (SHARED ? 1 : 0);    // experts a token runs: its k, the shared one
+  constexpr int NC = KK * CPR;                // chunks of one output row, all experts
   constexpr int CPL = (NC + 31) / 32;         // chunks per lane
   constexpr int G = I / GS;
   constexpr int RPB = 8 * RPW;                // rows per block: 8 warps
@@ -141,19 +156,29 @@ _CUDA_DOWN = """
   const int n = blockIdx.x / BPT;             // the grid is exact: no early return
   const int d0 = (blockIdx.x % BPT) * RPB + (threadIdx.x / 32) * RPW;
   const int lane = threadIdx.x % 32;
-  for (int t = threadIdx.x; t < K * I; t += blockDim.x) {
-    sh[(t / 32) * 36 + t % 32] =
-        static_cast<float>(scores[n * K + t / I]) * h[size_t(n) * K * I + t];
+  float sgate = 0.f;                          // the shared expert's weight
+  if (SHARED) {
+    sgate = 1.f / (1.f + __expf(-static_cast<float>(gate[n * gate_strides[0]])));
+  }
+  for (int t = threadIdx.x; t < KK * I; t += blockDim.x) {
+    const int j = t / I;
+    const float s = j < K ? static_cast<float>(scores[n * scores_strides[0]
+                                                      + j * scores_strides[1]]) : sgate;
+    sh[(t / 32) * 36 + t % 32] = s * h[size_t(n) * KK * I + t];
   }
   __syncthreads();
   size_t rows[CPL];                           // this lane's chunks: expert row base, part
   int part[CPL];
+  bool own[CPL];                              // a chunk of the shared expert
   float hs[CPL];
 #pragma unroll
   for (int it = 0; it < CPL; ++it) {
     const int c = it * 32 + lane;
     const int cc = c < NC ? c : 0;
-    rows[it] = static_cast<size_t>(idx[n * K + cc / CPR]) * D;
+    const int j = cc / CPR;
+    own[it] = SHARED && j == K;
+    const auto e = idx[n * idx_strides[0] + j * idx_strides[1]];
+    rows[it] = own[it] ? 0 : static_cast<size_t>(e) * D;
     part[it] = cc % CPR;
     float s = 0.f;
 #pragma unroll
@@ -169,13 +194,19 @@ _CUDA_DOWN = """
       const int c = it * 32 + lane;
       if (c < NC) {
         const size_t row = rows[it] + d;
-        const uint4 q = reinterpret_cast<const uint4*>(w + row * WPR)[part[it]];
+        const uint32_t* wm = own[it] ? sw : w;
+        const auto* sm = own[it] ? ss : scales;
+        const auto* bm = own[it] ? sb : biases;
+        const uint4 q = reinterpret_cast<const uint4*>(wm + row * WPR)[part[it]];
         const int grp = part[it] * 32 / GS;
-        acc += static_cast<float>(scales[row * G + grp]) * dot32(q, sh + c * 36)
-               + static_cast<float>(biases[row * G + grp]) * hs[it];
+        acc += static_cast<float>(sm[row * G + grp]) * dot32(q, sh + c * 36)
+               + static_cast<float>(bm[row * G + grp]) * hs[it];
       }
     }
     acc = warp_sum(acc);
+    if (RES) {
+      acc += static_cast<float>(residual[n * residual_strides[0] + d * residual_strides[1]]);
+    }
     if (lane == 0) y[size_t(n) * D + d] = static_cast<OutT>(acc);
   }
 """
@@ -208,14 +239,21 @@ _METAL_GATE_UP = """
   constexpr int NCH = (NCHUNK + 31) / 32;
   constexpr int G = D / GS;
   constexpr int TILES = I / RPW;
+  constexpr int KK = K + (SHARED ? 1 : 0);
   const int N = x_shape[0];
   const int lane = int(thread_index_in_simdgroup);
   const int warp = int(thread_position_in_grid.x) / 32;
   const int pair = warp / TILES;
-  if (pair >= N * K) return;
+  if (pair >= N * KK) return;
   const int i0 = (warp % TILES) * RPW;
-  const int n = pair / K;
-  const size_t e = static_cast<size_t>(idx[pair]);
+  const int n = pair / KK;
+  const int j = pair % KK;
+  const bool own = SHARED && j == K;
+  const size_t e = own ? 0 : static_cast<size_t>(idx[n * K + j]);
+  auto wm = own ? sw : w;
+  auto sm = own ? ss : scales;
+  auto bm = own ? sb : biases;
+  const size_t rows = own ? size_t(RS) : size_t(R);
   auto xr = x + size_t(n) * D;
   float xv[NCH][32];
   float xs[NCH];
@@ -228,19 +266,19 @@ _METAL_GATE_UP = """
     }
   }
   for (int r = 0; r < RPW; ++r) {
-    const size_t rg = e * R + i0 + r;
+    const size_t rg = e * rows + i0 + r;
     const size_t ru = rg + I;
-    auto wg = reinterpret_cast<const device uint4*>(w + rg * WPR);
-    auto wu = reinterpret_cast<const device uint4*>(w + ru * WPR);
+    auto wg = reinterpret_cast<const device uint4*>(wm + rg * WPR);
+    auto wu = reinterpret_cast<const device uint4*>(wm + ru * WPR);
     float ag = 0.0f, au = 0.0f;
     for (int it = 0; it < NCH; ++it) {
       const int c = it * 32 + lane;
       if (c < NCHUNK) {
         const int grp = c * 32 / GS;
-        ag += static_cast<float>(scales[rg * G + grp]) * dot32(wg[c], xv[it])
-              + static_cast<float>(biases[rg * G + grp]) * xs[it];
-        au += static_cast<float>(scales[ru * G + grp]) * dot32(wu[c], xv[it])
-              + static_cast<float>(biases[ru * G + grp]) * xs[it];
+        ag += static_cast<float>(sm[rg * G + grp]) * dot32(wg[c], xv[it])
+              + static_cast<float>(bm[rg * G + grp]) * xs[it];
+        au += static_cast<float>(sm[ru * G + grp]) * dot32(wu[c], xv[it])
+              + static_cast<float>(bm[ru * G + grp]) * xs[it];
       }
     }
     ag = simd_sum(ag);
@@ -252,7 +290,8 @@ _METAL_GATE_UP = """
 _METAL_DOWN = """
   constexpr int WPR = I / 8;
   constexpr int CPR = I / 32;
-  constexpr int NC = K * CPR;
+  constexpr int KK = K + (SHARED ? 1 : 0);
+  constexpr int NC = KK * CPR;
   constexpr int CPL = (NC + 31) / 32;
   constexpr int G = I / GS;
   constexpr int RPB = 8 * RPW;
@@ -262,18 +301,28 @@ _METAL_DOWN = """
   const int n = int(threadgroup_position_in_grid.x) / BPT;
   const int d0 = (int(threadgroup_position_in_grid.x) % BPT) * RPB + (tid / 32) * RPW;
   const int lane = int(thread_index_in_simdgroup);
-  for (int t = tid; t < K * I; t += 256) {
-    sh[(t / 32) * 36 + t % 32] =
-        static_cast<float>(scores[n * K + t / I]) * h[size_t(n) * K * I + t];
+  float sgate = 0.0f;
+  if (SHARED) {
+    sgate = 1.0f / (1.0f + metal::exp(-static_cast<float>(gate[n * gate_strides[0]])));
+  }
+  for (int t = tid; t < KK * I; t += 256) {
+    const int j = t / I;
+    const float s = j < K ? static_cast<float>(scores[n * scores_strides[0]
+                                                      + j * scores_strides[1]]) : sgate;
+    sh[(t / 32) * 36 + t % 32] = s * h[size_t(n) * KK * I + t];
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   size_t rows[CPL];
   int part[CPL];
+  bool own[CPL];
   float hs[CPL];
   for (int it = 0; it < CPL; ++it) {
     const int c = it * 32 + lane;
     const int cc = c < NC ? c : 0;
-    rows[it] = static_cast<size_t>(idx[n * K + cc / CPR]) * D;
+    const int j = cc / CPR;
+    own[it] = SHARED && j == K;
+    const auto e = idx[n * idx_strides[0] + j * idx_strides[1]];
+    rows[it] = own[it] ? 0 : static_cast<size_t>(e) * D;
     part[it] = cc % CPR;
     float s = 0.0f;
     for (int t = 0; t < 32; ++t) s += sh[cc * 36 + t];
@@ -286,13 +335,19 @@ _METAL_DOWN = """
       const int c = it * 32 + lane;
       if (c < NC) {
         const size_t row = rows[it] + d;
-        const uint4 q = reinterpret_cast<const device uint4*>(w + row * WPR)[part[it]];
+        auto wm = own[it] ? sw : w;
+        auto sm = own[it] ? ss : scales;
+        auto bm = own[it] ? sb : biases;
+        const uint4 q = reinterpret_cast<const device uint4*>(wm + row * WPR)[part[it]];
         const int grp = part[it] * 32 / GS;
-        acc += static_cast<float>(scales[row * G + grp]) * dot32(q, sh + c * 36)
-               + static_cast<float>(biases[row * G + grp]) * hs[it];
+        acc += static_cast<float>(sm[row * G + grp]) * dot32(q, sh + c * 36)
+               + static_cast<float>(bm[row * G + grp]) * hs[it];
       }
     }
     acc = simd_sum(acc);
+    if (RES) {
+      acc += static_cast<float>(residual[n * residual_strides[0] + d * residual_strides[1]]);
+    }
     if (lane == 0) y[size_t(n) * D + d] = static_cast<OutT>(acc);
   }
 """
@@ -310,65 +365,106 @@ def _get(backend: str):
         header, gate_up, down = _SOURCES[backend]
         make = mx.fast.cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
         _built[backend] = (
-            make(name="tandem_moe_gate_up", input_names=["x", "idx", "w", "scales", "biases"],
+            make(name="tandem_moe_gate_up",
+                 input_names=["x", "idx", "w", "scales", "biases", "sw", "ss", "sb"],
                  output_names=["h"], source=gate_up, header=header),
+            # Strided idx, scores, gate and residual read as they are (the shared gate is
+            # a column of the joined router output); h and the weights are dense.
             make(name="tandem_moe_down",
-                 input_names=["h", "idx", "scores", "w", "scales", "biases"],
-                 output_names=["y"], source=down, header=header))
+                 input_names=["h", "idx", "scores", "w", "scales", "biases", "sw", "ss", "sb",
+                              "gate", "residual"],
+                 output_names=["y"], source=down, header=header, ensure_row_contiguous=False))
     return _built[backend]
 
 
-def _dequantized_rows(parts, idx, group_size: int) -> mx.array:
-    """The chosen experts' float32 matrices [N, k, rows, cols] (scale * q + bias in float32:
-    bf16 scales would round each weight to bf16)."""
-    w, s, b = (p[idx] for p in parts)
+def _dequantized(parts, group_size: int, idx=None) -> mx.array:
+    """Float32 matrices (scale * q + bias in float32: bf16 scales would round each weight
+    to bf16): the chosen experts' [N, k, rows, cols], or the one matrix without idx."""
+    w, s, b = parts if idx is None else (p[idx] for p in parts)
     return mx.dequantize(w, s.astype(mx.float32), b.astype(mx.float32), group_size=group_size,
                          bits=4)
 
 
-def reference(x, idx, scores, experts: QuantExperts) -> mx.array:
-    """Plain-mx float32: dequantize the chosen experts and run them. [N, D] in x.dtype."""
+def _swiglu_rows(gu: mx.array, hidden: int) -> mx.array:
+    gate, up = gu[..., :hidden], gu[..., hidden:2 * hidden]
+    return gate * mx.sigmoid(gate) * up
+
+
+def reference(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=None):
+    """Plain-mx float32: dequantize the chosen experts and run them; with experts.shared,
+    plus sigmoid(shared_gate) times the shared expert; plus residual. [N, D] in x.dtype."""
     hidden, gs = experts.hidden, experts.group_size
-    xf = x.astype(mx.float32)[:, None, :, None]                             # [N, 1, D, 1]
-    gu = (_dequantized_rows(experts.gate_up, idx, gs) @ xf)[..., 0]         # [N, k, rows]
-    gate, up = gu[..., :hidden], gu[..., hidden:2 * hidden]                 # [N, k, I]
-    h = gate * mx.sigmoid(gate) * up                                        # [N, k, I]
-    y = (_dequantized_rows(experts.down, idx, gs) @ h[..., None])[..., 0]   # [N, k, D]
-    return (scores.astype(mx.float32)[..., None] * y).sum(axis=1).astype(x.dtype)
+    xf = x.astype(mx.float32)                                               # [N, D]
+    gu = (_dequantized(experts.gate_up, gs, idx) @ xf[:, None, :, None])[..., 0]  # [N, k, R]
+    h = _swiglu_rows(gu, hidden)                                            # [N, k, I]
+    y = (_dequantized(experts.down, gs, idx) @ h[..., None])[..., 0]        # [N, k, D]
+    out = (scores.astype(mx.float32)[..., None] * y).sum(axis=1)           # [N, D]
+    if experts.shared is not None:
+        sgu, sdown = experts.shared
+        hs = _swiglu_rows(xf @ _dequantized(sgu, gs).T, hidden)            # [N, I]
+        gate = mx.sigmoid(shared_gate.astype(mx.float32).reshape(-1, 1))   # [N, 1]
+        out = out + gate * (hs @ _dequantized(sdown, gs).T)
+    if residual is not None:
+        out = out + residual.astype(mx.float32)
+    return out.astype(x.dtype)
 
 
-def applies(x, idx, experts: QuantExperts) -> bool:
+def _quantized_alike(parts, rows_at_least: int, cols: int, like) -> bool:
+    w = parts[0]
+    return (len(parts) == 3 and parts[2] is not None and w.dtype == mx.uint32
+            and w.shape[-2] >= rows_at_least and w.shape[-1] * 8 == cols
+            and all(p.dtype == q.dtype for p, q in zip(parts[1:], like[1:])))
+
+
+def applies(x, idx, experts: QuantExperts, shared_gate=None, residual=None) -> bool:
     """Shapes and formats the kernel handles; the caller's plain path takes the rest."""
     if x.ndim != 2 or idx.ndim != 2 or idx.shape[0] != x.shape[0]:
         return False
     (N, D), K, hidden, gs = x.shape, idx.shape[1], experts.hidden, experts.group_size
     gw, dw = experts.gate_up[0], experts.down[0]
-    return (experts.bits == 4 and experts.mode == "affine" and gs in GROUP_SIZES
-            and all(len(p) == 3 and p[2] is not None for p in (experts.gate_up, experts.down))
-            and gw.dtype == mx.uint32 and dw.dtype == mx.uint32
-            and 1 <= N * K <= MAX_PAIRS and D % 32 == 0 and hidden % 32 == 0
-            and D % gs == 0 and hidden % gs == 0 and hidden % RPW1 == 0
-            and D % (8 * RPW2) == 0 and K * hidden // 32 * 36 * 4 <= SMEM_BYTES
-            and gw.ndim == 3 and gw.shape[2] * 8 == D and gw.shape[1] >= 2 * hidden
-            and dw.ndim == 3 and dw.shape[1] == D and dw.shape[2] * 8 == hidden)
+    KK = K + (experts.shared is not None)
+    ok = (experts.bits == 4 and experts.mode == "affine" and gs in GROUP_SIZES
+          and all(len(p) == 3 and p[2] is not None for p in (experts.gate_up, experts.down))
+          and gw.dtype == mx.uint32 and dw.dtype == mx.uint32
+          and 1 <= N * K <= MAX_PAIRS and D % 32 == 0 and hidden % 32 == 0
+          and D % gs == 0 and hidden % gs == 0 and hidden % RPW1 == 0
+          and D % (8 * RPW2) == 0 and KK * hidden // 32 * 36 * 4 <= SMEM_BYTES
+          and gw.ndim == 3 and gw.shape[2] * 8 == D and gw.shape[1] >= 2 * hidden
+          and dw.ndim == 3 and dw.shape[1] == D and dw.shape[2] * 8 == hidden
+          and (residual is None or residual.shape == (N, D)))
+    if not ok or experts.shared is None:
+        return ok
+    sgu, sdown = experts.shared
+    return (shared_gate is not None and shared_gate.shape in ((N, 1), (N,))
+            and _quantized_alike(sgu, 2 * hidden, D, experts.gate_up) and sgu[0].ndim == 2
+            and _quantized_alike(sdown, D, hidden, experts.down) and sdown[0].shape[0] == D
+            and sdown[0].ndim == 2)
 
 
-def kernel(x, idx, scores, experts: QuantExperts, *, backend: str) -> mx.array:
+def kernel(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=None, *,
+           backend: str) -> mx.array:
     """Launch on `backend`: y [N, D] in x.dtype, as `reference`."""
     (N, D), K, hidden, gs = x.shape, idx.shape[1], experts.hidden, experts.group_size
+    shared = experts.shared is not None
+    KK = K + shared
     gate_up, down = _get(backend)
     gw, gsc, gb = experts.gate_up
-    (h,) = gate_up(
-        inputs=[x, idx, gw, gsc, gb],
-        template=[("D", D), ("I", hidden), ("K", K), ("R", gw.shape[1]), ("GS", gs),
-                  ("RPW", RPW1)],
-        grid=(N * K * (hidden // RPW1) * 32, 1, 1), threadgroup=(256, 1, 1),
-        output_shapes=[(N * K, hidden)], output_dtypes=[mx.float32])
     dw, dsc, db = experts.down
+    # Without a shared expert its inputs are stand-ins the kernel never reads.
+    (sgw, sgs, sgb), (sdw, sds, sdb) = experts.shared if shared else (experts.gate_up,
+                                                                      experts.down)
+    (h,) = gate_up(
+        inputs=[x, idx, gw, gsc, gb, sgw, sgs, sgb],
+        template=[("D", D), ("I", hidden), ("K", K), ("R", gw.shape[1]),
+                  ("RS", sgw.shape[-2]), ("GS", gs), ("RPW", RPW1), ("SHARED", shared)],
+        grid=(N * KK * (hidden // RPW1) * 32, 1, 1), threadgroup=(256, 1, 1),
+        output_shapes=[(N * KK, hidden)], output_dtypes=[mx.float32])
+    gate = scores if shared_gate is None else shared_gate.reshape(N, 1)
     (y,) = down(
-        inputs=[h, idx, scores, dw, dsc, db],
+        inputs=[h, idx, scores, dw, dsc, db, sdw, sds, sdb, gate,
+                x if residual is None else residual],
         template=[("OutT", x.dtype), ("D", D), ("I", hidden), ("K", K), ("GS", gs),
-                  ("RPW", RPW2)],
+                  ("RPW", RPW2), ("SHARED", shared), ("RES", residual is not None)],
         grid=(N * (D // (8 * RPW2)) * 256, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(N, D)], output_dtypes=[x.dtype])
     return y

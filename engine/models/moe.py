@@ -4,10 +4,13 @@ Experts are stacked weights [E, out, in] run through ``mx.gather_mm`` (float)
 or ``mx.gather_qmm`` (quantized): one op per projection whatever the number of
 tokens or experts touched. With many (token, expert) pairs the pairs are sorted
 by expert first, so each expert's weights are read once and contiguously.
+At decode, 4-bit experts go to the model's kernel set instead (kernels/moe_experts.py):
+the routed experts, the gated shared expert and the residual add in two launches.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import lru_cache
 
 import mlx.core as mx
@@ -148,6 +151,20 @@ class SwitchGLU(nn.Module):
                             joined.bits, joined.mode)
 
 
+def _quantized_mlp(mlp: MLP):
+    """((gate_up, down) arrays, (hidden, group_size, bits, mode)) of a SwiGLU MLP whose
+    joined gate+up and down are quantized alike, else None."""
+    fused, down = mlp.get("gate_up_proj"), mlp.down_proj
+    joined = getattr(fused, "joined", None)
+    if not (isinstance(joined, nn.QuantizedLinear) and isinstance(down, nn.QuantizedLinear)):
+        return None
+    settings = (joined.group_size, joined.bits, joined.mode)
+    if settings != (down.group_size, down.bits, down.mode):
+        return None
+    parts = tuple(tuple(m.get(k) for k in ("weight", "scales", "biases")) for m in (joined, down))
+    return parts, (fused.parts.sizes[0], *settings)
+
+
 @lru_cache(maxsize=64)     # decode and chunk shapes; bounded
 def batch_rows(batch_shape: tuple[int, ...]) -> mx.array:
     """The lhs indices gather_mm would build per call (each input matrix of the batch
@@ -202,11 +219,26 @@ class SparseMoeBlock(nn.Module):
         idx, scores = self.route(logits)                                     # [N, k] each
         if route_rows is not None:
             idx = idx[route_rows]          # padding rows read no expert row 0 does not
-        y = self.experts(x, idx, scores)                                     # [N, D]
-        out = moe_output(y, self.shared_expert(x), shared_gate,
-                         mx.array(0, y.dtype) if residual is None
-                         else residual.reshape(-1, shape[-1]))
+        residual = None if residual is None else residual.reshape(-1, shape[-1])
+        out = self._kernel_block(x, idx, scores, shared_gate, residual)
+        if out is None:
+            y = self.experts(x, idx, scores)                                 # [N, D]
+            out = moe_output(y, self.shared_expert(x), shared_gate,
+                             mx.array(0, y.dtype) if residual is None else residual)
         return out.reshape(shape)
+
+    def _kernel_block(self, x, idx, scores, shared_gate, residual) -> mx.array | None:
+        """The block after its router in two launches (kernels/moe_experts.py: the routed
+        experts, the gated shared expert and the residual add), or None: no kernel here."""
+        routed = self.switch_mlp.quantized_experts()
+        shared = _quantized_mlp(self.shared_expert)
+        if routed is None or shared is None:
+            return None
+        (gate_up, down), settings = shared
+        if settings != (routed.hidden, routed.group_size, routed.bits, routed.mode):
+            return None
+        return self.kernel_set.moe_experts(x, idx, scores, replace(routed, shared=(gate_up, down)),
+                                           shared_gate, residual)
 
     def experts(self, x: mx.array, idx: mx.array, scores: mx.array) -> mx.array:
         """The routed experts' weighted sum [N, D]: two kernel launches at decode

@@ -70,44 +70,61 @@ void run_{name}() {{
 }}
 '''
 
-def emulate(N, E, K, D, I, GS, pad, seed):  # noqa: E741 (the kernels' names)
+def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False):  # noqa: E741
+    """moe_experts' two kernels; with the shared expert (weight sigmoid(gate), the gate a
+    column of a wider array) and a residual; scores a strided view too."""
     rng = np.random.default_rng(seed)
     gu = mx.array(rng.normal(size=(E, 2 * I + pad, D)).astype(np.float32) * D**-0.5)
     dn = mx.array(rng.normal(size=(E, D, I)).astype(np.float32) * I**-0.5)
-    gw, gs, gb = mx.quantize(gu, GS, 4)          # float32 scales: float32 kernel inputs
-    dw, ds, db = mx.quantize(dn, GS, 4)
+    sgu = mx.array(rng.normal(size=(2 * I + pad, D)).astype(np.float32) * D**-0.5)
+    sdn = mx.array(rng.normal(size=(D, I)).astype(np.float32) * I**-0.5)
+    q = [np.array(a) for m in (gu, dn, sgu, sdn) for a in mx.quantize(m, GS, 4)]  # f32 scales
     x = rng.normal(size=(N, D)).astype(np.float32)
     idx = np.stack([rng.choice(E, K, replace=False) for _ in range(N)]).astype(np.uint32)
-    sc = rng.dirichlet(np.ones(K), size=N).astype(np.float32)
+    sc_wide = rng.dirichlet(np.ones(K + 3), size=N).astype(np.float32)   # scores: [:, 1:1+K]
+    gate_wide = rng.normal(size=(N, E + 1)).astype(np.float32)           # gate: [:, E]
+    resid = rng.normal(size=(N, D)).astype(np.float32)
     d = WORK
-    arrs = {"x": x, "idx": idx, "gw": np.array(gw), "gs": np.array(gs), "gb": np.array(gb),
-            "dw": np.array(dw), "ds": np.array(ds), "db": np.array(db), "sc": sc}
+    names = ["gw", "gs", "gb", "dw", "ds", "db", "sgw", "sgs", "sgb", "sdw", "sds", "sdb"]
+    arrs = {"x": x, "idx": idx, "scx": sc_wide, "gtx": gate_wide, "res": resid,
+            **dict(zip(names, q))}
     for k, v in arrs.items():
         v.tofile(f"{d}/{k}.bin")
-    R = 2 * I + pad
-    nb1 = -(-(N * K * (I // me.RPW1) * 32) // 256)
+    R, KK = 2 * I + pad, K + shared
+    nb1 = -(-(N * KK * (I // me.RPW1) * 32) // 256)
     nb2 = N * (D // (8 * me.RPW2))
     src = PRE + me._CUDA_HEADER
     src += kfunc("gate_up", me._CUDA_GATE_UP,
                  "const float* x, const int* x_shape, const uint32_t* idx, const uint32_t* w,"
-                 " const float* scales, const float* biases, float* h",
-                 [("D", D), ("I", I), ("K", K), ("R", R), ("GS", GS), ("RPW", me.RPW1)])
+                 " const float* scales, const float* biases, const uint32_t* sw,"
+                 " const float* ss, const float* sb, float* h",
+                 [("D", D), ("I", I), ("K", K), ("R", R), ("RS", R), ("GS", GS),
+                  ("RPW", me.RPW1), ("SHARED", int(shared))])
     src += kfunc("down", me._CUDA_DOWN,
-                 "const float* h, const uint32_t* idx, const float* scores, const uint32_t* w,"
-                 " const float* scales, const float* biases, float* y",
-                 [("OutT", "float"), ("D", D), ("I", I), ("K", K), ("GS", GS), ("RPW", me.RPW2)])
+                 "const float* h, const uint32_t* idx, const int64_t* idx_strides,"
+                 " const float* scores, const int64_t* scores_strides, const uint32_t* w,"
+                 " const float* scales, const float* biases, const uint32_t* sw,"
+                 " const float* ss, const float* sb, const float* gate,"
+                 " const int64_t* gate_strides, const float* residual,"
+                 " const int64_t* residual_strides, float* y",
+                 [("OutT", "float"), ("D", D), ("I", I), ("K", K), ("GS", GS),
+                  ("RPW", me.RPW2), ("SHARED", int(shared)), ("RES", int(res))])
+    loads = "".join(f'  {n.upper()} = load<{"uint32_t" if n.endswith("w") else "float"}>'
+                    f'("{d}/{n}.bin", {a.size});\n' for n, a in arrs.items() if n != "idx")
     src += f'''
 template <class T> std::vector<T> load(const char* n, size_t c) {{
   std::vector<T> v(c); FILE* f = fopen(n, "rb"); fread(v.data(), sizeof(T), c, f); fclose(f); return v; }}
-std::vector<float> X, GS_, GB, DS, DB, SC, H, Y; std::vector<uint32_t> IDX, GW, DW; int XS[1] = {{{N}}};
-''' + launch("gu", "gate_up(X.data(), XS, IDX.data(), GW.data(), GS_.data(), GB.data(), H.data())", nb1) \
-        + launch("dn", "down(H.data(), IDX.data(), SC.data(), DW.data(), DS.data(), DB.data(), Y.data())", nb2) + f'''
+std::vector<float> X, GS, GB, DS, DB, SGS, SGB, SDS, SDB, SCX, GTX, RES, H, Y;
+std::vector<uint32_t> IDX, GW, DW, SGW, SDW; int XS[1] = {{{N}}};
+int64_t IST[2] = {{{K}, 1}}, SST[2] = {{{K + 3}, 1}}, GST[2] = {{{E + 1}, 1}}, RST[2] = {{{D}, 1}};
+''' + launch("gu", "gate_up(X.data(), XS, IDX.data(), GW.data(), GS.data(), GB.data(),"
+                   " SGW.data(), SGS.data(), SGB.data(), H.data())", nb1) \
+        + launch("dn", "down(H.data(), IDX.data(), IST, SCX.data() + 1, SST, DW.data(), DS.data(),"
+                 " DB.data(), SDW.data(), SDS.data(), SDB.data(), GTX.data() + " + str(E)
+                 + ", GST, RES.data(), RST, Y.data())", nb2) + f'''
 int main() {{
-  X = load<float>("{d}/x.bin", {N * D}); IDX = load<uint32_t>("{d}/idx.bin", {N * K});
-  GW = load<uint32_t>("{d}/gw.bin", {E * R * D // 8}); GS_ = load<float>("{d}/gs.bin", {E * R * D // GS});
-  GB = load<float>("{d}/gb.bin", {E * R * D // GS}); DW = load<uint32_t>("{d}/dw.bin", {E * D * I // 8});
-  DS = load<float>("{d}/ds.bin", {E * D * I // GS}); DB = load<float>("{d}/db.bin", {E * D * I // GS});
-  SC = load<float>("{d}/sc.bin", {N * K}); H.assign({N * K * I}, -1e30f); Y.assign({N * D}, -1e30f);
+  IDX = load<uint32_t>("{d}/idx.bin", {N * K});
+{loads}  H.assign({N * KK * I}, -1e30f); Y.assign({N * D}, -1e30f);
   run_gu(); run_dn();
   FILE* f = fopen("{d}/y.bin", "wb"); fwrite(Y.data(), 4, Y.size(), f); fclose(f);
 }}
@@ -118,10 +135,18 @@ int main() {{
                    check=True)
     subprocess.run([f"{d}/emu"], check=True)
     y = np.fromfile(f"{d}/y.bin", np.float32).reshape(N, D)
-    ref = _numpy_reference(x, idx, sc, (gw, gs, gb), (dw, ds, db), I)
+    ref = _numpy_reference(x, idx, sc_wide[:, 1:1 + K], q[0:3], q[3:6], I)
+    if shared:
+        wgu, wd = _dequantize(*q[6:9]), _dequantize(*q[9:12])
+        gu_s = x.astype(np.float64) @ wgu.T
+        g, u = gu_s[:, :I], gu_s[:, I:2 * I]
+        gate = 1 / (1 + np.exp(-gate_wide[:, E:E + 1].astype(np.float64)))
+        ref += gate * ((g / (1 + np.exp(-g)) * u) @ wd.T)
+    if res:
+        ref += resid
     err = float(np.abs(y - ref).max())
-    print(f"N={N} E={E} K={K} D={D} I={I} GS={GS} pad={pad}: max|y - ref| = {err:.2e}, "
-          f"max|ref| = {np.abs(ref).max():.2f}")
+    print(f"N={N} E={E} K={K} D={D} I={I} GS={GS} pad={pad} shared={shared} residual={res}: "
+          f"max|y - ref| = {err:.2e}, max|ref| = {np.abs(ref).max():.2f}")
     return err
 
 
@@ -217,9 +242,11 @@ WORK = tempfile.mkdtemp(prefix="cuda_on_cpu_")
 
 if __name__ == "__main__":
     # (N, E, K, D, I, group, pad): every lane busy; fewer chunks than lanes; k = 10
-    for case in [(3, 8, 4, 256, 256, 64, 128), (2, 16, 8, 128, 64, 64, 0),
-                 (1, 8, 8, 1024, 96, 32, 64), (2, 12, 10, 96, 128, 32, 0)]:
-        assert emulate(*case, seed=1) < 1e-4
+    for case, extra in [((3, 8, 4, 256, 256, 64, 128), {}), ((2, 16, 8, 128, 64, 64, 0), {}),
+                        ((1, 8, 8, 1024, 96, 32, 64), {"shared": True}),
+                        ((2, 12, 10, 96, 128, 32, 0), {"shared": True, "res": True}),
+                        ((2, 8, 4, 256, 128, 64, 0), {"res": True})]:
+        assert emulate(*case, seed=1, **extra) < 1e-4
     # (B, slots, (Hk, Hv, Dk, Dv), taps, fresh rows): the real head layout at 2+2+4 heads
     for case in [(3, 5, (2, 4, 128, 128), 4, {1}), (2, 4, (1, 2, 32, 64), 3, set())]:
         assert emulate_conv(*case, seed=2) < 1e-5

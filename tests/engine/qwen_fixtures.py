@@ -63,6 +63,14 @@ def random_weights(config: dict, seed: int = 0, bf16_exact: bool = False) -> dic
     return out
 
 
+def one_rounding_off(weights: dict, seed: int = 0) -> dict:
+    """The weights with every float32 value moved by one rounding (x (1 +- 2**-23)): a
+    model built from them shows how far float32 rounding alone moves its outputs."""
+    rng = np.random.default_rng(seed)
+    return {k: v * mx.array(1 + 2.0 ** -23 * rng.choice([-1.0, 1.0], v.shape), mx.float32)
+            if v.dtype == mx.float32 else v for k, v in weights.items()}
+
+
 def build_model(config: dict, weights: dict) -> Model:
     model = Model(ModelArgs.from_config(config))
     model.load_weights(list(weights.items()), strict=True)

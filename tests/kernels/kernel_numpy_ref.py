@@ -84,21 +84,32 @@ def dequantize4(w, scales, biases) -> np.ndarray:
     return q * s + b
 
 
-def moe_experts(x, idx, scores, gate_up, down, hidden):
+def moe_experts(x, idx, scores, gate_up, down, hidden, shared=None, shared_gate=None,
+                residual=None):
     """y[n] = sum_j s[n, j] Wd[e] (silu(Wg[e] x[n]) * Wu[e] x[n]), e = idx[n, j]; gate rows
-    [0, hidden) and up rows [hidden, 2 hidden) of gate_up. Returns (y, |terms| sums) [N, D]:
-    the second is the sum of the absolute values of y's terms (for rounding bounds)."""
+    [0, hidden) and up rows [hidden, 2 hidden) of gate_up; with shared = (gate_up, down),
+    plus sigmoid(shared_gate[n]) times that expert; plus residual. Returns (y, |terms|
+    sums) [N, D]: the second is the sum of the absolute values of y's terms (for rounding
+    bounds)."""
     N, K = idx.shape
     wgu = {e: dequantize4(*(a[e] for a in gate_up)) for e in set(idx.reshape(-1).tolist())}
     wd = {e: dequantize4(*(a[e] for a in down)) for e in wgu}
+    runs = [[(int(idx[n, j]), scores[n, j]) for j in range(K)] for n in range(N)]
+    if shared is not None:
+        wgu["shared"], wd["shared"] = dequantize4(*shared[0]), dequantize4(*shared[1])
+        gate = 1.0 / (1.0 + np.exp(-np.asarray(shared_gate, np.float64).reshape(N)))
+        for n in range(N):
+            runs[n].append(("shared", gate[n]))
     y = np.zeros((N, down[0].shape[1]))
     mag = np.zeros_like(y)
     for n in range(N):
-        for j in range(K):
-            e = int(idx[n, j])
+        for e, weight in runs[n]:
             gu = wgu[e] @ x[n].astype(np.float64)
             g, u = gu[:hidden], gu[hidden:2 * hidden]
             h = g / (1.0 + np.exp(-g)) * u
-            y[n] += scores[n, j] * (wd[e] @ h)
-            mag[n] += abs(scores[n, j]) * (np.abs(wd[e]) @ np.abs(h))
+            y[n] += weight * (wd[e] @ h)
+            mag[n] += abs(weight) * (np.abs(wd[e]) @ np.abs(h))
+    if residual is not None:
+        y += residual
+        mag += np.abs(residual)
     return y, mag

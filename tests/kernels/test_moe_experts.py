@@ -7,6 +7,7 @@ import pytest
 from kernel_numpy_ref import to_np
 
 import kernels.moe_experts as me
+from kernels.backend import NAMES
 from kernels.kernel_set import NO_KERNELS, KernelSet
 from kernels.selftest import random_experts
 from kernels.stand_in import COUNT, gpu_graph
@@ -15,23 +16,39 @@ from kernels.stand_in import COUNT, gpu_graph
 # 8 experts; fewer chunks than lanes; k=10 (Qwen3-Next); group 32 and 128; GPU row padding.
 GRID = [(1, 8, 8, 2048, 512, 64, 0), (3, 8, 4, 256, 256, 64, 128), (2, 12, 10, 96, 128, 32, 0),
         (5, 8, 2, 256, 128, 128, 0), (16, 32, 8, 128, 64, 64, 0)]
+# the block's shared expert and residual: neither, both, each (GRID[1]; GRID[0] with both)
+EXTRAS = [(False, False), (True, True), (True, False), (False, True)]
 DTYPES = [mx.float32, mx.bfloat16]
 ULP32 = 2.0 ** -24
 
 
-def _make(seed, N, E, K, D, hidden, group, pad, dtype):
+def _make(seed, N, E, K, D, hidden, group, pad, dtype, shared=False, residual=False):
+    """(x, idx, scores, experts, shared_gate, residual): scores and the shared gate strided
+    views (a router output's columns), as the model hands them over."""
     experts = random_experts(mx.random.key(seed), E, D, hidden, group, pad)
     rng = np.random.default_rng(seed)
     x = mx.array(rng.standard_normal((N, D)), dtype=dtype)
     idx = mx.array(np.stack([rng.choice(E, K, replace=False) for _ in range(N)]), mx.uint32)
-    scores = mx.array(rng.dirichlet(np.ones(K), size=N), dtype=dtype)
-    return x, idx, scores, experts
+    wide = mx.array(np.concatenate([rng.dirichlet(np.ones(K), size=N),
+                                    rng.standard_normal((N, 2))], axis=1), dtype=dtype)
+    scores, gate = wide[:, :K], wide[:, K:K + 1]
+    if shared:
+        one = random_experts(mx.random.key(seed + 100), 1, D, hidden, group, pad)
+        experts = me.QuantExperts(experts.gate_up, experts.down, hidden, group,
+                                  shared=(tuple(a[0] for a in one.gate_up),
+                                          tuple(a[0] for a in one.down)))
+    res = mx.array(rng.standard_normal((N, D)), dtype=dtype) if residual else None
+    return x, idx, scores, experts, gate if shared else None, res
 
 
-def _expected(x, idx, scores, experts):
+def _expected(x, idx, scores, experts, shared_gate=None, residual=None):
+    shared = None if experts.shared is None else [[to_np(a) for a in part]
+                                                  for part in experts.shared]
     return numpy_ref.moe_experts(to_np(x), to_np(idx), to_np(scores),
                                  [to_np(a) for a in experts.gate_up],
-                                 [to_np(a) for a in experts.down], experts.hidden)
+                                 [to_np(a) for a in experts.down], experts.hidden, shared,
+                                 None if shared_gate is None else to_np(shared_gate),
+                                 None if residual is None else to_np(residual))
 
 
 def _close(y, want, mag, dtype) -> bool:
@@ -41,28 +58,32 @@ def _close(y, want, mag, dtype) -> bool:
     return numpy_ref.close(to_np(y), want, 64 * ULP32 * mag + 1e-30, rtol)
 
 
-@pytest.mark.parametrize("case", GRID)
+CASES = [(c, False, False) for c in GRID] + [(GRID[1], s, r) for s, r in EXTRAS[1:]] + [
+    (GRID[0], True, True)]
+
+
+@pytest.mark.parametrize("case, shared, residual", CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_reference_matches_numpy(case, dtype, cpu_stream):
-    args = _make(0, *case, dtype)
+def test_reference_matches_numpy(case, shared, residual, dtype, cpu_stream):
+    args = _make(0, *case, dtype, shared, residual)
     assert _close(me.reference(*args), *_expected(*args), dtype)
 
 
-@pytest.mark.parametrize("case", GRID)
+@pytest.mark.parametrize("case, shared, residual", CASES)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_kernel_matches_numpy(backend, case, dtype):
-    args = _make(1, *case, dtype)
-    assert me.applies(args[0], args[1], args[3])
+def test_kernel_matches_numpy(backend, case, shared, residual, dtype):
+    args = _make(1, *case, dtype, shared, residual)
+    assert me.applies(args[0], args[1], *args[3:])
     assert _close(me.kernel(*args, backend=backend), *_expected(*args), dtype)
 
 
 def test_dispatcher_matches_numpy(backend):
-    args = _make(2, 4, 16, 8, 2048, 512, 64, 0, mx.bfloat16)
+    args = _make(2, 4, 16, 8, 2048, 512, 64, 0, mx.bfloat16, True, True)
     assert _close(KernelSet(backend).moe_experts(*args), *_expected(*args), mx.bfloat16)
 
 
 def test_planted_fault_is_caught():
-    args = _make(3, 2, 8, 4, 256, 256, 64, 0, mx.float32)
+    args = _make(3, 2, 8, 4, 256, 256, 64, 0, mx.float32, True, True)
     with mx.stream(mx.cpu):
         y = np.array(to_np(me.reference(*args)))
     want, mag = _expected(*args)
@@ -75,7 +96,7 @@ def test_shapes_outside_the_contract_decline(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("launched a call it should have declined")
     monkeypatch.setattr(me, "kernel", refuse)
-    x, idx, scores, experts = _make(4, 2, 8, 4, 256, 256, 64, 0, mx.float32)
+    x, idx, scores, experts, _, _ = _make(4, 2, 8, 4, 256, 256, 64, 0, mx.float32)
     ks = KernelSet("cuda")
     assert NO_KERNELS.moe_experts(x, idx, scores, experts) is None
     many = mx.zeros((me.MAX_PAIRS // 4 + 1, 256))              # a prefill chunk's tokens
@@ -86,6 +107,9 @@ def test_shapes_outside_the_contract_decline(monkeypatch):
     no_bias = me.QuantExperts(experts.gate_up[:2] + (None,), experts.down, 256, 64)
     assert ks.moe_experts(x, idx, scores, no_bias) is None
     assert ks.moe_experts(x[:, :200], idx, scores, experts) is None   # D of other experts
+    _, _, _, with_shared, gate, _ = _make(4, 2, 8, 4, 256, 256, 64, 0, mx.float32, True)
+    assert ks.moe_experts(x, idx, scores, with_shared) is None        # no shared gate
+    assert ks.moe_experts(x, idx, scores, experts, residual=x[:1]) is None
 
 
 def test_the_real_decode_shapes_apply():
@@ -111,8 +135,7 @@ def _moe_block(seed=0):
 
 
 def _only_experts(backend):
-    others = ("gated_delta_step", "gated_delta_chunk", "paged_attention", "moe_route")
-    return KernelSet(backend, tuple((n, "test") for n in others))
+    return KernelSet(backend, tuple((n, "test") for n in NAMES if n != me.NAME))
 
 
 def test_the_moe_block_hands_its_experts_to_the_kernel_as_its_plain_path_reads_them(
@@ -124,11 +147,13 @@ def test_the_moe_block_hands_its_experts_to_the_kernel_as_its_plain_path_reads_t
                         or me.reference(*a))
     block = _moe_block()
     x = mx.random.normal((3, 1, 128), key=mx.random.key(1))
-    plain = block(x)
+    residual = mx.random.normal((3, 1, 128), key=mx.random.key(2))
+    plain = [block(x), block(x, residual)]
     block.kernel_set = _only_experts("cuda")
-    routed = block(x)
-    assert calls == ["cuda"]
-    np.testing.assert_allclose(np.array(routed), np.array(plain), rtol=1e-5, atol=1e-5)
+    routed = [block(x), block(x, residual)]
+    assert calls == ["cuda", "cuda"]
+    for got, want in zip(routed, plain):
+        np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
 
 
 def test_the_moe_block_counts_two_launches_for_its_experts():
@@ -142,6 +167,7 @@ def test_the_moe_block_counts_two_launches_for_its_experts():
 def test_the_moe_block_on_the_kernel_matches_its_plain_path(backend):
     block = _moe_block()
     x = mx.random.normal((4, 1, 128), key=mx.random.key(2))
-    plain = np.array(block(x))
+    residual = mx.random.normal((4, 1, 128), key=mx.random.key(3))
+    plain = np.array(block(x, residual))
     block.kernel_set = _only_experts(backend)
-    np.testing.assert_allclose(np.array(block(x)), plain, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.array(block(x, residual)), plain, rtol=1e-4, atol=1e-4)
