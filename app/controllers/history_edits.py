@@ -42,10 +42,19 @@ class HistoryEdits:
         if self.model.message(row).role != "assistant":
             return False
         self._abandon()
-        self.model.replace(row, with_branch_kept(self.model.message(row),
-                                                 self.model.messages()[row + 1:]))
+        answer, tail = self.model.message(row), self.model.messages()[row + 1:]
+        kept = with_branch_kept(answer, tail)
+        self._store.update_message(kept)
+        self.model.replace(row, kept)
         self._truncate(row + 1)
-        return self._generate(row)
+        if self._generate(row):
+            return True
+        # Nothing was submitted (no model, a prompt too long): as it was.
+        self._store.update_message(answer)
+        self.model.replace(row, answer)
+        for turn in tail:
+            self._add(turn.copy(id=None))
+        return False
 
     def select_version(self, row: int, index: int) -> bool:
         """Show version `index` of the message at `row`, with the turns that followed

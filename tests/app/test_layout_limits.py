@@ -54,3 +54,19 @@ def test_the_panel_comes_back_after_a_big_font(make_window, qtbot):
     window.appearance.apply("light", 13)
     qtbot.waitUntil(lambda: panel.width() == narrow)
     assert window.sidebar.width() >= SIDEBAR_MIN_WIDTH
+
+
+def test_a_wide_panel_saved_by_an_older_release_comes_back_bounded(make_window, qtbot):
+    from PySide6.QtCore import Qt
+    window = make_window(load=False)
+    panel = window.status_panel
+    widest = panel.maximumWidth()
+    panel.setMaximumWidth(16_777_215)               # as before the bound existed
+    window.resizeDocks([panel], [900], Qt.Orientation.Horizontal)
+    qtbot.waitUntil(lambda: panel.width() > widest)
+    save_window_state(window, window.store)
+    window.close()
+    again = make_window(load=False)
+    qtbot.waitUntil(lambda: again.status_panel.width() > 0)
+    assert again.status_panel.width() <= widest
+    assert again.sidebar.width() >= SIDEBAR_MIN_WIDTH

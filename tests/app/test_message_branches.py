@@ -81,3 +81,13 @@ def test_branch_records_nest_and_round_trip():
     assert turns[0].num_tokens == 3
     shown, turns = with_branch(shown, 2, turns)
     assert shown.content == "q3" and [t.content for t in turns] == ["a3"]
+
+
+def test_a_regenerate_that_cannot_start_keeps_the_turns(make_window, wait_until, run):
+    window, pane = _two_turns(make_window, wait_until)
+    session = pane.session
+    before = _contents(session)
+    window.bridge.close()                                 # no model now
+    assert not session.regenerate(1)
+    assert _contents(session) == before
+    assert [m.content for m in window.store.messages(session.conversation.id)] == before

@@ -18,6 +18,7 @@ from engine.events import RequestStats, StepEvent
 
 class ScriptedBridge(QObject):
     """The bridge's signals and verbs; the test plays the engine's part."""
+    request_submitted = Signal(int, int)
     token_received = Signal(int, str, int)
     request_finished = Signal(int, str, object, str, str)
     load_progress = Signal(float, str)
