@@ -7,6 +7,7 @@ import json
 
 import openai
 import pytest
+from server_harness import post_raw
 
 from engine.server.openai_format import ResponseShape
 from engine.server.reply import Reply
@@ -180,3 +181,22 @@ def test_reasoning_is_split_from_the_answer_in_every_api(qwen_engine):
     resp = ResponsesReply("m", True, {}, reasoning=True).whole(fin)
     assert [o["type"] for o in resp["output"]] == ["reasoning", "message", "function_call"]
     assert resp["output"][0]["content"][0]["text"] == thought
+
+
+def test_reasoning_content_in_a_history_reaches_the_template(qclient, qwen_engine):
+    """Qwen3's template shows an assistant's reasoning after the last user turn (a
+    tool-call loop): a client that sends reasoning_content back gets it rendered."""
+    history = [*ASK, {"role": "assistant", "content": "", "reasoning_content": "weigh it",
+                      "tool_calls": [{"id": "c1", "type": "function", "function": {
+                          "name": "get_weather", "arguments": '{"city": "Bern", "days": 1}'}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "12 C"}]
+    with_it = _ask(qclient, messages=history, tools=[WEATHER], max_tokens=1)
+    history[1] = {k: v for k, v in history[1].items() if k != "reasoning_content"}
+    without = _ask(qclient, messages=history, tools=[WEATHER], max_tokens=1)
+    assert with_it.usage.prompt_tokens > without.usage.prompt_tokens + \
+        len(qwen_engine.tokenizer.encode("weigh it"))
+    status, body = post_raw(qclient.base_url.__str__().rstrip("/"), "/tokenize", json.dumps(
+        {"messages": [*history[:1], {**history[1], "reasoning_content": "weigh it"},
+                      history[2]], "tools": [WEATHER]}).encode())
+    assert "<think>\nweigh it\n</think>" in qwen_engine.tokenizer.decode(body["tokens"])
+    assert body["count"] == with_it.usage.prompt_tokens
