@@ -43,6 +43,9 @@ _LOG2_E = 1.4426950408889634
 _SUM_BLOCK = 256
 _BELOW_ONE = 1.0 - 2.0 ** -23  # exact in float32
 _BISECTION_STEPS = 31  # halvings of an int32 key range narrower than 2**31
+# MLX's CUDA sort (mx.sort, mx.topk) runs one block per row on grid.y, at most 65,535:
+# more rows fail at launch ("cudaGraphAddKernelNode ... invalid argument").
+_MAX_SORT_ROWS = 65535
 
 
 class RowSampler:
@@ -209,7 +212,11 @@ def _tie_rank(ties: mx.array) -> mx.array:
 def _top_k_keep(d: mx.array, top_k: list[int], top_p: list[float]) -> mx.array:
     """top-k, then top-p over the renormalized top-k mass, from the sorted top
     max(k) values only (no full sort): the cut's value and how many ids it keeps."""
-    width = max(top_k)
+    if d.shape[0] > _MAX_SORT_ROWS:     # rows are independent: sort them in slices
+        n = _MAX_SORT_ROWS
+        return mx.concatenate([_top_k_keep(d[i:i + n], top_k[i:i + n], top_p[i:i + n])
+                               for i in range(0, d.shape[0], n)])
+    width = max(*top_k, 1)      # a slice may hold no top-k row
     best = mx.sort(mx.topk(d, width, axis=-1), axis=-1)[:, ::-1]       # [B, K] best first
     rank = mx.arange(width)[None, :]                                   # [1, K]
     in_k = rank < _column([max(k, 1) for k in top_k], mx.int32)        # [B, K]

@@ -11,7 +11,6 @@ import contextlib
 import signal
 import sys
 
-from engine.cli import add_reading_pace_arg
 from engine.config import EngineConfig
 from engine.errors import TandemError
 from engine.server.api_server import ApiServer
@@ -22,6 +21,7 @@ from engine.server.server_config import (
     DEFAULT_PORT,
     ServerConfig,
 )
+from engine.terminal.cli import add_reading_pace_arg
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
