@@ -23,6 +23,7 @@ class Reply:
         self._log = token_log
         self._bytes = token_bytes(tokenizer) if token_log is not None else None
         self._num_logged = 0
+        self._offset = 0                  # completions' text_offset: chars before a token
         self._text = ReplyText(read_calls, reasoning)
         self._forced = forced_call
         self.calls: list[ToolCall] = []
@@ -77,7 +78,10 @@ class Reply:
         if self.shape.kind == "chat":
             return {"content": [self._chat_entry(e) for e in entries], "refusal": None}
         pieces = [self._piece(e.token_id) for e in entries]
-        offsets = [sum(len(p) for p in pieces[:i]) for i in range(len(pieces))]
+        offsets = []
+        for p in pieces:
+            offsets.append(self._offset)
+            self._offset += len(p)
         return {"tokens": pieces, "token_logprobs": [e.logprob for e in entries],
                 "top_logprobs": [{self._piece(t): lp for t, lp in e.top} for e in entries],
                 "text_offset": offsets}
