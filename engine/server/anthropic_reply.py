@@ -1,20 +1,23 @@
 """A reply in Anthropic's Messages shape: a whole message, or its stream of events
 (message_start, content_block_start/delta/stop for text and tool_use, message_delta,
-message_stop), with tool calls read from the text as for OpenAI's API."""
+message_stop), with tool calls read from the text as for OpenAI's API, and a thinking
+model's reasoning as `thinking` blocks."""
 from __future__ import annotations
 
 import json
 import time
 import uuid
 
-from engine.tokenization.tool_calls import ToolCall, ToolCallStream
+from engine.server.reply_text import ReplyText, is_thought
+from engine.tokenization.tool_calls import ToolCall
 
 
 class AnthropicReply:
-    def __init__(self, model: str, read_calls: bool, stops: tuple[str, ...] = ()):
+    def __init__(self, model: str, read_calls: bool, stops: tuple[str, ...] = (),
+                 reasoning: bool | None = None):
         self.id = "msg_" + uuid.uuid4().hex[:24]
         self.model = model
-        self._parser = ToolCallStream() if read_calls else None
+        self._text = ReplyText(read_calls, reasoning)
         self._stops = stops
         self._open: str | None = None         # the kind of the block being streamed
         self._index = -1
@@ -23,17 +26,16 @@ class AnthropicReply:
 
     # -- whole ------------------------------------------------------------------
     def whole(self, fin, full_text: str | None = None) -> dict:
-        parts = self._parser.feed(fin.text) + self._parser.finish() if self._parser \
-            else [fin.text]
         content = []
-        for p in parts:
+        for p in self._text.whole(fin.text):
+            kind, key = ("thinking", "thinking") if is_thought(p) else ("text", "text")
             if isinstance(p, ToolCall):
                 self.calls.append(p)
                 content.append(_tool_use(p))
-            elif p and content and content[-1]["type"] == "text":
-                content[-1]["text"] += p
-            elif p:
-                content.append({"type": "text", "text": p})
+            elif content and content[-1]["type"] == kind:
+                content[-1][key] += p
+            else:
+                content.append({"type": kind, key: str(p), **_signature(kind)})
         reason, seq = self.stop_reason(fin, full_text)
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model,
                 "content": content, "stop_reason": reason, "stop_sequence": seq,
@@ -59,11 +61,10 @@ class AnthropicReply:
                 ("ping", {"type": "ping"})]
 
     def delta_events(self, text: str) -> list[tuple[str, dict]]:
-        parts = self._parser.feed(text) if self._parser else [text]
-        return self._events(parts)
+        return self._events(self._text.feed(text))
 
     def end_events(self, fin, full_text: str | None) -> list[tuple[str, dict]]:
-        out = self._events(self._parser.finish() if self._parser else [])
+        out = self._events(self._text.finish())
         out += self._close()
         reason, seq = self.stop_reason(fin, full_text)
         u = usage(fin.stats)
@@ -82,12 +83,14 @@ class AnthropicReply:
                     "type": "content_block_delta", "index": self._index,
                     "delta": {"type": "input_json_delta", "partial_json": p.arguments}}))
                 out += self._close()
-            elif p:
-                if self._open != "text":
-                    out += self._close() + self._begin({"type": "text", "text": ""})
+            else:
+                kind = "thinking" if is_thought(p) else "text"
+                if self._open != kind:
+                    out += self._close() + self._begin({"type": kind, kind: "",
+                                                        **_signature(kind)})
                 out.append(("content_block_delta", {
                     "type": "content_block_delta", "index": self._index,
-                    "delta": {"type": "text_delta", "text": p}}))
+                    "delta": {"type": f"{kind}_delta", kind: str(p)}}))
         return out
 
     def _begin(self, block: dict) -> list[tuple[str, dict]]:
@@ -101,6 +104,11 @@ class AnthropicReply:
             return []
         self._open = None
         return [("content_block_stop", {"type": "content_block_stop", "index": self._index})]
+
+
+def _signature(kind: str) -> dict:
+    # Anthropic signs its thinking blocks; a local model's carry an empty signature.
+    return {"signature": ""} if kind == "thinking" else {}
 
 
 def _tool_use(call: ToolCall) -> dict:

@@ -35,12 +35,12 @@ class MessagesRoute:
             body.pop("model", None)
             req = parse_chat(body)
             engine = self.routes.engine_for(None)
-            handle, _ = self.routes.submit(engine, req)
+            handle, prepared = self.routes.submit(engine, req)
         except ApiError as e:
             return web.json_response(error_body(e.status, e.message), status=e.status)
         tools = req.extras.tools
         reply = AnthropicReply(engine.model_name, bool(tools and tools.reads_calls),
-                               req.sampling.stop)
+                               req.sampling.stop, prepared.reasoning)
         self.routes.active.add(handle.request_id)
         try:
             if req.stream:

@@ -56,13 +56,16 @@ class ResponseShape:
                 "system_fingerprint": system_fingerprint(self.model)}
 
     def completion(self, text: str, reason: str, stats: RequestStats | None,
-                   tool_calls=(), logprobs: dict | None = None) -> dict:
+                   tool_calls=(), logprobs: dict | None = None,
+                   reasoning: str | None = None) -> dict:
         """The whole reply; `reason` is already OpenAI's (finish_reason())."""
         if self.kind == "chat":
             message = {"role": "assistant", "content": text}
             if tool_calls:
                 message = {"role": "assistant", "content": text or None,
                            "tool_calls": [c.openai() for c in tool_calls]}
+            if reasoning:
+                message["reasoning_content"] = reasoning
             choice = {"index": 0, "message": message, "logprobs": logprobs,
                       "finish_reason": reason}
             obj = "chat.completion"

@@ -7,6 +7,7 @@ over its vocabulary, tools the template must render) is checked before it is que
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from engine.sampling_params import SamplingParams
 from engine.server import grammar
@@ -17,7 +18,16 @@ from engine.tokenization.chat_prompt import ChatPrompt, template_support
 from engine.tokenization.messages import check_text
 
 
-def prepare(engine, req) -> tuple[list[int], SamplingParams]:
+@dataclass(frozen=True)
+class Prepared:
+    ids: list[int]
+    sampling: SamplingParams
+    # Split the reply's <think> reasoning: None, no (not chat, or the template never
+    # thinks); True, the prompt leaves <think> open; False, if the reply opens one.
+    reasoning: bool | None = None
+
+
+def prepare(engine, req) -> Prepared:
     tok = engine.tokenizer
     ids = _chat_ids(tok, req) if req.kind == "chat" else text_ids(tok, req.prompt)
     max_context = engine.config.max_context
@@ -29,21 +39,27 @@ def prepare(engine, req) -> tuple[list[int], SamplingParams]:
         if token >= vocab:
             raise bad_request(f"'logit_bias' names token {token}, outside the vocabulary "
                               f"(0 to {vocab - 1}).", "logit_bias")
-    rule = _grammar(tok, req.extras, ids)
+    thinking = req.kind == "chat" and _thinking_open(tok, ids)
+    rule = _grammar(tok, req.extras, thinking)
     if rule is not None:
         constraint = grammar.make_grammar(tok, vocab, rule, req.extras.grammar_param)
         sampling = dataclasses.replace(sampling, constraint=constraint)
-    return ids, sampling
+    thinks = req.kind == "chat" and template_support(tok.chat_template).thinks
+    return Prepared(ids, sampling, thinking if thinks else None)
 
 
-def _grammar(tok, extras, ids: list[int]) -> str | None:
+def _thinking_open(tok, ids: list[int]) -> bool:
+    """Does the prompt end inside an open <think> block (the generation prompt's)?"""
+    return tok.decode(ids[-6:]).rstrip().endswith("<think>")
+
+
+def _grammar(tok, extras, thinking: bool) -> str | None:
     """response_format's grammar, or a forced tool call's in the template's format (after
     the model's reasoning, when the prompt leaves a `<think>` block open)."""
     tools = extras.tools
     if tools is None or not tools.forced:
         return extras.grammar
     style = template_support(tok.chat_template).call_format
-    thinking = tok.decode(ids[-6:]).rstrip().endswith("<think>")
     return grammar.lark_grammar(call_grammar(tools.forced, tools.parallel, style, thinking))
 
 

@@ -2,37 +2,40 @@
 
 The engine gives text deltas and, for logprob requests, one TokenLogprob per sampled
 token (SamplingParams.token_log, filled on the engine thread before the token's event
-is sent, so it is there when the event arrives). Tool calls are read by
-ToolCallStream, so a streamed reply and a whole one agree.
+is sent, so it is there when the event arrives). Reasoning and tool calls are read by
+ReplyText, so a streamed reply and a whole one agree; reasoning goes out as
+`reasoning_content` (as vLLM and llama.cpp send it).
 """
 from __future__ import annotations
 
 from engine.server.openai_format import ResponseShape, finish_reason
+from engine.server.reply_text import ReplyText, is_thought
 from engine.tokenization.token_bytes import token_bytes
-from engine.tokenization.tool_calls import ToolCall, ToolCallStream
+from engine.tokenization.tool_calls import ToolCall
 
 
 class Reply:
     def __init__(self, shape: ResponseShape, tokenizer, token_log: list | None,
-                 read_calls: bool, forced_call: bool = False):
+                 read_calls: bool, forced_call: bool = False,
+                 reasoning: bool | None = None):
         self.shape = shape
         self._tok = tokenizer
         self._log = token_log
         self._bytes = token_bytes(tokenizer) if token_log is not None else None
         self._num_logged = 0
-        self._parser = ToolCallStream() if read_calls else None
+        self._offset = 0                  # completions' text_offset: chars before a token
+        self._text = ReplyText(read_calls, reasoning)
         self._forced = forced_call
         self.calls: list[ToolCall] = []
 
     # -- streamed ---------------------------------------------------------------
     def delta_chunks(self, text: str) -> list[dict]:
         """Chunks for one text delta (may be none: text held back, or a call in progress)."""
-        parts = self._parser.feed(text) if self._parser else ([text] if text else [])
-        return self._chunks(parts)
+        return self._chunks(self._text.feed(text))
 
     def last_chunks(self, reason: str) -> list[dict]:
         """What is left of the text, then the chunk with finish_reason."""
-        out = self._chunks(self._parser.finish() if self._parser else [])
+        out = self._chunks(self._text.finish())
         return out + [self.shape.chunk(None, self.finish(reason), logprobs=self._logprobs())]
 
     def _chunks(self, parts: list) -> list[dict]:
@@ -42,19 +45,22 @@ class Reply:
                 index = len(self.calls)
                 self.calls.append(part)
                 out += self.shape.tool_call_chunks(part, index)
+            elif is_thought(part):
+                out.append(self.shape.chunk(None, delta={"reasoning_content": str(part)},
+                                            logprobs=self._logprobs()))
             elif part:
                 out.append(self.shape.chunk(part, logprobs=self._logprobs()))
         return out
 
     # -- whole ------------------------------------------------------------------
     def whole(self, text: str, reason: str, stats) -> dict:
-        content = text
-        if self._parser:
-            parts = self._parser.feed(text) + self._parser.finish()
-            content = "".join(p for p in parts if isinstance(p, str))
-            self.calls = [p for p in parts if isinstance(p, ToolCall)]
+        parts = self._text.whole(text)
+        content = "".join(p for p in parts if isinstance(p, str) and not is_thought(p))
+        reasoning = "".join(p for p in parts if is_thought(p))
+        self.calls = [p for p in parts if isinstance(p, ToolCall)]
         return self.shape.completion(content, self.finish(reason), stats,
-                                     tool_calls=self.calls, logprobs=self._logprobs())
+                                     tool_calls=self.calls, logprobs=self._logprobs(),
+                                     reasoning=reasoning or None)
 
     def finish(self, engine_reason: str) -> str:
         if self.calls and (engine_reason == "stop" or self._forced):
@@ -72,7 +78,10 @@ class Reply:
         if self.shape.kind == "chat":
             return {"content": [self._chat_entry(e) for e in entries], "refusal": None}
         pieces = [self._piece(e.token_id) for e in entries]
-        offsets = [sum(len(p) for p in pieces[:i]) for i in range(len(pieces))]
+        offsets = []
+        for p in pieces:
+            offsets.append(self._offset)
+            self._offset += len(p)
         return {"tokens": pieces, "token_logprobs": [e.logprob for e in entries],
                 "top_logprobs": [{self._piece(t): lp for t, lp in e.top} for e in entries],
                 "text_offset": offsets}

@@ -1,5 +1,5 @@
 """A reply in the Responses API's shape: a `response` object with `output` items
-(a message with output_text, function_call items), or its stream of typed events
+(reasoning, a message with output_text, function_call items), or its stream of typed events
 (response.created ... response.completed), in the order the SDKs' stream state reads."""
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import json
 import time
 import uuid
 
-from engine.tokenization.tool_calls import ToolCall, ToolCallStream
+from engine.server.reply_text import ReplyText, is_thought
+from engine.tokenization.tool_calls import ToolCall
 
 
 def _id(prefix: str) -> str:
@@ -15,15 +16,16 @@ def _id(prefix: str) -> str:
 
 
 class ResponsesReply:
-    def __init__(self, model: str, read_calls: bool, echo: dict):
+    def __init__(self, model: str, read_calls: bool, echo: dict,
+                 reasoning: bool | None = None):
         self.id = _id("resp")
         self.model = model
         self.created = int(time.time())
-        self._parser = ToolCallStream() if read_calls else None
+        self._text = ReplyText(read_calls, reasoning)
         self._echo = echo                      # request fields the response repeats
         self.items: list[dict] = []
         self._seq = 0
-        self._text_item: dict | None = None    # the message item being streamed
+        self._text_item: dict | None = None    # the message / reasoning item streamed
 
     def response(self, status: str, fin=None) -> dict:
         out = {"id": self.id, "object": "response", "created_at": self.created,
@@ -36,9 +38,11 @@ class ResponsesReply:
 
     # -- whole ------------------------------------------------------------------
     def whole(self, fin) -> dict:
-        parts = self._parser.feed(fin.text) + self._parser.finish() if self._parser \
-            else [fin.text]
-        text = "".join(p for p in parts if isinstance(p, str))
+        parts = self._text.whole(fin.text)
+        thought = "".join(p for p in parts if is_thought(p))
+        text = "".join(p for p in parts if isinstance(p, str) and not is_thought(p))
+        if thought:
+            self.items.append(_reasoning(_id("rs"), thought, "completed"))
         if text:
             self.items.append(_message(_id("msg"), text, "completed"))
         self.items += [_call(c, "completed") for c in parts if isinstance(c, ToolCall)]
@@ -51,10 +55,10 @@ class ResponsesReply:
                 self._ev("response.in_progress", response=head)]
 
     def delta_events(self, text: str) -> list[tuple[str, dict]]:
-        return self._events(self._parser.feed(text) if self._parser else [text])
+        return self._events(self._text.feed(text))
 
     def end_events(self, fin) -> list[tuple[str, dict]]:
-        out = self._events(self._parser.finish() if self._parser else [])
+        out = self._events(self._text.finish())
         out += self._close_text()
         status = _status(fin)
         kind = "response.completed" if status == "completed" else "response.incomplete"
@@ -76,25 +80,32 @@ class ResponsesReply:
                                  output_index=index, arguments=p.arguments, name=p.name),
                         self._ev("response.output_item.done", output_index=index, item=item)]
             elif p:
-                out += self._open_text()
+                kind = "reasoning" if is_thought(p) else "message"
+                out += self._open_text(kind)
                 item = self._text_item
                 item["content"][0]["text"] += p
-                out.append(self._ev("response.output_text.delta", item_id=item["id"],
-                                    output_index=len(self.items) - 1, content_index=0,
-                                    delta=p, logprobs=[]))
+                event = "response.reasoning_text.delta" if kind == "reasoning" \
+                    else "response.output_text.delta"
+                extra = {} if kind == "reasoning" else {"logprobs": []}
+                out.append(self._ev(event, item_id=item["id"], output_index=len(self.items) - 1,
+                                    content_index=0, delta=str(p), **extra))
         return out
 
-    def _open_text(self) -> list[tuple[str, dict]]:
-        if self._text_item is not None:
+    def _open_text(self, kind: str) -> list[tuple[str, dict]]:
+        if self._text_item is not None and self._text_item["type"] == kind:
             return []
-        self._text_item = _message(_id("msg"), "", "in_progress")
+        out = self._close_text()
+        self._text_item = (_reasoning(_id("rs"), "", "in_progress") if kind == "reasoning"
+                           else _message(_id("msg"), "", "in_progress"))
         self.items.append(self._text_item)
         index, item = len(self.items) - 1, self._text_item
-        empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-        return [self._ev("response.output_item.added", output_index=index,
-                         item={**item, "content": []}),
-                self._ev("response.content_part.added", item_id=item["id"], output_index=index,
-                         content_index=0, part=empty)]
+        out.append(self._ev("response.output_item.added", output_index=index,
+                            item={**item, "content": []}))
+        if kind == "message":
+            empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            out.append(self._ev("response.content_part.added", item_id=item["id"],
+                                output_index=index, content_index=0, part=empty))
+        return out
 
     def _close_text(self) -> list[tuple[str, dict]]:
         item, self._text_item = self._text_item, None
@@ -103,6 +114,10 @@ class ResponsesReply:
         item["status"] = "completed"
         index = self.items.index(item)
         part = item["content"][0]
+        if item["type"] == "reasoning":
+            return [self._ev("response.reasoning_text.done", item_id=item["id"],
+                             output_index=index, content_index=0, text=part["text"]),
+                    self._ev("response.output_item.done", output_index=index, item=item)]
         return [self._ev("response.output_text.done", item_id=item["id"], output_index=index,
                          content_index=0, text=part["text"], logprobs=[]),
                 self._ev("response.content_part.done", item_id=item["id"], output_index=index,
@@ -123,6 +138,11 @@ def _message(item_id: str, text: str, status: str) -> dict:
     return {"type": "message", "id": item_id, "status": status, "role": "assistant",
             "content": [{"type": "output_text", "text": text, "annotations": [],
                          "logprobs": []}]}
+
+
+def _reasoning(item_id: str, text: str, status: str) -> dict:
+    return {"type": "reasoning", "id": item_id, "status": status, "summary": [],
+            "content": [{"type": "reasoning_text", "text": text}]}
 
 
 def _call(call: ToolCall, status: str) -> dict:

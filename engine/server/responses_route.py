@@ -28,7 +28,7 @@ class ResponsesRoute:
         body = to_chat_body(await self.routes.read_body(request))
         req = parse_chat(body)
         engine = self.routes.engine_for(req.model)
-        handle, _ = self.routes.submit(engine, req)
+        handle, prepared = self.routes.submit(engine, req)
         tools = req.extras.tools
         echo = {"instructions": body["messages"][0]["content"]
                 if body["messages"][0]["role"] == "system" else None,
@@ -39,7 +39,8 @@ class ResponsesRoute:
                 else ({"type": "function", "name": tools.name} if tools else "auto"),
                 "tools": [{"type": "function", **t["function"]} for t in tools.tools]
                 if tools else [], "text": {"format": {"type": "text"}}, "store": False}
-        reply = ResponsesReply(engine.model_name, bool(tools and tools.reads_calls), echo)
+        reply = ResponsesReply(engine.model_name, bool(tools and tools.reads_calls), echo,
+                               prepared.reasoning)
         self.routes.active.add(handle.request_id)
         try:
             if req.stream:

@@ -49,7 +49,7 @@ class Routes:
         return self._engine(model)
 
     def submit(self, engine, req: ApiRequest):
-        """(handle, SamplingParams) of a checked request, queued in the engine."""
+        """(handle, Prepared) of a checked request, queued in the engine."""
         return _submit(engine, req)
 
     async def read_body(self, request: web.Request) -> object:
@@ -68,12 +68,12 @@ class Routes:
     # -- one request ----------------------------------------------------------
     async def _complete(self, request: web.Request, req: ApiRequest) -> web.StreamResponse:
         engine = self._engine(req.model)
-        handle, sampling = _submit(engine, req)
+        handle, prepared = _submit(engine, req)
         shape = ResponseShape(req.kind, engine.model_name, req.stream and req.include_usage)
         tools = req.extras.tools
-        reply = Reply(shape, engine.tokenizer, sampling.token_log,
+        reply = Reply(shape, engine.tokenizer, prepared.sampling.token_log,
                       read_calls=bool(tools and tools.reads_calls),
-                      forced_call=bool(tools and tools.forced))
+                      forced_call=bool(tools and tools.forced), reasoning=prepared.reasoning)
         self.active.add(handle.request_id)
         try:
             if req.stream:
@@ -100,11 +100,11 @@ class Routes:
 
 
 def _submit(engine, req: ApiRequest):
-    """(the engine's handle, the SamplingParams it runs with)."""
+    """(the engine's handle, the Prepared request: ids, SamplingParams, reasoning)."""
     prompt_param = "messages" if req.kind == "chat" else "prompt"
     try:
-        ids, sampling = prepare(engine, req)
-        return engine.submit(ids, sampling), sampling
+        prepared = prepare(engine, req)
+        return engine.submit(prepared.ids, prepared.sampling), prepared
     except PromptTooLongError as e:
         raise too_long(e, req.kind) from e
     except (ModelLoadError, InvalidRequestError) as e:   # e.g. the template refused them

@@ -103,8 +103,11 @@ def _choice(choice: object, names: set[str]) -> tuple[str, str | None]:
 def history_fields(m: dict, param: str) -> dict:
     """The tool fields of one history message, in the shape chat templates read:
     an assistant's `tool_calls` (arguments as an object, as transformers passes them)
-    and a tool result's `tool_call_id` / `name`."""
+    and `reasoning_content`, and a tool result's `tool_call_id`."""
     out = {}
+    reasoning = m.get("reasoning_content", m.get("reasoning"))
+    if m.get("role") == "assistant" and isinstance(reasoning, str):
+        out["reasoning_content"] = reasoning      # templates show it in tool-call loops
     if m.get("role") == "assistant" and m.get("tool_calls") is not None:
         calls = m["tool_calls"]
         if not isinstance(calls, list):

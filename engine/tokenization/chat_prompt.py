@@ -37,6 +37,7 @@ class TemplateSupport:
     tool_calls: bool     # reads a message's `tool_calls`
     tool_role: bool      # names the "tool" role
     xml_calls: bool = False  # writes calls as `<function=name><parameter=...>` (Qwen3.5)
+    thinks: bool = False     # writes <think> blocks (the model reasons before answering)
 
     @property
     def call_format(self) -> str:
@@ -62,7 +63,8 @@ def template_support(source: str | None) -> TemplateSupport:
     texts = consts | {n.data for n in ast.find_all(jinja2.nodes.TemplateData)}
     return TemplateSupport(tools="tools" in names, tool_calls="tool_calls" in attrs,
                            tool_role="tool" in consts,
-                           xml_calls=any("<function=" in t for t in texts))
+                           xml_calls=any("<function=" in t for t in texts),
+                           thinks=any("<think>" in t for t in texts))
 
 
 def prepare_messages(prompt: ChatPrompt, source: str | None) -> tuple[list[dict], list | None]:

@@ -157,3 +157,12 @@ def test_a_long_non_streamed_request_outlasts_the_client_timeout(serve, engine):
     assert out.choices[0].finish_reason == "length"
     if time.monotonic() - start <= 0.2:
         pytest.skip("the reply came within the timeout: too quick to show anything here")
+
+
+def test_cors_star_allows_any_origin(serve, engine):
+    server = serve(EngineHolder(engine=engine, loading=False), cors_origins=("*",))
+    status, headers, _ = _request(server.url + "/models", headers={"Origin": "http://a.test"})
+    assert headers["Access-Control-Allow-Origin"] == "*" and "Vary" not in headers
+    assert headers["Access-Control-Expose-Headers"] == "x-request-id"
+    status, headers, _ = _request(server.url + "/models")     # no Origin: no CORS headers
+    assert "Access-Control-Allow-Origin" not in headers

@@ -71,3 +71,31 @@ def test_refusals_name_the_field(client, engine):
         with pytest.raises(openai.BadRequestError) as info:
             client.responses.create(model=engine.model_name, input=ASK, **kw)
         assert info.value.body["param"] == param
+
+
+def test_a_thinking_reply_streams_as_the_sdk_assembles_it():
+    """Scripted thinking-model text through ResponsesReply's events, read by the SDK's own
+    stream state: reasoning item, message, function call."""
+    from types import SimpleNamespace
+
+    from openai._models import construct_type_unchecked
+    from openai.lib.streaming.responses._responses import ResponseStreamState
+    from openai.types.responses import ResponseStreamEvent
+
+    from engine.events import RequestStats
+    from engine.server.responses_reply import ResponsesReply
+    text = ('thinking hard\n</think>\n\nParis.\n<tool_call>\n{"name": "f", '
+            '"arguments": {"a": 1}}\n</tool_call>')
+    reply = ResponsesReply("m", True, {"tools": [], "tool_choice": "auto"}, reasoning=True)
+    events = reply.start_events()
+    for i in range(0, len(text), 3):
+        events += reply.delta_events(text[i:i + 3])
+    events += reply.end_events(SimpleNamespace(text=text, reason="stop",
+                                               stats=RequestStats(1, 2, 0.1, 1.0)))
+    state = ResponseStreamState(input_tools=openai.NOT_GIVEN, text_format=openai.NOT_GIVEN)
+    for _, data in events:
+        state.handle_event(construct_type_unchecked(type_=ResponseStreamEvent, value=data))
+    final = state._completed_response
+    assert [o.type for o in final.output] == ["reasoning", "message", "function_call"]
+    assert final.output_text == "Paris." and final.output[0].content[0].text == "thinking hard\n"
+    assert json.loads(final.output[2].arguments) == {"a": 1}

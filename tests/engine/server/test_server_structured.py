@@ -134,6 +134,13 @@ def test_completion_logprobs(client, engine):
     lp = out.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) > 0
     assert all(len(t) <= 2 for t in lp.top_logprobs)
+    assert lp.text_offset == [sum(map(len, lp.tokens[:i])) for i in range(len(lp.tokens))]
+    chunks = list(client.completions.create(model=engine.model_name, prompt="hello world",
+                                            max_tokens=5, temperature=0, logprobs=2,
+                                            stream=True))
+    offsets = [o for c in chunks if c.choices[0].logprobs
+               for o in c.choices[0].logprobs.text_offset]
+    assert offsets == lp.text_offset
 
 
 def test_logit_bias_forces_and_bans(client, engine):

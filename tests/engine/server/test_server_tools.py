@@ -7,6 +7,7 @@ import json
 
 import openai
 import pytest
+from server_harness import post_raw
 
 from engine.server.openai_format import ResponseShape
 from engine.server.reply import Reply
@@ -143,3 +144,59 @@ def test_a_forced_call_follows_the_templates_xml_format(xml_client):
     assert call.function.name == "get_weather" and set(args) == {"city", "days"}
     assert isinstance(args["city"], str) and len(args["city"]) <= 6 and 1 <= args["days"] <= 5
     assert out.choices[0].finish_reason == "tool_calls"
+
+
+def test_reasoning_is_split_from_the_answer_in_every_api(qwen_engine):
+    """A thinking model's reply (scripted): reasoning apart from the answer, and a call
+    drafted inside the reasoning is not a call."""
+    from types import SimpleNamespace
+
+    from engine.events import RequestStats
+    from engine.server.anthropic_reply import AnthropicReply
+    from engine.server.responses_reply import ResponsesReply
+    text = ('I could <tool_call>{"name": "x", "arguments": {}}</tool_call> but no.\n'
+            '</think>\n\nUse get_weather.\n<tool_call>\n{"name": "get_weather", '
+            '"arguments": {"city": "Bern", "days": 1}}\n</tool_call>')
+    fin = SimpleNamespace(text=text, reason="stop", token_ids=(),
+                          stats=RequestStats(10, 20, 0.1, 1.0))
+    thought = 'I could <tool_call>{"name": "x", "arguments": {}}</tool_call> but no.\n'
+    chat = Reply(ResponseShape("chat", "m"), qwen_engine.tokenizer, None, read_calls=True,
+                 reasoning=True).whole(text, "stop", fin.stats)["choices"][0]
+    assert chat["message"]["reasoning_content"] == thought
+    assert chat["message"]["content"] == "Use get_weather."
+    assert [c["function"]["name"] for c in chat["message"]["tool_calls"]] == ["get_weather"]
+    streamed = Reply(ResponseShape("chat", "m"), qwen_engine.tokenizer, None, read_calls=True,
+                     reasoning=True)
+    chunks = [c for i in range(0, len(text), 4) for c in streamed.delta_chunks(text[i:i + 4])]
+    deltas = [c["choices"][0]["delta"] for c in chunks + streamed.last_chunks("stop")]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == thought
+    assert "".join(d.get("content") or "" for d in deltas) == "Use get_weather."
+    msg = AnthropicReply("m", True, reasoning=True).whole(fin)
+    assert [b["type"] for b in msg["content"]] == ["thinking", "text", "tool_use"]
+    assert msg["content"][0]["thinking"] == thought and msg["stop_reason"] == "tool_use"
+    events = AnthropicReply("m", True, reasoning=True)
+    names = [e[1]["delta"]["type"] for e in events.delta_events(text)
+             if e[0] == "content_block_delta"]
+    assert names[0] == "thinking_delta" and "input_json_delta" in names
+    resp = ResponsesReply("m", True, {}, reasoning=True).whole(fin)
+    assert [o["type"] for o in resp["output"]] == ["reasoning", "message", "function_call"]
+    assert resp["output"][0]["content"][0]["text"] == thought
+
+
+def test_reasoning_content_in_a_history_reaches_the_template(qclient, qwen_engine):
+    """Qwen3's template shows an assistant's reasoning after the last user turn (a
+    tool-call loop): a client that sends reasoning_content back gets it rendered."""
+    history = [*ASK, {"role": "assistant", "content": "", "reasoning_content": "weigh it",
+                      "tool_calls": [{"id": "c1", "type": "function", "function": {
+                          "name": "get_weather", "arguments": '{"city": "Bern", "days": 1}'}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "12 C"}]
+    with_it = _ask(qclient, messages=history, tools=[WEATHER], max_tokens=1)
+    history[1] = {k: v for k, v in history[1].items() if k != "reasoning_content"}
+    without = _ask(qclient, messages=history, tools=[WEATHER], max_tokens=1)
+    assert with_it.usage.prompt_tokens > without.usage.prompt_tokens + \
+        len(qwen_engine.tokenizer.encode("weigh it"))
+    status, body = post_raw(qclient.base_url.__str__().rstrip("/"), "/tokenize", json.dumps(
+        {"messages": [*history[:1], {**history[1], "reasoning_content": "weigh it"},
+                      history[2]], "tools": [WEATHER]}).encode())
+    assert "<think>\nweigh it\n</think>" in qwen_engine.tokenizer.decode(body["tokens"])
+    assert body["count"] == with_it.usage.prompt_tokens
