@@ -34,8 +34,11 @@ def add_chat_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", default=BY_NAME["system_prompt"].chat_default or None,
                    help=BY_NAME["system_prompt"].help + " (change it with /system; "
                    "--system - for none)")
-    p.add_argument("--history", type=Path, default=default_history_path(),
-                   help="file that keeps the lines you typed, for Up/Down")
+    # Resolved when the chat starts, not when the parser is built: `python -m engine
+    # bench|serve` build the same parser on machines without platformdirs (the GPU host).
+    p.add_argument("--history", type=Path, default=None,
+                   help="file that keeps the lines you typed, for Up/Down (default: "
+                   "chat_history in Tandem's data folder)")
     p.add_argument("--no-history", action="store_true",
                    help="neither read nor save the history file")
 
@@ -185,7 +188,7 @@ def run_chat(args, engine: Engine | None, sampling: SamplingParams) -> int:
     """The chat on a loaded engine (None: loading failed and was reported)."""
     if engine is None:
         return 2
-    history = LineHistory(None if args.no_history else args.history)
+    history = LineHistory(None if args.no_history else args.history or default_history_path())
     try:
         with engine:
             system = None if args.system in (None, "", "-") else args.system
