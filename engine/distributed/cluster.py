@@ -30,6 +30,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from engine.config import EngineConfig
+from engine.distributed.disk_parts import joined_schema
 from engine.distributed.follower import follow
 from engine.distributed.heartbeat import Heartbeat, heartbeat_address
 from engine.distributed.leader import ClusterError, LeaderRunner
@@ -86,6 +87,10 @@ class Cluster:
                     quantize_bits: int | None = None):
         """model_bundle.load_bundle for this rank's shard."""
         return load_shard_bundle(model, config, self.group, on_progress, quantize_bits)
+
+    def disk_opener(self, opener: Callable[[dict], object]) -> Callable[[dict], object]:
+        """The engine's disk cache opener, for files holding every rank's part."""
+        return lambda schema: opener(joined_schema(schema, self.size))
 
     def make_runner(self, model, config: EngineConfig, num_pages: int) -> LeaderRunner:
         self.runner = LeaderRunner(model, config, num_pages, Wire(self.group))

@@ -304,3 +304,54 @@ def load_memory(group, folder) -> dict | None:
     if group is not None and group.rank() != 0:
         return None
     return {"stats": stats.reshape(-1, 2), "logits": logits}
+
+
+# ---- the disk prompt cache: every rank's part of a turn in rank 0's files ------------
+
+def write_float_qwen(root):
+    """A float32 Qwen3.5 MoE folder (DeltaNet heads 4/8)."""
+    import json
+
+    from mlx.utils import tree_flatten
+    from qwen_fixtures import write_tokenizer
+    cfg = tiny_config("qwen3_5_moe")
+    cfg["text_config"].update(linear_num_key_heads=4, linear_num_value_heads=8)
+    model = build_model(cfg, random_weights(cfg, seed=4))
+    folder = root / "qwen_f32"
+    folder.mkdir(parents=True, exist_ok=True)
+    mx.save_safetensors(str(folder / "model.safetensors"), dict(tree_flatten(model.parameters())),
+                        metadata={"format": "mlx"})
+    (folder / "config.json").write_text(json.dumps(cfg))
+    write_tokenizer(folder)
+    return folder
+
+
+def engine_disk(group, folder) -> dict | None:
+    """Turn 1 in one engine, which writes it to the disk cache as it closes; turn 2 in
+    a new engine (the same ranks), which loads it from disk instead of reading it."""
+    import dataclasses
+    import os
+
+    from engine.core.engine import Engine
+    from engine.distributed import cluster as dist
+    from engine.distributed.follower import follow
+    config = dataclasses.replace(CONFIG, cache_dir=str(folder / "cache"))
+    path = folder / "models" / "qwen_f32"
+    os.environ["TANDEM_DIST_HEARTBEAT"] = "off"     # two engines: no heartbeat to rejoin
+    c = dist.Cluster(group) if group is not None and group.size() > 1 else None
+    if c is not None and c.rank != 0:
+        bundle = dist.load_shard_bundle(path, config, group)
+        for _ in range(2):
+            follow(bundle.model, config, group)
+        return None
+    dist.join(c)
+    try:
+        with Engine.load(path, config) as engine:
+            first = engine.generate([PROMPT], _greedy(6))[0]
+        follow_up = PROMPT + list(first.token_ids) + [21, 22, 23]
+        with Engine.load(path, config) as engine:
+            second = engine.generate([follow_up], _greedy(6))[0]
+    finally:
+        dist.join(None)
+    return {"first": np.array(first.token_ids), "second": np.array(second.token_ids),
+            "cached": np.array(second.stats.cached_tokens)}

@@ -79,6 +79,17 @@ def test_next_turn_reuses_kept_pages_and_state_on_every_rank(tmp_path):
     _same(ref, _ranks(tmp_path, 2, "engine_turns"))
 
 
+def test_disk_prompt_cache_holds_every_ranks_part(tmp_path):
+    """Turn 2, in a new engine, loads turn 1 from rank 0's disk cache (each rank gets
+    its heads' part) and goes on as one process does."""
+    scenarios.write_float_qwen(tmp_path / "one" / "models")
+    scenarios.write_float_qwen(tmp_path / "ranks2" / "models")
+    ref = scenarios.engine_disk(None, tmp_path / "one")
+    got = _ranks(tmp_path, 2, "engine_disk")
+    assert ref["cached"] >= len(scenarios.PROMPT)
+    _same(ref, got)
+
+
 def test_cancel_mid_stream_frees_pages_then_they_serve_again(tmp_path):
     """Rank 0's pool is empty once the rest finish, and a new batch in the freed pages
     (every rank's shard of them) gives one process's tokens."""
