@@ -4,8 +4,9 @@ A process started by ``mlx.launch`` (or ``python -m engine ... --hosts hosts.jso
 which re-runs itself under mlx.launch) joins the group with ``Cluster.from_env``.
 Rank 0 builds its Engine as usual: the engine asks ``current_cluster()`` and, when
 there is one, loads its shard (``load_bundle``), runs a LeaderRunner
-(``make_runner``), turns the disk cache off, and sends the shutdown message when it
-closes. Every other rank loads its shard and runs ``follow`` until then.
+(``make_runner``), opens the disk cache for files of every rank's part
+(``disk_opener``), and sends the shutdown message when it closes. Every other rank
+loads its shard and runs ``follow`` until then.
 
 Failures. MLX's collectives cannot be cancelled, and with the ring backend an eval
 waiting on a lost peer never returns (heartbeat.py). So a lost rank is noticed beside
