@@ -53,8 +53,12 @@ def current_cluster() -> Cluster | None:
 
 
 def join(cluster: Cluster | None) -> None:
+    """Make cluster this process's group; rank 0's heartbeat starts now, before the
+    model loads (followers connect while they load their shards)."""
     global _current
     _current = cluster
+    if cluster is not None and cluster.rank == 0:
+        cluster.start_heartbeat()
 
 
 class Cluster:
@@ -101,11 +105,15 @@ class Cluster:
         """Rank 0, once its engine runs: start the heartbeat and the watchdog. abandon
         (message) fails every request from their thread (Engine._abandon)."""
         self._abandon = abandon
+        self.start_heartbeat()
+        Watchdog(self, has_work).start()
+
+    def start_heartbeat(self) -> None:
+        """Rank 0: listen for the followers' heartbeats (once; none without an address)."""
         address = heartbeat_address()
-        if address is not None:
+        if self.heartbeat is None and address is not None:
             self.heartbeat = Heartbeat(0, self.size, address, self.lost)
             self.heartbeat.start()
-        Watchdog(self, has_work).start()
 
     def lost(self, why: str) -> None:
         """A rank is gone (heartbeat or watchdog thread): fail everything, then stop."""

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 PERIOD_S = 0.5
 SILENCE_S = 10.0
-CONNECT_S = 120.0            # followers may load their shard well before rank 0 listens
+CONNECT_S = 300.0            # rank 0 listens once it joins, before loading: its start-up
 HEARTBEAT_PORT_OFFSET = 997
 ENV = "TANDEM_DIST_HEARTBEAT"
 
