@@ -46,7 +46,7 @@ class EngineConfig:
     # Pad decode batches and prompt chunks up to the fixed sizes of engine/core/shapes.py
     # (a finite set of shapes to compile); None: on a GPU only. The CPU compiles nothing
     # per shape, so there padding is pure extra compute (a 320-token prompt run as 512
-    # cost 1.8x the forward: docs/PERFORMANCE.md, "CPU").
+    # cost 1.8x the forward: docs/bench/HISTORY.md, "CPU").
     fixed_shapes: bool | None = None
     # Decode forwards through mx.compile (engine/core/compiled_forward.py): the graph
     # is traced once per shape and replayed, with fused elementwise kernels; None: on a

@@ -6,7 +6,7 @@ through the process's global symbol scope first, so a library opened with
 RTLD_GLOBAL *before* MLX is imported takes those calls over. We use Intel MKL's
 single dynamic library from the PyPI ``mkl`` wheel (standard ``cblas_*`` names,
 nothing to compile; Intel Simplified Software License): 10-50x the reference BLAS
-here (docs/PERFORMANCE.md, "CPU").
+here (docs/bench/HISTORY.md, "CPU").
 
 Checked twice, falling back to MLX's own BLAS with the reason recorded:
 - before binding: the library's own ``cblas_sgemm`` (through ctypes) against numpy;
@@ -35,7 +35,7 @@ MKL_LIB = "libmkl_rt.so.3"
 # awake, an idle app does not burn power. Passive waits (sleep at once) made every small
 # matmul pay a thread wake-up: MLX's CPU attention for 120+ keys went from 0.3 to 9 ms
 # and 8 conversations of different lengths decoded at 27 tok/s instead of 57; the
-# sequential layer gave 43 (idle 2-core machine; docs/PERFORMANCE.md). A user's own
+# sequential layer gave 43 (idle 2-core machine; docs/bench/HISTORY.md). A user's own
 # MKL_* / OMP_* / KMP_* settings win.
 MKL_THREADING = "INTEL"
 SPIN_MS = "5"

@@ -32,3 +32,7 @@ class InvalidRequestError(TandemError):
 
 class ServerStartError(TandemError):
     """The API server could not listen on its address (port taken, bad host)."""
+
+
+class MemoryBudgetError(TandemError):
+    """The KV budget asks for more memory than the machine has left after the weights."""

@@ -23,11 +23,24 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.cache.disk_format import FORMAT_VERSION, BadEntry, Tensor, read_entry, read_ids
+# clear_folder, folder_usage and list_files are re-exported: the app and tests use them.
+from engine.cache.disk_folder import (  # noqa: F401
+    PREFIX,
+    SUFFIX,
+    clear_folder,
+    folder_usage,
+    list_files,
+    remove_stale_tmp,
+)
+from engine.cache.disk_folder import unlink as _unlink
+from engine.cache.disk_format import (
+    FORMAT_VERSION,
+    BadEntry,
+    Tensor,
+    read_entry,
+    read_ids,
+)
 from engine.cache.disk_format import write_entry as _write_entry
-
-SUFFIX = ".safetensors"
-PREFIX = "v"                     # every file this cache writes starts with v{FORMAT}-
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,6 +84,7 @@ class DiskCache:
         self._entries: dict[str, DiskEntry] = {}      # this model's files by name
         self._queued: set[str] = set()
         self._jobs: queue.Queue = queue.Queue()
+        self._reported: set[str] = set()              # bad files already told about
         self._scan()
         self._writer = threading.Thread(target=self._write_loop, name="tandem-disk-cache",
                                         daemon=True)
@@ -105,8 +119,11 @@ class DiskCache:
             if stored is None or not np.array_equal(stored.array, entry.ids):
                 raise BadEntry("ids differ from the index")
             self._check_schema(tensors, entry.num_tokens)
-        except BadEntry:
-            self._drop(entry.name, delete=path.exists())
+        except BadEntry as e:
+            gone = not os.path.lexists(path)      # deleted (Clear, another process): a miss
+            self._drop(entry.name, delete=not gone)
+            if not gone:
+                self._report_bad([(entry.name, str(e))])
             return None
         _touch(path)
         cut = {k: (Tensor(t.code, t.array[:num_tokens]) if k.startswith("kv.") else t)
@@ -179,7 +196,7 @@ class DiskCache:
     def _write(self, name: str, tensors: dict[str, Tensor]) -> None:
         path = self.folder / name
         try:
-            size = 0 if not self.writing else write_entry(str(path), tensors, self.model_key)
+            size = 0 if not self.writing else self._write_file(path, tensors)
         except OSError as e:
             self._stop_writing(e)
             size = 0
@@ -191,6 +208,29 @@ class DiskCache:
             if self.prune_prefixes:
                 self._prune(tensors["ids"].array, keep=name)
             self._evict(keep=name)
+
+    def _write_file(self, path: Path, tensors: dict[str, Tensor]) -> int:
+        try:
+            return write_entry(str(path), tensors, self.model_key)
+        except FileNotFoundError:
+            if self.folder.is_dir():
+                raise
+        # The folder was deleted while the engine runs: make it again, forget its files.
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            self._entries.clear()
+        return write_entry(str(path), tensors, self.model_key)
+
+    def _report_bad(self, bad: list[tuple[str, str]]) -> None:
+        """Say once which files were dropped (each file is told about once)."""
+        new = [(n, why) for n, why in bad if n not in self._reported]
+        if not new:
+            return
+        self._reported.update(n for n, _ in new)
+        name, why = new[0]
+        more = f" and {len(new) - 1} more" if len(new) > 1 else ""
+        self.notify(f"The prompt cache folder {self.folder} had damaged files, deleted "
+                    f"and not used ({name}: {why}{more}); those prompts are read in full.")
 
     def _prune(self, ids: np.ndarray, keep: str) -> None:
         with self._lock:
@@ -222,16 +262,20 @@ class DiskCache:
     # -- the index ----------------------------------------------------------------------
     def _scan(self) -> None:
         """Index this model's files; delete files of another format and bad ones."""
-        for path, _, _ in list_files(self.folder):
+        bad = []
+        for path, _, _ in list_files(self.folder, include_odd=True):
             if not path.name.startswith(f"{PREFIX}{FORMAT_VERSION}-"):
                 _unlink(path)                      # another format version: never usable
             elif path.name.startswith(self._prefix):
                 try:
                     ids, size = read_ids(str(path), self.model_key)
-                except BadEntry:
-                    _unlink(path)
+                except BadEntry as e:
+                    _unlink(path)                  # a link goes, never what it points to
+                    bad.append((path.name, str(e)))
                     continue
                 self._entries[path.name] = DiskEntry(path.name, ids, size)
+        remove_stale_tmp(self.folder)
+        self._report_bad(bad)
 
     def _drop(self, name: str, delete: bool) -> None:
         with self._lock:
@@ -245,35 +289,6 @@ def write_entry(path: str, tensors: dict[str, Tensor], model_key: str) -> int:
     return _write_entry(path, tensors, model_key)
 
 
-def list_files(folder: Path) -> list[tuple[Path, int, float]]:
-    """(path, bytes, last use) of every entry file in the folder, any model or format."""
-    out = []
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return out
-    for name in names:
-        if name.startswith(PREFIX) and name.endswith(SUFFIX):
-            try:
-                st = os.stat(folder / name)
-            except OSError:
-                continue
-            out.append((folder / name, st.st_size, st.st_mtime))
-    return out
-
-
-def folder_usage(folder: str | os.PathLike) -> int:
-    """Bytes the cache's files take (the app's Settings shows it)."""
-    return sum(size for _, size, _ in list_files(Path(folder)))
-
-
-def clear_folder(folder: str | os.PathLike) -> None:
-    """Delete every cache file (the app's "Clear" button); a running engine treats the
-    missing files as misses."""
-    for path, _, _ in list_files(Path(folder)):
-        _unlink(path)
-
-
 def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     n = min(len(a), len(b))
     diff = np.flatnonzero(a[:n] != b[:n])
@@ -283,12 +298,5 @@ def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
 def _touch(path: Path) -> None:
     try:
         os.utime(path)
-    except OSError:
-        pass
-
-
-def _unlink(path) -> None:
-    try:
-        os.unlink(path)
     except OSError:
         pass

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
+import secrets
+import stat
 import struct
 import zlib
 from dataclasses import dataclass
@@ -21,6 +24,7 @@ import numpy as np
 
 FORMAT_VERSION = 1
 MAX_HEADER = 64 << 20
+TMP_SUFFIX = ".tmp"            # a write in progress (or one a crash left behind)
 
 # safetensors dtype code -> numpy dtype of the stored bytes (BF16 kept as raw uint16)
 NUMPY_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I32": np.int32}
@@ -47,7 +51,10 @@ def checksum(chunks) -> str:
 
 def write_entry(path: str, tensors: dict[str, Tensor], model_key: str) -> int:
     """Write atomically (a temporary file renamed over `path`); returns the bytes written.
-    OSError (disk full, read-only folder) propagates, leaving no partial file."""
+    OSError (disk full, read-only folder) propagates, leaving no partial file. The
+    temporary name is unique (process, random), so two writers of one entry, in two
+    processes sharing the folder or two engines in one, never write into one file; the
+    rename makes a reader see the old file or the new one whole, never a torn one."""
     header, offset, blobs = {}, 0, []
     for name, t in tensors.items():
         data = np.ascontiguousarray(t.array).tobytes()
@@ -59,7 +66,7 @@ def write_entry(path: str, tensors: dict[str, Tensor], model_key: str) -> int:
                               "checksum": checksum(blobs)}
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
-    tmp = f"{path}.tmp{os.getpid()}"
+    tmp = f"{path}.{os.getpid()}-{secrets.token_hex(4)}{TMP_SUFFIX}"
     try:
         with open(tmp, "wb") as f:
             f.write(struct.pack("<Q", len(raw)))
@@ -83,7 +90,7 @@ def read_header(f, size: int) -> tuple[dict, int]:
         raise BadEntry("header length past the end of the file")
     try:
         header = json.loads(f.read(n))
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise BadEntry(f"header is not JSON: {e}") from None
     if not isinstance(header, dict) or not isinstance(header.get("__metadata__"), dict):
         raise BadEntry("header has no metadata")
@@ -101,7 +108,10 @@ def check_header(header: dict, data_size: int, model_key: str) -> None:
         try:
             start, stop = info["data_offsets"]
             dtype = np.dtype(NUMPY_DTYPES[info["dtype"]])
-            count = int(np.prod(info["shape"], dtype=np.int64))
+            shape = info["shape"]
+            if not all(_is_size(v) for v in (start, stop, *shape)):
+                raise ValueError("not whole numbers")
+            count = math.prod(shape)
         except (KeyError, TypeError, ValueError):
             raise BadEntry(f"tensor {name!r} is malformed") from None
         if start != end or stop - start != count * dtype.itemsize:
@@ -111,11 +121,28 @@ def check_header(header: dict, data_size: int, model_key: str) -> None:
         raise BadEntry(f"data section is {data_size} bytes, the header says {end}")
 
 
+def open_entry(path: str):
+    """The entry file opened for reading, never through a symbolic link (O_NOFOLLOW: a
+    link planted in the folder could point anywhere) and only if it is a regular file."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        raise BadEntry(f"cannot open it ({e.strerror or e})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadEntry("not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_ids(path: str, model_key: str) -> tuple[np.ndarray, int]:
     """An entry's token ids and file size, reading the header and the ids only."""
     try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
+        with open_entry(path) as f:
+            size = os.fstat(f.fileno()).st_size
             header, start = read_header(f, size)
             check_header(header, size - start, model_key)
             info = header.get("ids")
@@ -123,7 +150,7 @@ def read_ids(path: str, model_key: str) -> tuple[np.ndarray, int]:
                 raise BadEntry("no ids tensor first")
             f.seek(start)
             ids = np.frombuffer(f.read(info["data_offsets"][1]), np.int32)
-    except OSError as e:
+    except (OSError, ValueError) as e:      # ValueError: a short read of the ids
         raise BadEntry(f"cannot read: {e}") from None
     return ids, size
 
@@ -131,7 +158,7 @@ def read_ids(path: str, model_key: str) -> tuple[np.ndarray, int]:
 def read_entry(path: str, model_key: str) -> dict[str, Tensor]:
     """Every tensor of a checked entry (the whole file is read and its checksum verified)."""
     try:
-        with open(path, "rb") as f:
+        with open_entry(path) as f:
             blob = f.read()
     except OSError as e:
         raise BadEntry(f"cannot read: {e}") from None
@@ -146,6 +173,10 @@ def read_entry(path: str, model_key: str) -> dict[str, Tensor]:
         arr = np.frombuffer(data[start_:stop], NUMPY_DTYPES[info["dtype"]])
         out[name] = Tensor(info["dtype"], arr.reshape(info["shape"]))
     return out
+
+
+def _is_size(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62
 
 
 def _tensors(header: dict):

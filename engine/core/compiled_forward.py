@@ -2,7 +2,7 @@
 
 A decode step of the hybrid MoE model is ~1,300 operations. Building that graph in
 Python costs ~0.70 ms per 4-layer block on the 2-core dev machine (~7 ms a step), and the GPU
-runs the whole step in ~7.7 ms (docs/PERFORMANCE.md, "Where a decode step goes"): the
+runs the whole step in ~7.7 ms (docs/bench/HISTORY.md, "Where a decode step goes"): the
 step was bound by the host. A compiled function is traced once per input shape; later
 calls replay the recorded graph from C++ with new inputs, and MLX fuses its chains of
 elementwise operations into single kernels on the way (fewer launches to encode too).

@@ -14,7 +14,7 @@ rows, padded), and the padded (ragged) chunk once beside one decode row: 6 + 6 =
 forwards more than the 17 of decode and prefill by default. Not every decode size: on the
 H200 a first start that warmed every decode size x chunk length (36 mixed forwards) plus
 the compiled decode traces did not finish its warm-up within 6 minutes with a cold kernel
-cache (docs/PERFORMANCE.md), and MLX's CUDA kernels are compiled per kind of shape (dtype,
+cache (docs/bench/HISTORY.md), and MLX's CUDA kernels are compiled per kind of shape (dtype,
 rank, tile class), not per row count, so the other sizes mostly find them compiled. Not
 yet measured: whether a first mixed step at another decode size still stalls. Several
 prompts in one step (a [Bp > 1, T] chunk group) are not warmed, as for plain prefills.

@@ -4,7 +4,7 @@ A decode step multiplies a few rows (the batch) by every weight. ``nn.Linear`` c
 ``x @ W.T`` with W [out, in]; MLX hands that to ``cblas_sgemm`` as a transposed
 operand. MKL does the same product 1.2-1.8x faster at 8 rows when W^T is what is
 stored ([in, out] row-major, an untransposed operand), and equally fast at 1 row
-(docs/PERFORMANCE.md, "CPU"). So after loading, on the CPU, each layer's float32 weight
+(docs/bench/HISTORY.md, "CPU"). So after loading, on the CPU, each layer's float32 weight
 is stored column-major: the array is still W [out, in] to every reader (shapes, slices,
 the peer benchmark's copies), only its strides change, and ``W.T`` is contiguous.
 

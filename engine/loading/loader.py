@@ -17,6 +17,8 @@ import mlx.nn as nn
 from engine.errors import ModelLoadError, UnsupportedModelError
 from engine.loading import cpu_dense, gguf
 from engine.loading.gguf_check import check_gguf
+from engine.loading.safetensors_check import check_safetensors
+from engine.loading.size_check import check_config_sizes, check_sizes, weight_files_bytes
 from engine.loading.weight_check import check_weights
 from engine.models.config_check import model_args
 
@@ -80,6 +82,7 @@ def read_safetensors(folder: Path) -> tuple[dict, dict]:
         raise ModelLoadError(f"{folder} has no .safetensors files; re-download the model.")
     weights, origin = {}, {}
     for f in files:
+        check_safetensors(f)      # MLX trusts the header's length and offsets
         try:
             part = mx.load(str(f))
         except Exception as e:  # mlx raises RuntimeError/ValueError for short files
@@ -105,8 +108,11 @@ def _quantize(model: nn.Module, weights: dict, qconfig: dict) -> None:
 def build(config: dict, weights: dict, origin: dict, where: Path, qconfig: dict | None,
           quantize_bits: int | None = None) -> nn.Module:
     config_name = f"{where.name} (its metadata)" if where.is_file() else str(where / "config.json")
+    check_config_sizes(config, config_name)
     module = _family(model_type_of(config, config_name))
-    model = module.Model(model_args(module.ModelArgs, config, config_name))
+    args = model_args(module.ModelArgs, config, config_name)
+    check_sizes(args, config_name, weight_files_bytes(where))   # before anything is built
+    model = module.Model(args)
     weights = model.sanitize(weights)
     origin = {**origin, **{k: origin.get(k, "the weights") for k in weights}}
     if qconfig:
@@ -141,6 +147,7 @@ def _load(path: Path, quantize_bits: int | None) -> LoadedModel:
                                  "a folder with config.json and .safetensors files.")
         return _load_gguf(path)
     config = read_config(path)
+    check_config_sizes(config, str(path / "config.json"))
     weights, origin = read_safetensors(path)
     qconfig = config.get("quantization") or config.get("quantization_config")
     if qconfig and not isinstance(qconfig, dict):

@@ -75,7 +75,7 @@ def attend(q: mx.array, kv: list[mx.array], view: BatchView, scale: float,
 def _cpu_decode_attention(q: mx.array, keys: mx.array, values: mx.array, scale: float,
                           mask: mx.array | None) -> mx.array:
     """Decode attention as two batched matmuls (MLX 0.32's CPU SDPA fallback is slower
-    than this for 100+ keys: docs/PERFORMANCE.md). q [B, Hq, 1, D], keys/values
+    than this for 100+ keys: docs/bench/HISTORY.md). q [B, Hq, 1, D], keys/values
     [B, Hkv, L, D], mask None or [B, 1, 1, L] bool -> [B, Hq, 1, D]."""
     B, Hq, _, D = q.shape
     Hkv = keys.shape[1]

@@ -22,7 +22,7 @@ from mlx.utils import tree_flatten
 # On a GPU the joined output is padded with zero rows up to a multiple of this: MLX's
 # CUDA tiled quantized matmul takes only N % 128 == 0 and otherwise falls back to a
 # naive kernel (the Gated DeltaNet input projection, 12,352 rows: 117 us a call at
-# B=8 on the H200, against ~47 us for the tiled one; docs/PERFORMANCE.md).
+# B=8 on the H200, against ~47 us for the tiled one; docs/bench/HISTORY.md).
 GPU_ROW_MULTIPLE = 128
 
 

@@ -8,7 +8,6 @@ install no signal handlers, and cancel a handler when its client disconnects
 from __future__ import annotations
 
 import asyncio
-import hmac
 import sys
 import traceback
 
@@ -16,11 +15,16 @@ from aiohttp import web
 
 from engine.errors import ServerStartError
 from engine.server.api_error import ApiError
+from engine.server.cors import Cors
 from engine.server.engine_source import EngineSource
+from engine.server.health import Health
+from engine.server.limits import CONFIG_KEY, key_matches, limit_send_buffer
 from engine.server.routes import Routes
 from engine.server.server_config import ServerConfig
 
-_ENDPOINTS = "GET /v1/models, POST /v1/chat/completions, POST /v1/completions"
+_ENDPOINTS = ("GET /v1/models, GET /v1/models/{id}, POST /v1/chat/completions, "
+              "POST /v1/completions, POST /tokenize, POST /detokenize, GET /health "
+              "(the /v1 paths also without /v1)")
 
 
 class ApiServer:
@@ -30,6 +34,7 @@ class ApiServer:
     def __init__(self, source: EngineSource, config: ServerConfig | None = None):
         self.config = config or ServerConfig()
         self.routes = Routes(source)
+        self.health = Health(source, self.routes.active)
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
@@ -50,19 +55,28 @@ class ApiServer:
     async def start(self) -> str:
         if self._runner is not None:
             return self.url
-        app = web.Application(middlewares=[self._middleware],
+        cors = Cors(self.config.cors_origins)
+        app = web.Application(middlewares=[cors.middleware, self._middleware],
                               client_max_size=self.config.max_body_bytes)
+        cors.install(app)
+        app[CONFIG_KEY] = self.config
         self.routes.install(app)
+        self.health.install(app)
+        # keepalive_timeout also runs from a connection's start: a client that sends no
+        # whole request (slowloris) is hung up on after it, as is an idle kept-alive one.
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                               shutdown_timeout=self.config.shutdown_timeout_s)
+                               shutdown_timeout=self.config.shutdown_timeout_s,
+                               keepalive_timeout=self.config.client_timeout_s)
         await runner.setup()
+        site = web.TCPSite(runner, self.config.host, self.config.port)
         try:
-            await web.TCPSite(runner, self.config.host, self.config.port).start()
+            await site.start()
         except OSError as e:
             await runner.cleanup()
             raise ServerStartError(
                 f"Cannot listen on {self.config.host}:{self.config.port} ({e.strerror or e}). "
                 "Pick another port, or stop the program using it.") from e
+        limit_send_buffer(site, self.config.send_buffer_bytes)
         self._runner, self.port = runner, runner.addresses[0][1]
         warning = self.config.exposure_warning()
         if warning:
@@ -73,9 +87,11 @@ class ApiServer:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()      # open streams are cancelled: their pages come back
+        self.health.close()
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler) -> web.StreamResponse:
+        self.health.follow(self.routes.source.engine)    # the engine may have changed
         try:
             self._check_key(request)
             return await handler(request)
@@ -96,7 +112,8 @@ class ApiServer:
             return
         given = request.headers.get("Authorization", "")
         token = given[7:] if given.lower().startswith("bearer ") else ""
-        if not hmac.compare_digest(token.encode(), key.encode()):
+        token = token or request.headers.get("x-api-key", "")   # Anthropic's clients
+        if not key_matches(token, key):     # constant time; the key is never echoed
             raise ApiError(401, "Missing or wrong API key: send 'Authorization: Bearer <key>' "
                            "with the key this server was started with.",
                            code="invalid_api_key", kind="invalid_request_error")

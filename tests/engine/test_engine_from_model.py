@@ -2,6 +2,8 @@
 each loaded model keeps its own kernel set (two engines in one process)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from float32_tolerance import assert_close, model_depth
@@ -58,14 +60,17 @@ def test_each_engine_keeps_its_own_kernel_set(tmp_path, monkeypatch):
     monkeypatch.setattr(mr, "kernel", router_kernel)
     only_router = KernelSet("cuda", tuple((n, "test") for n in
                                           ("gated_delta_step", "gated_delta_chunk",
-                                           "paged_attention")))
+                                           "paged_attention", "moe_experts",
+                                           "gdn_conv_step")))
     monkeypatch.setattr(model_bundle, "select_kernels", lambda use: only_router)
-    a = Engine.from_model(_moe_model(tmp_path / "a"), CFG)
+    # No warm-up (a GPU's default): its forwards would route through A's kernel at load.
+    a = Engine.from_model(_moe_model(tmp_path / "a"), replace(CFG, warm_up=False))
     monkeypatch.undo()
     monkeypatch.setattr(mr, "kernel", router_kernel)
     b_model = _moe_model(tmp_path / "b")
     b = Engine.from_model(b_model, EngineConfig(
-        num_pages=64, page_size=4, prefill_chunk=8, max_context=200, use_kernels=False))
+        num_pages=64, page_size=4, prefill_chunk=8, max_context=200, use_kernels=False,
+        warm_up=False))
     with a, b:
         assert a.kernel_status["moe_route"] == "cuda"
         assert b.kernel_status["moe_route"] == "reference (turned off in settings)"

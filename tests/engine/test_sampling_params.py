@@ -8,13 +8,14 @@ import math
 
 import pytest
 
-from engine.sampling_params import SamplingParams
+from engine.sampling_params import REQUEST_ONLY_FIELDS, SamplingParams
 from engine.settings_spec import BY_NAME, SAMPLING, SEED_LIMIT, settings_or_defaults
 from engine.terminal.sampling_args import add_sampling_arguments, sampling_params_from_args
 
 
 def test_fields_and_defaults_are_the_specs():
-    fields = {f.name: f.default for f in dataclasses.fields(SamplingParams) if f.name != "stop"}
+    fields = {f.name: f.default for f in dataclasses.fields(SamplingParams)
+              if f.name not in REQUEST_ONLY_FIELDS}
     assert fields == {s.name: s.default for s in SAMPLING}
     assert "system_prompt" in BY_NAME and "system_prompt" not in fields   # a conversation setting
 
