@@ -56,9 +56,11 @@ class EngineThread:
             self._on_pool(num_pages, self.config.page_size * spec.kv_bytes_per_token())
             # Takes the pool's memory and opens the disk cache; the warm-up then writes
             # only the scratch page and slot, so nothing read from disk is touched.
+            disk = self._disk_opener(model, bundle, quantize_bits)
+            if cluster and disk:            # its files hold every rank's part of a turn
+                disk = cluster.disk_opener(disk)
             loop = StepLoop(bundle.model, self.config, self._emit, num_pages,
-                            disk_cache=None if cluster else
-                            self._disk_opener(model, bundle, quantize_bits),
+                            disk_cache=disk,
                             make_runner=cluster.make_runner if cluster else None)
             if cluster:
                 cluster.watch(lambda: loop.has_work, self._abandon)

@@ -12,6 +12,7 @@ the layers whose outputs are partial sums). docs/DISTRIBUTED.md is the user's gu
     wire.py        the step's messages: a fixed header and an int32 payload, sent with all_sum
     leader.py      rank 0: a Runner whose forwards and copies are broadcast first
     follower.py    ranks 1..N-1: receive and execute until the shutdown message
+    disk_parts.py  the disk prompt cache: every rank's part of a turn in rank 0's files
     cluster.py     the group, the engine's hooks, what happens when a rank is lost
     heartbeat.py   rank 0 <-> followers over TCP: a lost rank is noticed in bounded time
     launch.py      --hosts: run the command under mlx.launch; followers stop there

@@ -4,8 +4,9 @@ A process started by ``mlx.launch`` (or ``python -m engine ... --hosts hosts.jso
 which re-runs itself under mlx.launch) joins the group with ``Cluster.from_env``.
 Rank 0 builds its Engine as usual: the engine asks ``current_cluster()`` and, when
 there is one, loads its shard (``load_bundle``), runs a LeaderRunner
-(``make_runner``), turns the disk cache off, and sends the shutdown message when it
-closes. Every other rank loads its shard and runs ``follow`` until then.
+(``make_runner``), opens the disk cache for files of every rank's part
+(``disk_opener``), and sends the shutdown message when it closes. Every other rank
+loads its shard and runs ``follow`` until then.
 
 Failures. MLX's collectives cannot be cancelled, and with the ring backend an eval
 waiting on a lost peer never returns (heartbeat.py). So a lost rank is noticed beside
@@ -30,6 +31,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from engine.config import EngineConfig
+from engine.distributed.disk_parts import joined_schema
 from engine.distributed.follower import follow
 from engine.distributed.heartbeat import Heartbeat, heartbeat_address
 from engine.distributed.leader import ClusterError, LeaderRunner
@@ -51,8 +53,12 @@ def current_cluster() -> Cluster | None:
 
 
 def join(cluster: Cluster | None) -> None:
+    """Make cluster this process's group; rank 0's heartbeat starts now, before the
+    model loads (followers connect while they load their shards)."""
     global _current
     _current = cluster
+    if cluster is not None and cluster.rank == 0:
+        cluster.start_heartbeat()
 
 
 class Cluster:
@@ -87,6 +93,10 @@ class Cluster:
         """model_bundle.load_bundle for this rank's shard."""
         return load_shard_bundle(model, config, self.group, on_progress, quantize_bits)
 
+    def disk_opener(self, opener: Callable[[dict], object]) -> Callable[[dict], object]:
+        """The engine's disk cache opener, for files holding every rank's part."""
+        return lambda schema: opener(joined_schema(schema, self.size))
+
     def make_runner(self, model, config: EngineConfig, num_pages: int) -> LeaderRunner:
         self.runner = LeaderRunner(model, config, num_pages, Wire(self.group))
         return self.runner
@@ -95,11 +105,15 @@ class Cluster:
         """Rank 0, once its engine runs: start the heartbeat and the watchdog. abandon
         (message) fails every request from their thread (Engine._abandon)."""
         self._abandon = abandon
+        self.start_heartbeat()
+        Watchdog(self, has_work).start()
+
+    def start_heartbeat(self) -> None:
+        """Rank 0: listen for the followers' heartbeats (once; none without an address)."""
         address = heartbeat_address()
-        if address is not None:
+        if self.heartbeat is None and address is not None:
             self.heartbeat = Heartbeat(0, self.size, address, self.lost)
             self.heartbeat.start()
-        Watchdog(self, has_work).start()
 
     def lost(self, why: str) -> None:
         """A rank is gone (heartbeat or watchdog thread): fail everything, then stop."""

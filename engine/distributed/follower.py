@@ -15,12 +15,15 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.core.runner import Runner
+from engine.distributed.disk_parts import gather_parts, scatter_load
 from engine.distributed.wire import (
     COMPILED,
     COPY_PAGES,
     COPY_STATE,
     FORWARD,
     GROUPS,
+    LOAD,
+    SAVE,
     SHUTDOWN,
     START,
     Wire,
@@ -58,8 +61,24 @@ class Follower:
             self.runner.copy_pages([tuple(p) for p in pairs.tolist()])
         elif kind == COPY_STATE:
             self.runner.copy_state_slot(header[1], header[2])
+        elif kind in (SAVE, LOAD):
+            self._disk(kind, *header[1:4])
         else:
             raise WireError(f"unknown message kind {kind}")
+
+    def _disk(self, kind: int, slot: int, num_tokens: int, num_pages: int) -> None:
+        """A kept turn to disk (this rank's part, gathered to rank 0) or from it (this
+        rank's part of what rank 0 read). Evaluated now: its collectives come before
+        the next message's."""
+        pages = self.wire.receive_payload(num_pages).tolist()
+        slot = None if slot < 0 else slot
+        cache = self.runner.cache
+        if kind == SAVE:
+            mx.async_eval(list(gather_parts(self.wire, cache, pages, num_tokens,
+                                            slot).values()))
+        else:
+            scatter_load(self.wire, cache, pages, num_tokens, slot, None)
+            mx.async_eval(self.runner.cache_arrays())
 
     def _start(self, num_pages: int, num_slots: int, page_size: int) -> None:
         config = dataclasses.replace(self.config, num_pages=num_pages)

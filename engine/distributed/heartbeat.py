@@ -10,7 +10,7 @@ silent one (hung, or a link gone without a reset) after SILENCE_S. Then ``on_los
 runs on the heartbeat's thread: rank 0 fails every request and ends its process,
 a follower ends its own (cluster.py).
 
-The address: TANDEM_DIST_HEARTBEAT=host:port, else rank 0's first ring address
+The address: TANDEM_DIST_HEARTBEAT=host:port ("off": none), else rank 0's first ring address
 (MLX_HOSTFILE) or JACCL coordinator with the port + HEARTBEAT_PORT_OFFSET. Without
 one, only the watchdog's timeout guards (cluster.Watchdog).
 """
@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 PERIOD_S = 0.5
 SILENCE_S = 10.0
-CONNECT_S = 120.0            # followers may load their shard well before rank 0 listens
+CONNECT_S = 300.0            # rank 0 listens once it joins, before loading: its start-up
 HEARTBEAT_PORT_OFFSET = 997
 ENV = "TANDEM_DIST_HEARTBEAT"
 
@@ -35,6 +35,8 @@ ENV = "TANDEM_DIST_HEARTBEAT"
 def heartbeat_address() -> tuple[str, int] | None:
     """(host, port) rank 0 listens on, or None where no address is known."""
     explicit = os.environ.get(ENV)
+    if explicit == "off":
+        return None
     if explicit:
         host, port = explicit.rsplit(":", 1)
         return host, int(port)

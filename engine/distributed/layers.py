@@ -87,9 +87,8 @@ class ShardedMoeBlock(SparseMoeBlock):
         local = idx.astype(mx.int32) - self.first_expert                     # [N, k]
         own = (local >= 0) & (local < self.num_local)
         scores = mx.where(own, scores, mx.array(0, scores.dtype))
-        local = mx.clip(local, 0, self.num_local - 1).astype(mx.uint32)
-        y = self.switch_mlp(x, local)                                        # [N, k, D]
-        y = (scores[:, None, :] @ y)[:, 0]                                   # [N, D]
+        local = mx.clip(local, 0, self.num_local - 1)
+        y = self.experts(x, local, scores)          # this rank's experts' sum [N, D]
         part = moe_output(y, self.shared_expert(x), shared_gate, mx.array(0, y.dtype))
         TRAFFIC.all_sum(part.nbytes, self.group.size())
         out = mx.distributed.all_sum(part, group=self.group)                 # [N, D]

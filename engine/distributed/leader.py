@@ -4,8 +4,8 @@ The scheduler, the cache manager (pages, slots, kept turns) and sampling live on
 rank 0 only; followers receive block tables, slot mappings and state slots, so the
 pages of every rank's shard of the pool are the pages rank 0 allocated. Copies
 (copy-on-write pages, turn snapshots) are sent as messages, so every rank's pool
-holds the same pages. The disk cache is off with several ranks (each rank's pages
-hold its own heads: a saved turn would need every rank's part).
+holds the same pages; the disk cache's saves and loads move every rank's part of a
+turn (disk_parts.py).
 """
 from __future__ import annotations
 
@@ -14,8 +14,20 @@ import time
 import mlx.core as mx
 import numpy as np
 
+from engine.core.disk_transfer import _device
 from engine.core.runner import Runner
-from engine.distributed.wire import COMPILED, COPY_PAGES, COPY_STATE, GROUPS, PLAIN, START, Wire
+from engine.distributed.disk_parts import gather_parts, scatter_load
+from engine.distributed.wire import (
+    COMPILED,
+    COPY_PAGES,
+    COPY_STATE,
+    GROUPS,
+    LOAD,
+    PLAIN,
+    SAVE,
+    START,
+    Wire,
+)
 from engine.models.base import ModelCache
 
 
@@ -56,9 +68,32 @@ class LeaderRunner(Runner):
         super().copy_state_slot(src, dst)
 
     def copy(self, copies):
-        if copies.saves or copies.loads:
-            raise ClusterError("the disk prompt cache is not used with several ranks")
-        return super().copy(copies)
+        """Runner.copy in the same order, with the disk cache's saves gathered from every
+        rank and its loads scattered to them (disk_parts.py)."""
+        snapshot_source = {dst: src for src, dst in copies.states}
+        saves = [(save, self._save(save, snapshot_source.get(save.slot, save.slot)))
+                 for save in copies.saves]
+        mx.async_eval([a for _, arrays in saves for a in arrays.values()])
+        if copies.pages:
+            self.copy_pages(copies.pages)
+        for src, dst in copies.states:
+            self.copy_state_slot(src, dst)
+        for load in copies.loads:
+            self._load(load)
+        return saves
+
+    def _save(self, save, slot: int | None) -> dict[str, mx.array]:
+        self._send([SAVE, -1 if slot is None else slot, len(save.ids), len(save.pages)],
+                   mx.array(np.array(save.pages, np.int32)))
+        return gather_parts(self.wire, self.cache, save.pages, len(save.ids), slot)
+
+    def _load(self, load) -> None:
+        n = load.payload.num_tokens
+        self._send([LOAD, -1 if load.slot is None else load.slot, n, len(load.pages)],
+                   mx.array(np.array(load.pages, np.int32)))
+        dtypes = {name: a.dtype for name, a in _named_arrays(self.cache)}
+        tensors = {name: _device(t, dtypes[name]) for name, t in load.payload.tensors.items()}
+        scatter_load(self.wire, self.cache, load.pages, n, load.slot, tensors)
 
     def close(self) -> None:
         """Tell the followers to stop (unless the group is already broken)."""
@@ -78,3 +113,13 @@ class LeaderRunner(Runner):
     def _check(self) -> None:
         if self.broken is not None:
             raise ClusterError(self.broken)
+
+
+def _named_arrays(cache: ModelCache):
+    """(disk tensor name, pool array) of every array a saved turn holds."""
+    for i, pair in enumerate(cache.kv):
+        for j, part in enumerate("kv"):
+            yield f"kv.{i}.{part}", pair[j]
+    for i, layer in enumerate(cache.states):
+        for j, arr in enumerate(layer):
+            yield f"state.{i}.{j}", arr

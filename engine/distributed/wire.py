@@ -8,8 +8,9 @@ host sync there (a decode's input ids can still be on the device, sampled by the
 step before). Followers read the header on the host, then the payload.
 
 Order is the contract: every rank must issue the same collectives in the same order.
-On rank 0 each message's all_sum depends on the one before (``_chain``), and a
-forward's payload feeds that forward, so the device runs them in program order.
+On every rank each message's collective depends on the one before (``_chain``), and a
+forward's payload feeds that forward, so the device runs them in program order
+(independent collectives of one eval would run in no promised order).
 
 A forward's payload, per group of rows: tokens [B*T], offsets [B], lengths [B],
 positions [B*T], slot_mapping [B*T], block_tables [B*P], state_slots [B], and
@@ -29,7 +30,7 @@ HEADER = 32
 MAX_GROUPS = 3
 _GROUP_FIELDS = 7
 
-START, FORWARD, COPY_PAGES, COPY_STATE, SHUTDOWN = 1, 2, 3, 4, 5
+START, FORWARD, COPY_PAGES, COPY_STATE, SHUTDOWN, SAVE, LOAD = 1, 2, 3, 4, 5, 6, 7
 PLAIN, COMPILED, GROUPS = 0, 1, 2        # how a forward is run
 
 # Header of a forward: kind, num_groups, private cache pages (0: the runner's own
@@ -54,7 +55,7 @@ class Wire:
     def __init__(self, group):
         self.group = group
         self.is_leader = group.rank() == 0
-        self._chain: mx.array | None = None     # rank 0: the last message's collective
+        self._chain: mx.array | None = None     # the last collective (see _after)
 
     # -- rank 0 ----------------------------------------------------------------
     def send(self, header: list[int], payload: mx.array | None = None) -> mx.array | None:
@@ -91,6 +92,27 @@ class Wire:
         got = self.send(head + header, payload)
         return _unpack_groups(header, got)
 
+    def broadcast(self, data: mx.array | None, shape: tuple[int, ...], dtype) -> mx.array:
+        """Any array from rank 0 to every rank (data None on the others), lazy."""
+        data = mx.zeros(shape, dtype) if data is None else data
+        return self._chained(mx.distributed.all_sum(data + self._after(data), group=self.group))
+
+    def gather(self, part: mx.array) -> mx.array:
+        """all_gather along axis 0 (every rank's part, rank order), in the message order."""
+        return self._chained(mx.distributed.all_gather(part + self._after(part),
+                                                       group=self.group))
+
+    def _after(self, x: mx.array) -> mx.array:
+        """A zero of x's dtype that depends on the previous collective: independent
+        collectives of one eval run in no promised order, so every rank chains its own
+        (each its own chain; only the order matters)."""
+        return (self._chain * 0).astype(x.dtype) if self._chain is not None else \
+            mx.array(0, x.dtype)
+
+    def _chained(self, got: mx.array) -> mx.array:
+        self._chain = got.reshape(-1)[0].astype(mx.int32)
+        return got
+
     def close(self) -> None:
         """The shutdown message, evaluated now (nothing later would)."""
         self.send([SHUTDOWN])
@@ -98,11 +120,12 @@ class Wire:
 
     # -- ranks 1..N-1 ------------------------------------------------------------
     def receive_header(self) -> list[int]:
-        got = mx.distributed.all_sum(mx.zeros(HEADER, mx.int32), group=self.group)
-        return got.tolist()            # waits for rank 0's next message
+        return self.receive_payload(HEADER).tolist()     # waits for rank 0's next message
 
     def receive_payload(self, size: int) -> mx.array:
-        return mx.distributed.all_sum(mx.zeros(size, mx.int32), group=self.group)
+        zeros = mx.zeros(size, mx.int32)
+        return self._chained(mx.distributed.all_sum(zeros + self._after(zeros),
+                                                    group=self.group))
 
     def receive_forward(self, header: list[int]) -> ForwardMessage:
         _, n, pages, slots, mode, size = header[:6]

@@ -17,6 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))        # tests/engi
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import scenarios  # noqa: E402
+import scenarios_disk  # noqa: E402
+import scenarios_faults  # noqa: E402
 
 
 def main() -> int:
@@ -24,7 +26,8 @@ def main() -> int:
     group = mx.distributed.init(backend="ring", strict=True)
     if os.environ.get("DUMP_AFTER"):        # debugging a hang: every thread's stack
         faulthandler.dump_traceback_later(float(os.environ["DUMP_AFTER"]))
-    fn = getattr(scenarios, name)
+    fn = next(getattr(m, name) for m in (scenarios, scenarios_disk, scenarios_faults)
+              if hasattr(m, name))
     result = fn(group) if name == "logits" else fn(group, out)
     if group.rank() == 0 and result is not None:
         np.savez(out / "result.npz", **result)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scenarios
+import scenarios_disk
 from ranks import run_ranks
 
 EPS32 = float(np.finfo(np.float32).eps)
@@ -51,8 +52,8 @@ def test_sharded_logits_equal_one_process(tmp_path, n):
 def test_each_rank_loads_its_shard_from_a_folder(tmp_path):
     """An MLX 4-bit Llama folder and an HF bf16 Qwen3.5 MoE folder (experts one by one):
     each rank slices the lazily loaded tensors before evaluating them."""
-    scenarios.write_folders(tmp_path / "ranks2" / "models")
-    ref = scenarios.disk(None, tmp_path / "ranks2")
+    scenarios_disk.write_folders(tmp_path / "ranks2" / "models")
+    ref = scenarios_disk.disk(None, tmp_path / "ranks2")
     _same(ref, _ranks(tmp_path, 2, "disk"))
 
 
@@ -77,6 +78,17 @@ def test_next_turn_reuses_kept_pages_and_state_on_every_rank(tmp_path):
     broadcast, or the followers' shards would read stale pages."""
     ref = scenarios.engine_turns(None, tmp_path / "one")
     _same(ref, _ranks(tmp_path, 2, "engine_turns"))
+
+
+def test_disk_prompt_cache_holds_every_ranks_part(tmp_path):
+    """Turn 2, in a new engine, loads turn 1 from rank 0's disk cache (each rank gets
+    its heads' part) and goes on as one process does."""
+    scenarios_disk.write_float_qwen(tmp_path / "one" / "models")
+    scenarios_disk.write_float_qwen(tmp_path / "ranks2" / "models")
+    ref = scenarios_disk.engine_disk(None, tmp_path / "one")
+    got = _ranks(tmp_path, 2, "engine_disk")
+    assert ref["cached"] >= len(scenarios.PROMPT)
+    _same(ref, got)
 
 
 def test_cancel_mid_stream_frees_pages_then_they_serve_again(tmp_path):
@@ -139,8 +151,8 @@ def test_generate_with_hosts_runs_under_mlx_launch(tmp_path):
 def test_a_rank_reading_its_shard_never_holds_the_whole_model(tmp_path):
     """Reading the folder, each rank's peak memory stays near its shard's bytes (one
     full tensor of slack), well under what one process reading everything peaks at."""
-    scenarios.write_wide_llama(tmp_path / "ranks2" / "models")
-    ref = scenarios.load_memory(None, tmp_path / "ranks2")
+    scenarios_disk.write_wide_llama(tmp_path / "ranks2" / "models")
+    ref = scenarios_disk.load_memory(None, tmp_path / "ranks2")
     got = _ranks(tmp_path, 2, "load_memory")
     full_peak = ref["stats"][0, 0]
     largest = 4096 * 256 * 4                    # the embedding, float32
