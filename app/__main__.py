@@ -42,7 +42,15 @@ def main(argv=None) -> int:
                 code, line = loop.run_until_complete(run_self_test(args.model))
             print(line, flush=True)
             return code
-        return loop.run_until_complete(_run_window(app, args))
+        try:
+            return loop.run_until_complete(_run_window(app, args))
+        except RuntimeError as exc:
+            # app.quit() from outside the window (the macOS app menu, a logout) ends Qt's
+            # loop at once, before _run_window can finish: aboutToQuit already ran the
+            # shutdown (_Shutdown.now), so the only thing left is this report of it.
+            if "Event loop stopped before Future completed" not in str(exc):
+                raise
+            return 0
 
 
 async def _run_window(app, args) -> int:
@@ -64,26 +72,57 @@ async def _run_window(app, args) -> int:
     window = MainWindow(store, bridge, telemetry=telemetry, trace_path=args.trace)
     if args.trace:
         window.status_panel.trace_button.setChecked(True)     # record from the start
+    shutdown = _Shutdown(window, telemetry, opened)
+    # Quitting is the window closing, and Qt's loop must not end before this coroutine
+    # does: with Qt quitting on the last window's close, the steps after the wait ran
+    # with no loop ("Event loop stopped before Future completed", issue 22 item 14).
+    app.setQuitOnLastWindowClosed(False)
     quit_event = asyncio.Event()
-    app.aboutToQuit.connect(quit_event.set)
+    app.lastWindowClosed.connect(quit_event.set)
+    app.aboutToQuit.connect(shutdown.now)
     window.show()
     window.show_storage_state(opened.notice, opened.banner)
     if store.num_interrupted:
         window.statusBar().showMessage(
             f"{store.num_interrupted} reply was interrupted when Tandem last quit.", 8000)
+    # The start (the API, the model's load) may still run when the user quits: quitting
+    # does not wait for it.
+    start = asyncio.ensure_future(_start(window, store, args))
+    await quit_event.wait()
+    start.cancel()
+    await window.api.stop()
+    shutdown.now()
+    return 0
+
+
+async def _start(window, store, args) -> None:
     await window.apply_server_settings()       # listening first: 503 while the model loads
     model = args.model or store.get_setting("last_model")
     if not await window.load_model(model) and model and not args.model:
         await window.load_model(None)          # the last model moved: use the default
-    await quit_event.wait()
-    await window.api.stop()
-    window.trace.close()                       # --trace PATH: the final save
-    if telemetry is not None:
-        telemetry.stop()
-    bridge.close()
-    window.store.flush()                       # writes that waited for disk space
-    opened.close()
-    return 0
+
+
+class _Shutdown:
+    """Everything quitting does that needs no event loop, once, from whichever comes
+    first: the window's close (then _run_window's end) or Qt's aboutToQuit."""
+
+    def __init__(self, window, telemetry, opened):
+        self._window, self._telemetry, self._opened = window, telemetry, opened
+        self.done = False
+
+    def now(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        window = self._window
+        if window.isVisible():
+            window.close()                     # saves the layout, stops the replies
+        window.trace.close()                   # --trace PATH: the final save
+        if self._telemetry is not None:
+            self._telemetry.stop()
+        window.bridge.close()
+        window.store.flush()                   # writes that waited for disk space
+        self._opened.close()
 
 
 if __name__ == "__main__":

@@ -126,14 +126,21 @@ def platforms_to_check(env: dict[str, str]) -> list[str] | None:
     return wanted or None
 
 
-def format_missing(sonames: list[str], debian: bool) -> str:
-    """The message for missing libraries: one install command where we can name one."""
+def is_root() -> bool:
+    """Running as root (a container, a chroot): there is often no sudo, nor any need."""
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def format_missing(sonames: list[str], debian: bool, root: bool | None = None) -> str:
+    """The message for missing libraries: one install command where we can name one,
+    with sudo unless we already run as root (``root``: None asks the process)."""
+    sudo = "" if (is_root() if root is None else root) else "sudo "
     lines = ["Qt cannot open a window: these system libraries are missing:",
              "  " + " ".join(sonames)]
     if debian:
         packages, unknown = debian_packages(sonames)
         if packages:
-            lines += ["Install them with:", "  sudo apt-get install " + " ".join(packages)]
+            lines += ["Install them with:", f"  {sudo}apt-get install " + " ".join(packages)]
         if unknown:
             lines.append("Find the package for the others with `apt-file search NAME`: "
                          + " ".join(unknown))

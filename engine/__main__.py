@@ -1,13 +1,15 @@
 """Terminal use: python -m engine chat | generate | serve | bench (default: the built-in
-model). bench is handed to python -m engine.bench (engine/cli.py: run_bench).
+model). bench is handed to python -m engine.bench (engine/terminal/cli.py: run_bench).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from engine.chat_repl import add_chat_args
-from engine.cli import add_model_args, run_bench, run_chat, run_generate
+from engine.distributed.launch import add_hosts_arg
+from engine.distributed.launch import enter as enter_group
+from engine.terminal.chat_repl import add_chat_args
+from engine.terminal.cli import add_model_args, run_bench, run_chat, run_generate
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -28,15 +30,19 @@ def build_parser() -> argparse.ArgumentParser:
     chat = sub.add_parser("chat", help="interactive, streaming, multi-turn chat",
                           description="Chat in the terminal; /help inside lists the commands.",
                           formatter_class=HelpFormatter)
-    add_model_args(chat)
+    add_model_args(chat, chat=True)
     add_chat_args(chat)
+    add_hosts_arg(chat)
     gen = sub.add_parser("generate", help="all prompts in one batch; prints each completion",
                          formatter_class=HelpFormatter)
     add_model_args(gen)
     gen.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
     gen.add_argument("--trace", default=None, help="write a Perfetto trace here")
+    add_hosts_arg(gen)
     from engine.server.standalone import add_serve_args
-    add_serve_args(sub.add_parser("serve", help="OpenAI-compatible API on localhost"))
+    serve = sub.add_parser("serve", help="OpenAI-compatible API on localhost")
+    add_serve_args(serve)
+    add_hosts_arg(serve)
     # The bench's options belong to engine.bench, which is imported only when chosen.
     sub.add_parser("bench", add_help=False,
                    help="decode and prefill speed, ours and mlx-lm's (bench -h for options)")
@@ -50,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_bench(rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    # Several machines (--hosts, or started by mlx.launch): only rank 0 goes on.
+    done = enter_group(args, sys.argv[1:] if argv is None else argv)
+    if done is not None:
+        return done
     if args.command == "chat":
         return run_chat(args)
     if args.command == "serve":

@@ -1,7 +1,7 @@
 """Every per-conversation setting, declared once (plain data: no mlx, no Qt).
 
 SamplingParams takes its defaults and validation from SETTINGS, the CLI builds
-its options from it (engine/sampling_args.py), the app builds its dialog fields
+its options from it (engine/terminal/sampling_args.py), the app builds its dialog fields
 from it and stores a conversation's settings as one JSON mapping keyed by
 `Setting.name`, so adding a setting here needs no other declaration and no
 schema change.

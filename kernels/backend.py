@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-NAMES = ("gated_delta_step", "gated_delta_chunk", "paged_attention", "moe_route")
+NAMES = ("gated_delta_step", "gated_delta_chunk", "paged_attention", "moe_route",
+         "moe_experts", "gdn_conv_step")
 
 
 def gpu_backend() -> str | None:

@@ -19,6 +19,8 @@ import mlx.core as mx
 
 import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
+import kernels.gdn_conv_step as gcs
+import kernels.moe_experts as me
 import kernels.moe_route as mr
 import kernels.paged_attention as pa
 from kernels.backend import NAMES
@@ -94,6 +96,23 @@ class KernelSet:
         if backend is None or not mr.applies(logits, k):
             return None
         return mr.kernel(logits, k, normalize, backend=backend)
+
+    def gdn_conv_step(self, qkv, weight, pool, slots, fresh, heads, eps: float):
+        """((q, k, v), pool) of kernels.gdn_conv_step: the decode conv, its state written
+        into pool[slots] in place, q/k normalised; heads (Hk, Hv, Dk, Dv)."""
+        backend = self.launches(gcs.NAME)
+        if backend is None or not gcs.applies(qkv, weight, pool, heads):
+            return None
+        out = gcs.kernel(qkv, weight, pool, slots, fresh, heads, eps, backend=backend)
+        return out, mx.depends(pool, out)   # keep the returned pool: ordered after the write
+
+    def moe_experts(self, x, idx, scores, experts):
+        """y [N, D] of kernels.moe_experts: the routed experts' weighted sum (x [N, D],
+        idx [N, k], scores [N, k]; experts a kernels.moe_experts.QuantExperts)."""
+        backend = self.launches(me.NAME)
+        if backend is None or not me.applies(x, idx, experts):
+            return None
+        return me.kernel(x, idx, scores, experts, backend=backend)
 
 
 # What a layer holds until its model is given a kernel set (models built outside an engine).

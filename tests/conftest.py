@@ -9,6 +9,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # where MLX would otherwise use TF32-class units (CUDA tensor cores, M5 Macs).
 os.environ.setdefault("MLX_ENABLE_TF32", "0")
 sys.path.insert(0, str(Path(__file__).parent / "engine"))   # tiny_models, qwen_fixtures
+sys.path.insert(0, str(Path(__file__).parent))              # float32_tolerance
 # Same for MKL on the CPU: in strict reproducible mode a row's matmul result does not
 # depend on how many rows share it (without it batched and alone differ by ~1.6e-4).
 # Not the app's default: it makes single-row (decode B=1) matmuls 1.5-3x slower.

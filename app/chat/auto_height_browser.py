@@ -1,5 +1,6 @@
-"""A QTextBrowser that is exactly as tall as its document (no scroll bars), so
-messages stack in a scroll area and reflow with the pane's width."""
+"""A QTextBrowser that is exactly as tall as its document (no vertical scroll bar),
+so messages stack in a scroll area and reflow with the pane's width; code keeps its
+lines (set_no_wrap) and scrolls sideways instead."""
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, Qt
@@ -28,6 +29,7 @@ class AutoHeightBrowser(QTextBrowser):
         super().__init__(parent)
         self._source = None
         self._markdown = False
+        self._wrap = True
         self.setObjectName("messageText")
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -60,12 +62,22 @@ class AutoHeightBrowser(QTextBrowser):
         else:
             self.setPlainText(text)
 
+    def set_no_wrap(self) -> None:
+        """Long lines stay whole (code: a line broken mid-token reads wrong) and a
+        horizontal scroll bar appears under them when they do not fit."""
+        self._wrap = False
+        self.setLineWrapMode(QTextBrowser.LineWrapMode.NoWrap)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.horizontalScrollBar().rangeChanged.connect(self._fit)
+
     def source_text(self) -> str:
         return self._source or ""
 
     def _fit(self, *_):
         margins = self.contentsMargins()
         height = int(self.document().size().height()) + margins.top() + margins.bottom()
+        if not self._wrap and self.horizontalScrollBar().maximum() > 0:
+            height += self.horizontalScrollBar().sizeHint().height()
         if height != self.height():
             self.setFixedHeight(height)
 
@@ -88,8 +100,12 @@ class AutoHeightBrowser(QTextBrowser):
 
     def resizeEvent(self, event):
         super().resizeEvent(event)
-        self.document().setTextWidth(self.viewport().width())
+        if self._wrap:
+            self.document().setTextWidth(self.viewport().width())
         self._fit()
 
     def wheelEvent(self, event):
+        if not self._wrap and event.angleDelta().x():
+            super().wheelEvent(event)        # sideways through long code lines
+            return
         event.ignore()       # let the chat's scroll area scroll

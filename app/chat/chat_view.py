@@ -17,11 +17,13 @@ class ChatView(QScrollArea):
         regenerate_requested(int): row
         edit_submitted(int, str): row, new text
         version_requested(int, int): row, the answer's version to show
+        continue_requested(int): row of a reply cut short, to carry on
     """
     stop_requested = Signal(int)
     regenerate_requested = Signal(int)
     edit_submitted = Signal(int, str)
     version_requested = Signal(int, int)
+    continue_requested = Signal(int)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -71,6 +73,8 @@ class ChatView(QScrollArea):
             widget.stop_requested.connect(lambda w=widget: self._emit_for(w, self.stop_requested))
             widget.regenerate_requested.connect(
                 lambda w=widget: self._emit_for(w, self.regenerate_requested))
+            widget.continue_requested.connect(
+                lambda w=widget: self._emit_for(w, self.continue_requested))
             widget.edit_submitted.connect(
                 lambda text, w=widget: self.edit_submitted.emit(self._widgets.index(w), text))
             widget.version_requested.connect(
@@ -79,12 +83,18 @@ class ChatView(QScrollArea):
             self._widgets.insert(row, widget)
             self._column.insertWidget(row, widget)
         self._follow = True
+        self._mark_last()
 
     def _remove(self, first: int, last: int) -> None:
         for widget in self._widgets[first:last + 1]:
             widget.setParent(None)
             widget.deleteLater()
         del self._widgets[first:last + 1]
+        self._mark_last()
+
+    def _mark_last(self) -> None:
+        for i, widget in enumerate(self._widgets):
+            widget.set_last(i == len(self._widgets) - 1)
 
     def _emit_for(self, widget: MessageWidget, signal) -> None:
         if widget in self._widgets:

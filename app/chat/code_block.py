@@ -25,7 +25,7 @@ class CodeBlock(QFrame):
         self.text = AutoHeightBrowser()
         self.text.setObjectName("codeText")
         self.text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
-        self.text.setLineWrapMode(AutoHeightBrowser.LineWrapMode.WidgetWidth)
+        self.text.set_no_wrap()      # long lines scroll sideways, never break mid-token
         self.highlighter = CodeHighlighter(self.text.document())
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 6)

@@ -1,10 +1,10 @@
-"""Paints a sidebar row: title, last message snippet and age."""
+"""Paints a sidebar row: title, last message snippet, age and a pin if pinned."""
 from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import QRect, QSize, Qt
-from PySide6.QtGui import QFont, QPalette
+from PySide6.QtCore import QPointF, QRect, QSize, Qt
+from PySide6.QtGui import QFont, QPalette, QPen
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate
 
 from app.controllers.conversation_list_model import ConversationListModel
@@ -46,6 +46,8 @@ class ConversationDelegate(QStyledItemDelegate):
         age_w = option.fontMetrics.horizontalAdvance(age) + 4
         painter.drawText(QRect(text.right() - age_w, text.top(), age_w, line),
                          Qt.AlignmentFlag.AlignRight, age)
+        if conv.pinned:           # a small pin left of the age
+            age_w += _draw_pin(painter, text.right() - age_w - 4, text.top() + line // 2)
         indent = 0
         if index.data(ConversationListModel.OpenRole):     # shown in a pane: a dot
             painter.setPen(Qt.PenStyle.NoPen)
@@ -67,3 +69,17 @@ class ConversationDelegate(QStyledItemDelegate):
                                                        Qt.TextElideMode.ElideRight,
                                                        snippet_rect.width()))
         painter.restore()
+
+
+def _draw_pin(painter, right: int, middle: int) -> int:
+    """A pin (round head, short needle) ending at `right`; returns the width it took."""
+    painter.save()
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.setBrush(theme_color("accent"))
+    painter.drawEllipse(right - 7, middle - 6, 7, 7)
+    pen = QPen(theme_color("accent"))
+    pen.setWidthF(1.5)
+    painter.setPen(pen)
+    painter.drawLine(QPointF(right - 3.5, middle), QPointF(right - 3.5, middle + 5))
+    painter.restore()
+    return 12

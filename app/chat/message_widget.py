@@ -16,11 +16,12 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat.edit_box import EditBox
+from app.chat.elided_label import ElidedLabel
 from app.chat.markdown_view import MarkdownView
 from app.chat.think_block import ThinkBlock
 from app.chat.think_text import split_think
 from app.chat.version_switcher import VersionSwitcher
-from app.storage.message import Message, MessageState
+from app.storage.message import CONTINUABLE, Message, MessageState
 from app.storage.message_versions import num_versions
 
 _BADGES = {MessageState.STOPPED: "stopped", MessageState.LENGTH: "max tokens",
@@ -54,16 +55,19 @@ class MessageWidget(QWidget):
         regenerate_requested()
         edit_submitted(str): the edited text of a user message
         version_requested(int): the answer's version to show (0-based)
+        continue_requested(): carry on this reply, cut short, from where it ended
     """
     stop_requested = Signal()
     regenerate_requested = Signal()
     edit_submitted = Signal(str)
     version_requested = Signal(int)
+    continue_requested = Signal()
 
     def __init__(self, msg: Message, parent=None):
         super().__init__(parent)
         self.message = msg
         self.waiting_text = ""       # what a reply shows before its first token
+        self.is_last = False         # the conversation's last message (Continue shows)
         self.bubble = QFrame(objectName="bubble")
         self.bubble.setProperty("role", msg.role)
         self.role_label = QLabel("You" if msg.role == "user" else (msg.model or "Assistant"),
@@ -71,20 +75,22 @@ class MessageWidget(QWidget):
         self.think = ThinkBlock()
         self.body = MarkdownView()
         self.editor = EditBox()
-        self.stats = QLabel(objectName="statsLabel")
-        self.stats.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.stats.setWordWrap(True)     # narrow panes: wrap, never widen the bubble
-        self.stats.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # Narrow panes: one elided line (all of it in the tooltip), never a wider bubble.
+        self.stats = ElidedLabel(objectName="statsLabel")
+        self.stats.setTextFormat(Qt.TextFormat.PlainText)
         self.role_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.buttons = self._make_buttons()
-        self.versions = VersionSwitcher()
+        # An edited message's versions each come back with the answers they had.
+        self.versions = VersionSwitcher("answer" if msg.role == "assistant"
+                                        else "message with its answers")
         self.versions.selected.connect(self.version_requested)
         self._lay_out()
         self.set_message(msg)
 
     def _make_buttons(self) -> dict[str, QToolButton | QPushButton]:
         names = {"stop": ("■ Stop", "Stop generating (Esc)"), "regenerate": ("↻", "Regenerate"),
-                 "edit": ("✎", "Edit and resend"), "copy": ("Copy", "Copy the text")}
+                 "edit": ("✎", "Edit and resend"), "copy": ("Copy", "Copy the text"),
+                 "continue": ("Continue", "Continue this reply from where it stopped")}
         buttons = {k: QToolButton(text=text, toolTip=tip, objectName="messageAction")
                    for k, (text, tip) in names.items()}
         # The edit box's own buttons are real push buttons, so they read as actions.
@@ -94,6 +100,7 @@ class MessageWidget(QWidget):
                                              toolTip="Keep the message as it was (Esc)")
         buttons["stop"].clicked.connect(self.stop_requested)
         buttons["regenerate"].clicked.connect(self.regenerate_requested)
+        buttons["continue"].clicked.connect(self.continue_requested)
         buttons["copy"].clicked.connect(self._on_copy_clicked)
         buttons["edit"].clicked.connect(self.start_edit)
         buttons["send_edit"].clicked.connect(self._on_send_edit_clicked)
@@ -149,6 +156,11 @@ class MessageWidget(QWidget):
             return answer
         return self.waiting_text or "…"
 
+    def set_last(self, last: bool) -> None:
+        if last != self.is_last:
+            self.is_last = last
+            self._update_buttons()
+
     def set_waiting_text(self, text: str) -> None:
         self.waiting_text = text
         self.set_message(self.message)
@@ -156,7 +168,9 @@ class MessageWidget(QWidget):
     def _update_buttons(self) -> None:
         editing = self.editor.isVisible()
         assistant, streaming = self.message.role == "assistant", self.message.is_streaming
+        cut = assistant and self.is_last and self.message.state in CONTINUABLE
         shown = {"stop": streaming, "regenerate": assistant and not streaming,
+                 "continue": cut and bool(self.message.content),
                  "edit": not assistant and not editing, "copy": not editing,
                  "send_edit": editing, "cancel_edit": editing}
         for name, visible in shown.items():

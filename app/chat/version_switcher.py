@@ -1,4 +1,5 @@
-""""‹ 2/3 ›" under an answer that was regenerated: steps through its versions."""
+""""‹ 2/3 ›" under an answer that was regenerated or a message that was edited:
+steps through its versions."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
@@ -11,12 +12,13 @@ class VersionSwitcher(QWidget):
     """
     selected = Signal(int)
 
-    def __init__(self, parent=None):
+    def __init__(self, noun: str = "answer", parent=None):
+        """noun: what a version is ("answer", or "message" for an edited one)."""
         super().__init__(parent)
         self.setObjectName("versionSwitcher")
         self.previous = QToolButton(text="‹", objectName="versionButton",
-                                    toolTip="Previous answer")
-        self.next = QToolButton(text="›", objectName="versionButton", toolTip="Next answer")
+                                    toolTip=f"Previous {noun}")
+        self.next = QToolButton(text="›", objectName="versionButton", toolTip=f"Next {noun}")
         self.label = QLabel(objectName="versionLabel")
         self.label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         layout = QHBoxLayout(self)

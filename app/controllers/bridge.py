@@ -9,6 +9,7 @@ import functools
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from engine.errors import TandemError
 from engine.events import (
     CacheNoticeEvent,
     ErrorEvent,
@@ -18,6 +19,12 @@ from engine.events import (
     SubmittedEvent,
     TokenEvent,
 )
+
+
+def default_check(model: str) -> None:
+    """Raises ModelLoadError if `model` cannot load (no mlx: the header, not the weights)."""
+    from engine.loading.model_check import check_model_path
+    check_model_path(model)
 
 
 def default_loader(model=None, config=None, on_progress=None):
@@ -30,7 +37,8 @@ class EngineBridge(QObject):
         load_started(str): a load began (path, "" for the default model)
         load_progress(float, str): fraction 0..1 and a message
         model_loaded(str): the new engine's model name
-        load_failed(str): the engine's message (the previous model is loaded again)
+        load_failed(str): the engine's message (the previous model is loaded again, or,
+            when the path failed its check before anything was unloaded, kept)
         model_unloaded(): the engine was closed (a load follows)
         request_submitted(int, int): request id, prompt tokens
         token_received(int, str, int): request id, text delta, number of tokens
@@ -54,9 +62,13 @@ class EngineBridge(QObject):
     _engine_event = Signal(object)     # engine thread -> GUI thread
     _progress_posted = Signal(object)  # loader thread -> GUI thread
 
-    def __init__(self, loader=default_loader, parent=None):
+    def __init__(self, loader=default_loader, check=default_check, parent=None):
+        """check(path) raises (a TandemError or OSError) if `path` cannot be loaded; it
+        runs before the current model is unloaded. None: no check."""
         super().__init__(parent)
         self._loader = loader
+        self._check = check
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.engine = None
         self.model_path: str | None = None
         self.config = None                     # the EngineConfig the engine was loaded with
@@ -85,14 +97,23 @@ class EngineBridge(QObject):
 
     # loading
     async def load_model(self, path: str | None, config=None) -> bool:
-        """Close the current engine (two big models never share memory), then load
-        `path` off the GUI thread; if that fails, load the previous model again
-        with its previous config. True if `path` is now loaded."""
+        """Check `path`, close the current engine (two big models never share memory),
+        then load `path` off the GUI thread; if that fails, load the previous model
+        again with its previous config. A path that fails the check (a damaged .gguf)
+        unloads nothing. True if `path` is now loaded."""
         if self.loading:
             return False
         self.loading = True
+        # The loop this load runs on, taken while it surely runs: a later step may be
+        # resumed from Qt's event processing while qasync's loop is not running (seen
+        # in tests, where a quick executor call ended as run_until_complete returned).
+        self._loop = asyncio.get_running_loop()
         previous = (self.model_path, self.config) if self.engine is not None else None
         try:
+            refused = await self._refused(path)
+            if refused:
+                self.load_failed.emit(refused)
+                return False
             self.last_progress = (0.0, "")
             self.load_started.emit(path or "")
             await self._unload()
@@ -106,12 +127,22 @@ class EngineBridge(QObject):
         finally:
             self.loading = False
 
+    async def _refused(self, path) -> str:
+        """Why `path` cannot load, found without unloading anything ("" if it may)."""
+        if self._check is None or not path:
+            return ""
+        try:
+            await self._loop.run_in_executor(None, self._check, path)
+        except (TandemError, OSError) as exc:
+            return str(exc) or type(exc).__name__
+        return ""
+
     async def _load(self, path, config) -> str | None:
         """Load and install an engine; the error message if it failed."""
         load = functools.partial(self._loader, model=path, config=config,
                                  on_progress=self._progress_posted.emit)
         try:
-            engine = await asyncio.get_running_loop().run_in_executor(None, load)
+            engine = await self._loop.run_in_executor(None, load)
         except Exception as exc:  # noqa: BLE001 - any load failure is shown to the user
             return str(exc) or type(exc).__name__
         self.engine, self.model_path, self.config = engine, path, config
@@ -138,7 +169,7 @@ class EngineBridge(QObject):
         for rid in list(self._handles):
             self._handles.pop(rid).cancel()
             self.request_finished.emit(rid, "cancelled", None, "", "")
-        await asyncio.get_running_loop().run_in_executor(None, old.close)
+        await self._loop.run_in_executor(None, old.close)
         self.model_unloaded.emit()
 
     @Slot(object)
@@ -164,6 +195,15 @@ class EngineBridge(QObject):
         handle = self.engine.submit(prompt, params, stream=False)
         self._handles[handle.request_id] = handle
         return handle.request_id
+
+    def submit_continuation(self, prompt: list[dict], answer: str, params) -> int:
+        """Like submit, for an answer cut short: the prompt as the model's chat template
+        renders it for a reply, then `answer` as the start of that reply, so the model
+        goes on from its last word instead of starting again."""
+        if self.engine is None:
+            return self.submit(prompt, params)      # raises, saying why
+        tokenizer = self.engine.tokenizer
+        return self.submit(tokenizer.encode_prompt(prompt) + tokenizer.encode(answer), params)
 
     def cancel(self, request_id: int) -> None:
         handle = self._handles.get(request_id)

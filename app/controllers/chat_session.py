@@ -6,12 +6,13 @@ import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.chat.think_text import strip_think
 from app.controllers.chat_model import ChatModel
+from app.controllers.conversation_prompt import context_tokens, prompt_messages
 from app.status.activity import READING, STREAMING, WAITING_FOR_MODEL
 from app.storage.conversation import Conversation
-from app.storage.message import Message, MessageState
-from app.storage.message_versions import num_versions, with_new_version, with_version
+from app.storage.message import CONTINUABLE, Message, MessageState
+from app.storage.message_branches import with_branch, with_branch_kept, with_edit
+from app.storage.message_versions import num_versions, with_new_version
 from engine.errors import TandemError
 
 SAVE_MS = 1000     # a streaming message reaches the database at least this often
@@ -25,11 +26,13 @@ class ChatSession(QObject):
         conversation_changed(): title or settings changed (sidebar refresh)
         error(str): a request could not be submitted
         waiting_changed(str): what the reply shows before its first token ("" = nothing)
+        max_context_changed(): a model loaded (the context's size may be another)
     """
     busy_changed = Signal(bool)
     conversation_changed = Signal()
     error = Signal(str)
     waiting_changed = Signal(str)
+    max_context_changed = Signal()
 
     def __init__(self, conversation: Conversation, store, bridge, parent=None):
         super().__init__(parent)
@@ -40,8 +43,10 @@ class ChatSession(QObject):
         self.request_id: int | None = None
         self.waiting_for_model = False     # sent while the model loads: submitted once loaded
         self._row: int | None = None
+        self._continued = ("", 0)    # a continued answer: its text and tokens before
         self._save = QTimer(self, interval=SAVE_MS)
         self._save.timeout.connect(self._on_save_timeout)
+        bridge.request_submitted.connect(self._on_bridge_request_submitted)
         bridge.token_received.connect(self._on_bridge_token_received)
         bridge.request_finished.connect(self._on_bridge_request_finished)
         bridge.load_progress.connect(self._on_bridge_load_progress)
@@ -84,33 +89,65 @@ class ChatSession(QObject):
         elif self.request_id is not None:
             self._bridge.cancel(self.request_id)
 
+    def continue_reply(self, row: int) -> bool:
+        """Carry on the stopped (or cut) last answer at `row` from where it ended: the
+        model reads the answer so far as its own and goes on; the text joins it."""
+        msg = self.model.message(row)
+        if (self.busy or row != self.model.last_row() or msg.role != "assistant"
+                or msg.state not in CONTINUABLE or not msg.content):
+            return False
+        try:
+            rid = self._bridge.submit_continuation(
+                self._prompt(row), msg.content, self.conversation.sampling_params())
+        except (TandemError, ValueError) as exc:
+            self.error.emit(str(exc))
+            return False
+        self._row, self._t_sent = row, time.perf_counter()
+        self._continued = (msg.content, msg.num_tokens or 0)
+        msg.state, msg.error = MessageState.STREAMING, ""
+        self._store.update_message(msg)
+        self.model.replace(row, msg)
+        self._started(rid)
+        self.busy_changed.emit(True)
+        return True
+
     def regenerate(self, row: int) -> bool:
         """A new answer at `row`, kept beside the earlier ones ("< 1/2 >"); the turns
-        after `row` were built on the old answer, so they go."""
+        after `row` were built on the old answer, so they go with it (its branch)."""
         if self.model.message(row).role != "assistant":
             return False
         self._abandon()
+        self.model.replace(row, with_branch_kept(self.model.message(row),
+                                                 self.model.messages()[row + 1:]))
         self._truncate(row + 1)
         return self._generate(row)
 
     def select_version(self, row: int, index: int) -> bool:
-        """Show version `index` of the answer at `row`; the next turn builds on it."""
+        """Show version `index` of the message at `row`, with the turns that followed
+        it (its branch); the next turn builds on it."""
         msg = self.model.message(row)
-        if self.busy or msg.role != "assistant" or not 0 <= index < num_versions(msg):
+        if self.busy or not 0 <= index < num_versions(msg):
             return False
-        msg = with_version(msg, index)
+        msg, branch = with_branch(msg, index, self.model.messages()[row + 1:])
         self._store.update_message(msg)
         self.model.replace(row, msg)
+        self._truncate(row + 1)
+        for turn in branch:
+            self._add(turn)
         self.conversation_changed.emit()
         return True
 
     def edit_and_resend(self, row: int, text: str) -> bool:
-        """Replace the user message at `row` with `text`, drop what followed, reply again."""
+        """A new version of the user message at `row` with `text`, answered again; the
+        old version keeps the turns that followed it ("‹ 1/2 ›" brings them back)."""
         if self.model.message(row).role != "user" or not text.strip():
             return False
         self._abandon()
-        self._truncate(row)
-        self._add(Message("user", text.strip()))
+        edited = with_edit(self.model.message(row), text.strip(),
+                           self.model.messages()[row + 1:])
+        self._store.update_message(edited)
+        self.model.replace(row, edited)
+        self._truncate(row + 1)
         return self._generate()
 
     def update_conversation(self, conversation: Conversation) -> None:
@@ -120,6 +157,7 @@ class ChatSession(QObject):
 
     def close(self) -> None:
         self._abandon()
+        self._bridge.request_submitted.disconnect(self._on_bridge_request_submitted)
         self._bridge.token_received.disconnect(self._on_bridge_token_received)
         self._bridge.request_finished.disconnect(self._on_bridge_request_finished)
         self._bridge.load_progress.disconnect(self._on_bridge_load_progress)
@@ -129,14 +167,17 @@ class ChatSession(QObject):
     # internals
     def _prompt(self, upto: int | None = None) -> list[dict]:
         """The conversation before row `upto` (all of it when None), as chat messages."""
-        prompt = []
-        if self.conversation.system_prompt.strip():
-            prompt.append({"role": "system", "content": self.conversation.system_prompt})
-        for msg in self.model.messages()[:upto]:
-            content = strip_think(msg.content) if msg.role == "assistant" else msg.content
-            if content.strip():
-                prompt.append({"role": msg.role, "content": content})
-        return prompt
+        return prompt_messages(self.conversation, self.model.messages(), upto)
+
+    @property
+    def max_context(self) -> int | None:
+        """The loaded engine's context per conversation (None: no model loaded)."""
+        return getattr(getattr(self._bridge.engine, "config", None), "max_context", None)
+
+    @property
+    def context_tokens(self) -> int | None:
+        """Tokens of the context this conversation fills (None: not known yet)."""
+        return context_tokens(self.model.messages())
 
     def _generate(self, row: int | None = None, t_sent: float | None = None) -> bool:
         """Reply to the conversation: as a new message, or as a new version of the
@@ -212,18 +253,29 @@ class ChatSession(QObject):
             # engine's from its submit call), and the one the user saw is the one kept.
             msg.ttft_s = stats.ttft_s if msg.ttft_s is None else msg.ttft_s
             msg.decode_tok_s = stats.decode_tok_s
-            msg.num_tokens, msg.prompt_tokens = stats.generated_tokens, stats.prompt_tokens
-            msg.cached_tokens = stats.cached_tokens
+            # A continued answer: its tokens so far count, and its prompt was the rest.
+            before = self._continued[1]
+            msg.num_tokens = before + stats.generated_tokens
+            msg.prompt_tokens = max(stats.prompt_tokens - before, 0)
+            msg.cached_tokens = (None if stats.cached_tokens is None
+                                 else min(stats.cached_tokens, msg.prompt_tokens))
         self._store.update_message(msg)
         self.model.replace(self._row, msg)
         self._save.stop()
         self.request_id = self._row = None
+        self._continued = ("", 0)
         self.waiting_for_model = False
         self.waiting_changed.emit("")
         self.busy_changed.emit(False)
         self.conversation_changed.emit()
 
     # slots
+    def _on_bridge_request_submitted(self, request_id: int, prompt_tokens: int) -> None:
+        if request_id == self.request_id:      # the context indicator counts it now
+            msg = self.model.message(self._row)
+            msg.prompt_tokens = max(prompt_tokens - self._continued[1], 0)
+            self.model.replace(self._row, msg)
+
     def _on_bridge_token_received(self, request_id: int, text: str, num_tokens: int) -> None:
         if request_id != self.request_id:
             return
@@ -236,7 +288,7 @@ class ChatSession(QObject):
         if request_id != self.request_id:
             return
         if text:
-            self.model.message(self._row).content = text
+            self.model.message(self._row).content = self._continued[0] + text
         self._end(_FINAL_STATE.get(reason, MessageState.DONE), stats, error)
 
     def _on_bridge_load_progress(self, fraction: float, message: str) -> None:
@@ -245,6 +297,7 @@ class ChatSession(QObject):
                                       + (f" · {message}" if message else ""))
 
     def _on_bridge_model_loaded(self, _name: str) -> None:
+        self.max_context_changed.emit()
         if not self.waiting_for_model:
             return
         self.waiting_for_model = False

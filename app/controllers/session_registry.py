@@ -15,9 +15,11 @@ class SessionRegistry(QObject):
     """Signals:
         changed(): a conversation was created, renamed, updated or deleted
         error(str): a session could not submit
+        busy_changed(bool): whether any session has a reply in flight
     """
     changed = Signal()
     error = Signal(str)
+    busy_changed = Signal(bool)
 
     def __init__(self, store, bridge, parent=None):
         super().__init__(parent)
@@ -43,6 +45,7 @@ class SessionRegistry(QObject):
             session = ChatSession(conv, self._store, self._bridge, self)
             session.conversation_changed.connect(self.changed)
             session.error.connect(self.error)
+            session.busy_changed.connect(self._on_session_busy_changed)
             self._sessions[conv_id] = session
         return self._sessions[conv_id]
 
@@ -54,11 +57,18 @@ class SessionRegistry(QObject):
         if session is not None:
             session.update_conversation(session.conversation.copy(title=title))
 
+    def set_pinned(self, conv_id: int, pinned: bool) -> None:
+        """Pinned chats stay at the top of the sidebar (saved with the chat)."""
+        session = self.get(conv_id)
+        if session is not None and session.conversation.pinned != pinned:
+            session.update_conversation(session.conversation.copy(pinned=pinned))
+
     def delete(self, conv_id: int) -> None:
         session = self._sessions.pop(conv_id, None)
         if session is not None:
             session.close()
             session.deleteLater()
+            self.busy_changed.emit(self.busy)
         self._store.delete_conversation(conv_id)
         self.changed.emit()
 
@@ -66,6 +76,20 @@ class SessionRegistry(QObject):
         """The replies in flight and what each is doing, for the status panel."""
         return [Activity(s.request_id, s.title, s.phase) for s in self._sessions.values()
                 if s.busy]
+
+    @property
+    def busy(self) -> bool:
+        return any(s.busy for s in self._sessions.values())
+
+    def stop_all(self) -> int:
+        """Stop every reply in flight; returns how many were stopped."""
+        busy = [s for s in self._sessions.values() if s.busy]
+        for session in busy:
+            session.stop()
+        return len(busy)
+
+    def _on_session_busy_changed(self, _busy: bool) -> None:
+        self.busy_changed.emit(self.busy)
 
     def close_all(self) -> None:
         for session in self._sessions.values():

@@ -5,12 +5,15 @@ kernels; trace recording and export."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import (
+    QApplication,
     QDockWidget,
     QGridLayout,
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
@@ -33,6 +36,7 @@ _METRICS = [("decode", "Decode tok/s", "#4f6ef7"), ("prefill", "Prefill tok/s", 
             ("memory", "Memory (RSS)", "#64748b"), ("mhz", "GPU MHz", "#ef4444"),
             ("watts", "GPU W", "#ec4899")]
 _CAPTIONED = ("batch", "kv", "mhz", "watts")
+MIN_WIDTH_EM, MAX_WIDTH_EM = 30, 46      # the dock's width, in average characters
 
 
 def _latest(telemetry):
@@ -49,10 +53,16 @@ def _short(title: str, n: int = 26) -> str:
     return title if len(title) <= n else title[:n - 1] + "…"
 
 
-def _label(text: str, name: str) -> QLabel:
+def _label(text: str, name: str, wrap: bool = False) -> QLabel:
     label = QLabel(text, objectName=name)
     label.setTextFormat(Qt.TextFormat.PlainText)
     label.setIndent(0)          # a style-sheet padding would otherwise indent the text
+    if wrap:
+        # A sentence (the degraded note, a kernel reason) wraps to the panel's width
+        # and never asks for more: its width hint would widen the dock and squeeze
+        # the chats.
+        label.setWordWrap(True)
+        label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
     return label
 
 
@@ -77,14 +87,12 @@ class StatusPanel(QDockWidget):
         self.names: dict[str, QLabel] = {}
         self.captions: dict[str, QLabel] = {}
         self.sparklines: dict[str, Sparkline] = {}
-        self.per_conversation = _label("idle", "perConversation")
-        self.per_conversation.setWordWrap(True)     # the degraded note is a sentence
-        self.api_address = _label("API: off", "apiAddress")
+        self.per_conversation = _label("idle", "perConversation", wrap=True)
+        self.api_address = _label("API: off", "apiAddress", wrap=True)
         self.api_address.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.kernels = _label("kernels: no model", "kernelStatus")
-        self.kernels.setWordWrap(True)
-        self.cpu = _label("", "cpuStatus")    # BLAS and dense/quantized weights (CPU only)
-        self.cpu.setWordWrap(True)
+        self.kernels = _label("kernels: no model", "kernelStatus", wrap=True)
+        # BLAS and dense/quantized weights (CPU only)
+        self.cpu = _label("", "cpuStatus", wrap=True)
         self.trace_button = QPushButton("● Record trace", objectName="traceButton",
                                         checkable=True)
         self.trace_button.setToolTip("Record engine steps, requests and telemetry "
@@ -101,6 +109,7 @@ class StatusPanel(QDockWidget):
         self._timer.timeout.connect(self._on_timer_timeout)
         self._timer.start()
         self._on_timer_timeout()
+        self.fit_to_font()
 
     def _build(self) -> QWidget:
         body = QWidget(objectName="statusBody")
@@ -117,8 +126,7 @@ class StatusPanel(QDockWidget):
             grid.addWidget(self.values[key], row, 1)
             if key in _CAPTIONED:
                 row += 1
-                self.captions[key] = _label("", "metricCaption")
-                self.captions[key].setWordWrap(True)   # the batch's phases can be many
+                self.captions[key] = _label("", "metricCaption", wrap=True)
                 grid.addWidget(self.captions[key], row, 0, 1, 2)
             grid.addWidget(self.sparklines[key], row + 1, 0, 1, 2)
             row += 2
@@ -137,6 +145,17 @@ class StatusPanel(QDockWidget):
         buttons.addWidget(self.save_trace_button, 1)
         layout.addLayout(buttons)
         return body
+
+    def fit_to_font(self) -> None:
+        """Width limits in characters of the app's font (call after a font change)."""
+        em = max(QFontMetrics(QApplication.font()).averageCharWidth(), 1)
+        self.setMinimumWidth(round(MIN_WIDTH_EM * em))
+        self.setMaximumWidth(round(MAX_WIDTH_EM * em))
+
+    def natural_width(self) -> int:
+        """The width its contents ask for at the current font, within the limits: after
+        a font change (19 -> 13) the panel the big font widened comes back to it."""
+        return min(max(self.sizeHint().width(), self.minimumWidth()), self.maximumWidth())
 
     def value_text(self, key: str) -> str:
         return self.values[key].text()
@@ -184,6 +203,7 @@ class StatusPanel(QDockWidget):
         self.stats.add_step(event)
 
     def _on_bridge_model_loaded(self, _name: str) -> None:
+        self.stats = StepStats()       # the previous engine's steps say nothing of this one
         self.show_kernels(self._bridge.kernel_status)
         self.show_cpu(*getattr(self._bridge, "cpu_status", ({}, {})))
 
@@ -202,7 +222,7 @@ class StatusPanel(QDockWidget):
         # A prefill-only step decodes no rows: while replies stream, show the last
         # decode batch rather than 0.
         batch, batch_value, batch_caption = batch_text(snap.last_decode_batch, activities)
-        kv_value, kv_caption = kv_text(snap.kv_pages_used, snap.kv_pages_total,
+        kv_value, kv_caption = kv_text(*self._kv_pages(snap),
                                        getattr(self._bridge.engine, "kv_page_bytes", 0))
         reading = _latest(self.telemetry)
         text = reading_text(reading)
@@ -227,6 +247,16 @@ class StatusPanel(QDockWidget):
                 widget.setToolTip(text.tooltip)
         self.per_conversation.setText(activity_lines(activities, snap.per_request_tok_s,
                                                      snap.degraded, _short))
+
+    def _kv_pages(self, snap) -> tuple[int, int]:
+        """(used, total) pages: the last step's; before the first step of a loaded
+        model, its empty pool (the scratch page is not counted, as the steps do)."""
+        engine = self._bridge.engine
+        if engine is None:
+            return 0, 0
+        if snap.kv_pages_total:
+            return snap.kv_pages_used, snap.kv_pages_total
+        return 0, max(int(getattr(engine, "num_pages", 0) or 0) - 1, 0)
 
     def activities(self) -> list:
         """The replies in flight, each with one phase: the app's word merged with the

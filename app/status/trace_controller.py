@@ -8,6 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog
 
+from app.dialog_folders import TRACE
 from engine.telemetry.recording import TraceRecording
 
 FILE_FILTER = "Chrome / Perfetto trace (*.json)"
@@ -99,14 +100,20 @@ class TraceController(QObject):
         self.message.emit(f"Trace saved to {saved} (open it in ui.perfetto.dev)")
         return saved
 
-    def choose_and_save(self, parent=None) -> Path | None:
-        """Ask where (QFileDialog), then save_as; None if cancelled."""
+    def choose_and_save(self, parent=None, folders=None) -> Path | None:
+        """Ask where (QFileDialog), then save_as; None if cancelled. folders: a
+        DialogFolders (app/dialog_folders.py): the dialog starts in its own last
+        folder, else Documents; without one, in the data folder's traces."""
         if not self._has_trace:
             self.message.emit("Nothing to save yet: record a trace first.")
             return None
-        start = str(self.last_path or default_trace_path(self.folder))
+        name = default_trace_path(self.folder)
+        start = str(folders.start_file(TRACE, name.name) if folders else name)
         path, _filter = QFileDialog.getSaveFileName(parent, "Save trace as", start, FILE_FILTER)
-        return self.save_as(path) if path else None
+        saved = self.save_as(path) if path else None
+        if saved is not None and folders is not None:
+            folders.remember(TRACE, saved)
+        return saved
 
     def close(self) -> None:
         """Finish a recording in progress (the window is closing)."""

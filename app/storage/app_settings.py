@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from engine.cache.kv_budget import MIB, machine_ram_bytes
 from engine.config import EngineConfig
 from engine.settings_spec import BY_NAME, chat_defaults, check_settings, settings_or_defaults
 
@@ -30,7 +31,8 @@ FONT_SIZES = range(10, 23)                      # px; 13 is the default
 class AppSettings:
     # engine limits (applied when a model is loaded)
     max_num_seqs: int = EngineConfig.max_num_seqs
-    kv_budget_mb: int | None = EngineConfig.kv_budget_mb    # None = sized from free memory
+    # None = automatic: what the model can use, within a share of total memory
+    kv_budget_mb: int | None = EngineConfig.kv_budget_mb
     prefill_chunk: int = EngineConfig.prefill_chunk
     # The prompt cache folder's budget; 0 = conversations are not cached on disk.
     disk_cache_mb: int = EngineConfig.disk_cache_mb
@@ -50,6 +52,9 @@ class AppSettings:
         if self.kv_budget_mb is not None and self.kv_budget_mb < MIN_KV_BUDGET_MB:
             raise ValueError(f"The KV cache memory must be at least {MIN_KV_BUDGET_MB} MB "
                              "(or Automatic).")
+        if self.kv_budget_mb is not None and self.kv_budget_mb > max_kv_budget_mb():
+            raise ValueError(f"The KV cache memory cannot be more than this machine's "
+                             f"{max_kv_budget_mb():,} MB of memory (or choose Automatic).")
         if not 0 <= self.min_stream_tok_s <= MAX_STREAM_TOK_S:   # a number: engine_config
             raise ValueError(f"The reading pace must be 0 to {MAX_STREAM_TOK_S} tokens/s "
                              "(0: read new prompts as fast as possible).")
@@ -97,6 +102,11 @@ class AppSettings:
             return cls(**limits, **looks, chat=settings_or_defaults(chat))
         except (TypeError, ValueError):
             return cls(**looks, chat=settings_or_defaults(chat))
+
+
+def max_kv_budget_mb() -> int:
+    """The largest KV budget Settings accept: the machine's memory, in MB."""
+    return machine_ram_bytes() // MIB
 
 
 def _valid(name: str, value) -> bool:

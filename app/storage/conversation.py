@@ -18,6 +18,7 @@ class Conversation:
     id: int | None = None
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
+    pinned: bool = False         # kept at the top of the sidebar
     snippet: str = ""            # last message text, for the sidebar (not stored)
 
     def __post_init__(self):

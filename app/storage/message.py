@@ -15,6 +15,10 @@ class MessageState:
     ERROR = "error"            # the engine failed; content holds what came
 
 
+# A reply cut short (stopped, at max tokens, by a quit) that Continue can carry on.
+CONTINUABLE = (MessageState.STOPPED, MessageState.LENGTH, MessageState.INTERRUPTED)
+
+
 @dataclass
 class Message:
     role: str                              # "user" | "assistant"

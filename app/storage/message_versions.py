@@ -1,4 +1,6 @@
-"""An assistant message's versions: Regenerate adds one, "< 1/2 >" picks one (no Qt).
+"""A message's versions: Regenerate adds one to an answer, Edit and resend one to a
+user message (message_branches.py keeps the turns each one led to); "< 1/2 >" picks
+one (no Qt).
 
 A message's own fields always hold the selected version, so everything that reads
 messages (the prompt, the sidebar snippet, search, export) sees what the user sees.
@@ -14,6 +16,9 @@ VERSION_FIELDS = ("content", "state", "ttft_s", "decode_tok_s", "num_tokens", "p
 # Fields versions stored by an older release may lack: None (not known), so a version
 # never shows another one's value.
 _OPTIONAL_FIELDS = ("cached_tokens",)
+# A user message's version that is not shown keeps the turns that followed it here
+# (message_branches.py); the shown one's are the conversation's next rows.
+BRANCH = "branch"
 
 
 def version_record(msg: Message) -> dict:
@@ -25,7 +30,7 @@ def synced_versions(msg: Message) -> list[dict]:
     if not msg.versions:
         return []
     versions = [dict(v) for v in msg.versions]
-    versions[msg.version] = version_record(msg)
+    versions[msg.version] = {**versions[msg.version], **version_record(msg)}   # BRANCH kept
     return versions
 
 
@@ -47,13 +52,20 @@ def with_new_version(msg: Message, model: str) -> Message:
     versions = synced_versions(msg) or [version_record(msg)]
     fresh = Message("assistant", state=MessageState.STREAMING, model=model, num_tokens=0)
     versions.append(version_record(fresh))
-    return with_version(msg.copy(versions=versions, version=len(versions) - 1),
-                        len(versions) - 1)
+    # `msg` keeps its own index while the fresh one is selected: with_version first
+    # refreshes the *selected* record from the message's fields, and those are the old
+    # answer's (selecting the new index first wrote the old answer over the fresh one).
+    return with_version(msg.copy(versions=versions), len(versions) - 1)
 
 
 def records_from_json(data) -> list[dict]:
     """Stored versions, keeping only known fields; anything malformed reads as none."""
     if not isinstance(data, list) or not all(isinstance(v, dict) for v in data):
         return []
-    return [{k: v.get(k) for k in VERSION_FIELDS if k in v or k in _OPTIONAL_FIELDS}
-            for v in data]
+    records = []
+    for v in data:
+        record = {k: v.get(k) for k in VERSION_FIELDS if k in v or k in _OPTIONAL_FIELDS}
+        if isinstance(v.get(BRANCH), list):
+            record[BRANCH] = [m for m in v[BRANCH] if isinstance(m, dict)]
+        records.append(record)
+    return records

@@ -5,6 +5,8 @@ add_missing_message_columns: messages written before a column was added get it:
 keep earlier answers (each old message keeps its one answer as it was), and
 `cached_tokens` (prompt tokens reused from the prompt cache; NULL: not known).
 
+add_missing_conversation_columns: conversations get `pinned` (0: not pinned).
+
 migrate_settings_column: moves conversations written before the JSON settings column into it.
 
 Until then each setting had its own column (system_prompt, temperature, top_p,
@@ -37,6 +39,20 @@ def add_missing_message_columns(db: sqlite3.Connection) -> list[str]:
     with db:
         for name in added:
             db.execute(f"ALTER TABLE messages ADD COLUMN {name} {_ADDED_MESSAGE_COLUMNS[name]}")
+    return added
+
+
+_ADDED_CONVERSATION_COLUMNS = {"pinned": "INTEGER NOT NULL DEFAULT 0"}
+
+
+def add_missing_conversation_columns(db: sqlite3.Connection) -> list[str]:
+    """Add the conversation columns an older database lacks; returns their names."""
+    have = {r[1] for r in db.execute("PRAGMA table_info(conversations)")}
+    added = [c for c in _ADDED_CONVERSATION_COLUMNS if c not in have]
+    with db:
+        for name in added:
+            db.execute(f"ALTER TABLE conversations ADD COLUMN {name} "
+                       f"{_ADDED_CONVERSATION_COLUMNS[name]}")
     return added
 
 

@@ -10,13 +10,18 @@ from pathlib import Path
 from app.storage.conversation import Conversation
 from app.storage.message import Message, MessageState
 from app.storage.message_versions import records_from_json, synced_versions
-from app.storage.schema_migration import add_missing_message_columns, migrate_settings_column
+from app.storage.schema_migration import (
+    add_missing_conversation_columns,
+    add_missing_message_columns,
+    migrate_settings_column,
+)
+from app.storage.snippet_text import snippet
 from engine.settings_spec import settings_or_defaults
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
     id INTEGER PRIMARY KEY, title TEXT NOT NULL, settings TEXT NOT NULL DEFAULT '{}',
-    created_at REAL NOT NULL, updated_at REAL NOT NULL);
+    created_at REAL NOT NULL, updated_at REAL NOT NULL, pinned INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
     conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
@@ -30,7 +35,7 @@ CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 # A conversation's settings (engine/settings_spec.py) are one JSON object: a new
 # setting needs no schema change; a stored one the spec no longer has is ignored.
-_CONV_COLS = "title, settings, created_at, updated_at"
+_CONV_COLS = "title, settings, created_at, updated_at, pinned"
 _MSG_COLS = ("role, content, state, ttft_s, decode_tok_s, num_tokens, prompt_tokens, model, "
              "error, created_at, versions, version, cached_tokens")
 
@@ -74,8 +79,9 @@ class Store:
         self._db.execute("PRAGMA foreign_keys=ON")
         migrate_settings_column(self._db)      # databases written before the JSON column
         self._db.executescript(_SCHEMA)
-        # Databases written before Regenerate kept answers or the reused-tokens stat.
+        # Databases written before Regenerate kept answers, the reused-tokens stat, pins.
         add_missing_message_columns(self._db)
+        add_missing_conversation_columns(self._db)
         self.num_interrupted = self._mark_interrupted()
 
     def _check_integrity(self) -> None:
@@ -103,7 +109,7 @@ class Store:
     def create_conversation(self, conv: Conversation) -> Conversation:
         with self._db:
             cur = self._db.execute(
-                f"INSERT INTO conversations ({_CONV_COLS}) VALUES (?,?,?,?)",
+                f"INSERT INTO conversations ({_CONV_COLS}) VALUES (?,?,?,?,?)",
                 _conv_values(conv))
         return conv.copy(id=cur.lastrowid)
 
@@ -128,7 +134,7 @@ class Store:
         return _conv_from_row(row) if row else None
 
     def conversations(self, search: str = "") -> list[Conversation]:
-        """Newest first; `search` matches titles and message text."""
+        """Pinned first, then newest first; `search` matches titles and message text."""
         query = f"SELECT id, {_CONV_COLS} FROM conversations"
         args: tuple = ()
         if search.strip():
@@ -136,7 +142,7 @@ class Store:
             query += (" WHERE title LIKE ? OR id IN (SELECT conversation_id FROM messages"
                       " WHERE content LIKE ?)")
             args = (like, like)
-        rows = self._db.execute(query + " ORDER BY updated_at DESC, id DESC", args).fetchall()
+        rows = self._db.execute(query + " ORDER BY pinned DESC, updated_at DESC, id DESC", args).fetchall()
         convs = [_conv_from_row(r) for r in rows]
         for conv in convs:
             conv.snippet = self._snippet(conv.id)
@@ -153,7 +159,7 @@ class Store:
     def _snippet(self, conv_id: int) -> str:
         row = self._db.execute("SELECT content FROM messages WHERE conversation_id=? "
                                "AND content != '' ORDER BY position DESC LIMIT 1", (conv_id,)).fetchone()
-        return " ".join(row[0].split())[:120] if row else ""
+        return snippet(row[0]) if row else ""
 
     # messages
     def messages(self, conv_id: int) -> list[Message]:
@@ -194,12 +200,12 @@ class Store:
 
 
 def _conv_values(c: Conversation) -> tuple:
-    return (c.title, json.dumps(c.settings), c.created_at, c.updated_at)
+    return (c.title, json.dumps(c.settings), c.created_at, c.updated_at, int(c.pinned))
 
 
 def _conv_from_row(row) -> Conversation:
     return Conversation(id=row[0], title=row[1], settings=_settings_from_json(row[2]),
-                        created_at=row[3], updated_at=row[4])
+                        created_at=row[3], updated_at=row[4], pinned=bool(row[5]))
 
 
 def _settings_from_json(text: str) -> dict:

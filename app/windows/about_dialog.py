@@ -38,6 +38,11 @@ class AboutDialog(QDialog):
                                 wordWrap=True))
         layout.addSpacing(8)
         layout.addLayout(self._grid())
+        # Why an Open did nothing (no file manager on this system), and the way round.
+        self.notice = QLabel(objectName="aboutNotice", wordWrap=True)
+        self.notice.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.notice.hide()
+        layout.addWidget(self.notice)
         layout.addStretch(1)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         copy = buttons.addButton("Copy details", QDialogButtonBox.ButtonRole.ActionRole)
@@ -63,12 +68,22 @@ class AboutDialog(QDialog):
             grid.addWidget(QLabel(name, objectName="aboutKey"), row, 0)
             grid.addWidget(_value(str(path)), row, 1)
             button = QPushButton("Open", toolTip=f"Show {path} in the file manager")
-            button.clicked.connect(lambda _=False, p=path: open_folder(p))
+            button.clicked.connect(lambda _=False, p=path: self._open(p))
             self.open_buttons[name] = button
             grid.addWidget(button, row, 2)
         grid.setColumnStretch(1, 1)
         return grid
 
+    def _open(self, path: Path) -> bool:
+        if open_folder(path):
+            self.notice.hide()
+            return True
+        QGuiApplication.clipboard().setText(str(path))
+        self.notice.setText(f"No file manager could be started to show {path} (nothing is "
+                            "set to open folders on this system). The path is copied: "
+                            "paste it in a terminal or a file manager.")
+        self.notice.show()
+        return False
 
     # Qt overrides
     def showEvent(self, event):

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 from app.chat.chat_view import READING_WIDTH, ChatView
 from app.chat.composer import Composer
 from app.controllers.chat_session import ChatSession
+from app.windows.context_meter import ContextMeter
 from app.windows.pane_menu import pane_menu_button
 from engine.settings_spec import settings_summary
 
@@ -45,6 +46,7 @@ class ChatPane(QFrame):
                                            toolTip="Conversation settings")
         self.menu_button = pane_menu_button(self)
         self.close_button = QToolButton(text="✕", objectName="paneButton", toolTip="Close pane")
+        self.context = ContextMeter()
         self.view = ChatView()
         self.view.set_model(session.model)
         self.composer = Composer("Message…")
@@ -66,6 +68,8 @@ class ChatPane(QFrame):
         titles.addWidget(self.title)
         titles.addWidget(self.subtitle)
         header.addLayout(titles, 1)
+        header.addWidget(self.context)
+        header.addSpacing(6)
         header.addWidget(self.settings_button)
         header.addWidget(self.menu_button)
         header.addWidget(self.close_button)
@@ -100,7 +104,11 @@ class ChatPane(QFrame):
         self.view.regenerate_requested.connect(s.regenerate)
         self.view.edit_submitted.connect(s.edit_and_resend)
         self.view.version_requested.connect(s.select_version)
+        self.view.continue_requested.connect(s.continue_reply)
         s.busy_changed.connect(self._on_session_busy_changed)
+        for signal in (s.model.dataChanged, s.model.rowsInserted, s.model.rowsRemoved,
+                       s.max_context_changed):
+            signal.connect(self._show_context)
         s.conversation_changed.connect(self._on_session_conversation_changed)
 
     def set_active(self, active: bool) -> None:
@@ -118,7 +126,11 @@ class ChatPane(QFrame):
         else:
             self.composer.submit()
 
+    def _show_context(self, *_args) -> None:
+        self.context.set_usage(self.session.context_tokens, self.session.max_context)
+
     def _on_session_busy_changed(self, busy: bool) -> None:
+        self._show_context()
         self.send_button.setText("Stop" if busy else "Send")
         self.send_button.setProperty("busy", "true" if busy else "false")
         self.send_button.style().unpolish(self.send_button)

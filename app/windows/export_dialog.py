@@ -1,26 +1,26 @@
 """Export a conversation: ask where (a save dialog that starts in the last export
-folder, else Documents), write Markdown or JSON, say where it went."""
+folder, else Documents: app/dialog_folders.py), write Markdown or JSON, say where
+it went."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QStandardPaths
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app.controllers.conversation_export import suggested_name, to_json, to_markdown
+from app.dialog_folders import EXPORT, DialogFolders
 
 FORMATS = {"markdown": ("md", "Markdown (*.md)", to_markdown),
            "json": ("json", "JSON (*.json)", to_json)}
-FOLDER_KEY = "export_folder"
+FOLDER_KEY = EXPORT
 
 
 def export_conversation(parent, store, session, fmt: str) -> Path | None:
     """The file written, or None if the user cancelled or it could not be written."""
     extension, file_filter, render = FORMATS[fmt]
     session.model.flush()        # a streaming answer: export what has arrived
-    folder = store.get_setting(FOLDER_KEY) or QStandardPaths.writableLocation(
-        QStandardPaths.StandardLocation.DocumentsLocation)
-    start = str(Path(folder) / suggested_name(session.conversation, extension))
+    folders = DialogFolders(store)
+    start = folders.start_file(EXPORT, suggested_name(session.conversation, extension))
     chosen, _ = QFileDialog.getSaveFileName(parent, f"Export chat as {fmt.title()}", start,
                                             file_filter)
     if not chosen:
@@ -36,5 +36,5 @@ def export_conversation(parent, store, session, fmt: str) -> Path | None:
                             f"Could not write {path}:\n{exc.strerror or exc}\n"
                             "Choose another folder or file name.")
         return None
-    store.set_setting(FOLDER_KEY, str(path.parent))
+    folders.remember(EXPORT, path)
     return path

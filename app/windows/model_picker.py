@@ -2,6 +2,8 @@
 Studio's folders, or any folder / .gguf file."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QDialog,
@@ -21,12 +23,16 @@ from app.controllers.model_discovery import (
     find_models,
     models_folders,
 )
+from app.dialog_folders import MODEL
 
 
 class ModelPicker(QDialog):
     def __init__(self, recent: list[str], parent=None, found: list[FoundModel] | None = None,
-                 builtin: FoundModel | None | bool = True):
+                 builtin: FoundModel | None | bool = True, folders=None):
+        """folders: a DialogFolders (app/dialog_folders.py) keeping the open dialogs'
+        own last folder (their default: the first models folder on this machine)."""
         super().__init__(parent)
+        self._folders = folders
         self.setWindowTitle("Open model")
         self.resize(620, 440)
         self.chosen: str | None = None
@@ -83,8 +89,11 @@ class ModelPicker(QDialog):
                 self.list.setCurrentRow(i)
                 return
 
-    def _choose(self, path: str | None) -> None:
+    def _choose(self, path: str | None, remember: bool = False) -> None:
         if path:
+            if remember and self._folders is not None:
+                # A model folder's own parent: the next dialog shows its neighbours.
+                self._folders.remember(MODEL, Path(path).parent)
             self.chosen = path
             self.accept()
 
@@ -99,12 +108,18 @@ class ModelPicker(QDialog):
         self.open_button.setEnabled(bool(item and item.data(Qt.ItemDataRole.UserRole)))
 
     def _on_folder_clicked(self) -> None:
-        self._choose(QFileDialog.getExistingDirectory(self, "Model folder", start_folder()))
+        self._choose(QFileDialog.getExistingDirectory(self, "Model folder", self._start()),
+                     remember=True)
 
     def _on_gguf_clicked(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "GGUF model", start_folder(),
+        path, _ = QFileDialog.getOpenFileName(self, "GGUF model", self._start(),
                                               "GGUF (*.gguf)")
-        self._choose(path)
+        self._choose(path, remember=True)
+
+    def _start(self) -> str:
+        if self._folders is None:
+            return start_folder()
+        return self._folders.start(MODEL, start_folder() or str(Path.home()))
 
 
 def start_folder() -> str:

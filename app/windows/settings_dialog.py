@@ -22,11 +22,12 @@ from app.storage.app_settings import (
     MIN_KV_BUDGET_MB,
     THEME_CHOICES,
     AppSettings,
+    max_kv_budget_mb,
 )
 from app.windows.sampling_fields import SamplingFields, ok_cancel, spin
 from engine.cache.disk_cache import clear_folder, folder_usage
 
-AUTOMATIC = "Automatic (sized from free memory)"
+AUTOMATIC = "Automatic (what the model can use)"
 OFF = "Off (memory only)"
 PACE_OFF = "Off (new prompts are read at full speed)"
 PACE_TIP = ("Keep other chats streaming at least this many tokens per second while a new "
@@ -76,8 +77,10 @@ class SettingsDialog(QDialog):
 
     def _engine_form(self, s: AppSettings) -> QFormLayout:
         self.max_num_seqs = spin(1, 256, s.max_num_seqs)
-        # 0 shows "Automatic": the engine sizes the KV cache from free memory.
-        self.kv_budget_mb = spin(0, 1_048_576, s.kv_budget_mb or 0, 256)
+        # 0 shows "Automatic": the engine sizes the KV cache from what the model can use
+        # and the machine's memory; never more than the machine has.
+        self.kv_budget_mb = spin(0, max_kv_budget_mb(), s.kv_budget_mb or 0, 256)
+        self.kv_budget_mb.setToolTip(f"At most this machine's {max_kv_budget_mb():,} MB")
         self.kv_budget_mb.setSpecialValueText(AUTOMATIC)
         self.kv_budget_mb.setSuffix(" MB")
         # 1..63 MB would hold a few pages: a value typed there becomes the minimum.
@@ -91,8 +94,9 @@ class SettingsDialog(QDialog):
         self._add_disk_cache_rows(form, s)
         self._add_pace_row(form, s)
         form.addRow(QLabel("The KV cache holds the conversations' context: its size in MB "
-                           "bounds how many tokens fit at once (Automatic: sized from "
-                           "free memory when the model loads). The prompt cache on disk "
+                           "bounds how many tokens fit at once (Automatic: what every "
+                           "chat at full context can use, within a sixteenth of this "
+                           "machine's memory). The prompt cache on disk "
                            "lets conversations resume after a restart without reading "
                            "their history again; the oldest entries go when it is full. "
                            "While a new prompt is read, the chats already streaming keep at "

@@ -1,4 +1,4 @@
-"""The conversation list: new, search (titles and text), open, rename, delete."""
+"""The conversation list: new, search (titles and text), open, rename, pin, delete."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -21,10 +21,12 @@ class Sidebar(QFrame):
         new_requested()
         open_requested(int, bool): conversation id, in a new pane
         delete_requested(int): conversation id
+        pin_requested(int, bool): conversation id, pinned (True) or not
     """
     new_requested = Signal()
     open_requested = Signal(int, bool)
     delete_requested = Signal(int)
+    pin_requested = Signal(int, bool)
 
     def __init__(self, model: ConversationListModel, parent=None):
         super().__init__(parent)
@@ -37,6 +39,8 @@ class Sidebar(QFrame):
         self.list.setModel(model)
         self.list.setItemDelegate(ConversationDelegate(self.list))
         self.list.setMouseTracking(True)
+        # Rows elide their title and snippet to the list's width: never scroll sideways.
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setEditTriggers(QAbstractItemView.EditTrigger.EditKeyPressed)
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self._search_delay = QTimer(self, singleShot=True, interval=150)
@@ -94,6 +98,9 @@ class Sidebar(QFrame):
         menu = QMenu(self)
         menu.addAction("Open in new pane", lambda: self.open_requested.emit(conv_id, True))
         menu.addAction("Rename", lambda: self.list.edit(index))
+        pinned = index.data(ConversationListModel.ConversationRole).pinned
+        menu.addAction("Unpin" if pinned else "Pin to top",
+                       lambda: self.pin_requested.emit(conv_id, not pinned))
         menu.addSeparator()
         menu.addAction("Delete", lambda: self.delete_requested.emit(conv_id))
         menu.popup(self.list.viewport().mapToGlobal(pos))

@@ -21,6 +21,7 @@ def build_menus(window) -> None:
             "Ctrl+T")
     _action(window, file, "Close pane",
             lambda: window.panes.active and window.close_pane(window.panes.active), "Ctrl+W")
+    _action(window, file, "Stop all replies", window.sessions.stop_all, "Ctrl+Shift+.")
     file.addSeparator()
     _action(window, file, "Export chat as Markdown…",
             lambda: window.export_chat(window.panes.active, "markdown"), "Ctrl+Shift+E")
@@ -42,5 +43,6 @@ def build_menus(window) -> None:
     view = bar.addMenu("&View")
     view.addAction(window.status_panel.toggleViewAction())
     help_menu = bar.addMenu("&Help")
+    _action(window, help_menu, "Keyboard shortcuts", window.show_shortcuts, "Ctrl+/")
     about = _action(window, help_menu, "About Tandem", window.show_about)
     about.setMenuRole(QAction.MenuRole.AboutRole)      # macOS: the app menu

@@ -7,6 +7,8 @@ import base64
 from PySide6.QtCore import QByteArray
 
 KEY = "window"
+SIDEBAR_MIN_WIDTH = 180     # px: the chat list stays readable
+CENTER_MIN_WIDTH = 360      # px: one pane and its composer
 
 
 def _b64(data: QByteArray) -> str:
@@ -43,7 +45,15 @@ def restore_window_state(window, store) -> bool:
         if pane is not None:
             window.panes.set_active(pane)
     if saved.get("main_sizes"):
-        window.main_splitter.setSizes(saved["main_sizes"])
+        window.main_splitter.setSizes(clamped_main_sizes(saved["main_sizes"]))
     if len(saved.get("pane_sizes", [])) == len(window.panes.panes()):
         window.panes.splitter.setSizes(saved["pane_sizes"])
     return True
+
+
+def clamped_main_sizes(sizes) -> list[int]:
+    """Saved [sidebar, center] widths, each at least its minimum: a chat list squeezed
+    once (by a panel that grew) is not squeezed again at every start."""
+    if len(sizes) != 2 or not all(isinstance(s, int) for s in sizes):
+        return [260, 1020]
+    return [max(sizes[0], SIDEBAR_MIN_WIDTH), max(sizes[1], CENTER_MIN_WIDTH)]

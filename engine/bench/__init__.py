@@ -2,7 +2,7 @@
 
 Nothing in app/, engine/ or kernels/ imports this package (tests/test_layering.py
 checks it) and the app bundle leaves it out (packaging/bundle_config.py). The one
-way in from the product is ``python -m engine bench``, which engine/cli.py hands to
+way in from the product is ``python -m engine bench``, which engine/terminal/cli.py hands to
 ``python -m engine.bench`` only when that subcommand is chosen.
 
 - ``python -m engine.bench`` (or ``python -m engine bench``): our engine against

@@ -1,7 +1,7 @@
 """An Engine that runs a function on its own thread between two steps, with the step loop:
 the soak's view of the cache manager (its invariant check, the pool, the slots).
 
-Not the product's API: it overrides Engine._apply, the one place an inbox message is
+Not the product's API: it extends EngineThread._apply, the one place an inbox message is
 handled, so a probe sees the loop exactly where a Submit or a Cancel would.
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from engine.core.engine import Engine
+from engine.core.engine_thread import EngineThread
 
 
 class Probe:
@@ -20,13 +21,7 @@ class Probe:
         self.future: Future = Future()
 
 
-class ProbeEngine(Engine):
-    def probe(self, fn: Callable, timeout: float = 60.0):
-        """fn(step_loop)'s result, computed on the engine thread between two steps."""
-        p = Probe(fn)
-        self._send(p)
-        return p.future.result(timeout)
-
+class ProbeThread(EngineThread):
     def _apply(self, loop, message) -> None:
         if not isinstance(message, Probe):
             super()._apply(loop, message)
@@ -35,6 +30,16 @@ class ProbeEngine(Engine):
             message.future.set_result(message.fn(loop))
         except BaseException as e:     # an AssertionError from check_invariants included
             message.future.set_exception(e)
+
+
+class ProbeEngine(Engine):
+    thread_class = ProbeThread
+
+    def probe(self, fn: Callable, timeout: float = 60.0):
+        """fn(step_loop)'s result, computed on the engine thread between two steps."""
+        p = Probe(fn)
+        self._send(p)
+        return p.future.result(timeout)
 
 
 def pool_state(loop) -> dict:

@@ -17,33 +17,26 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from engine.arith import ceil_div
-from engine.cache.kv_budget import num_pages_for
-from engine.cache.model_identity import open_disk_cache, weights_mode
 from engine.config import EngineConfig
-from engine.core.inbox import CacheNotice, Cancel, Close, Logits, Message, SetReadingPace, Submit
-from engine.core.mlx_threads import clear_thread_streams
+from engine.core.engine_thread import EngineThread
+from engine.core.inbox import Cancel, Close, Logits, Message, SetReadingPace, Submit
 from engine.core.output_stream import OutputStream
 from engine.core.sampler import RowSampler
 from engine.core.sequence import Sequence
-from engine.core.step_loop import Request, StepLoop
-from engine.core.warm_up import should_warm_up, warm_up
+from engine.core.step_loop import Request
 from engine.errors import EngineClosedError, InvalidRequestError, PromptTooLongError
-from engine.events import (
-    CacheNoticeEvent,
-    ErrorEvent,
-    FinishedEvent,
-    LoadProgress,
-    SubmittedEvent,
-    TokenEvent,
-)
+from engine.events import ErrorEvent, FinishedEvent, LoadProgress, RequestStats, TokenEvent
 from engine.handle import Completion, RequestHandle
-from engine.loading.model_bundle import InMemoryModel, ModelBundle, load_bundle
+from engine.loading.model_bundle import InMemoryModel, ModelBundle
 from engine.sampling_params import SamplingParams
 
 Prompt = str | list[dict] | list[int]
 
 
 class Engine:
+    # The engine thread's side (engine/core/engine_thread.py); a subclass may extend it.
+    thread_class = EngineThread
+
     def __init__(self, model: str | Path | InMemoryModel | None, config: EngineConfig,
                  on_progress: Callable[[LoadProgress], None] | None = None,
                  quantize_bits: int | None = None):
@@ -60,8 +53,10 @@ class Engine:
         # a submit queued after "close" would never be read, and its caller would wait forever.
         self._close_lock = threading.Lock()
         self._loaded: Future = Future()
+        worker = self.thread_class(config, self._inbox, self._emit, self._loaded,
+                                   on_pool=self._set_pool, abandon=self._abandon)
         self._thread = threading.Thread(
-            target=self._main, args=(model, on_progress, quantize_bits),
+            target=worker.main, args=(model, on_progress, quantize_bits),
             name="tandem-engine", daemon=True)
         self._thread.start()
         # A script that ends without close() (or whose close() ran on the engine thread)
@@ -240,100 +235,19 @@ class Engine:
         if self._closed:
             raise EngineClosedError("The engine was closed; load a model again.")
 
-    # -- the engine thread -------------------------------------------------------
-    def _main(self, model, on_progress, quantize_bits) -> None:
-        try:
-            self._serve(model, on_progress, quantize_bits)
-        finally:
-            # MLX 0.32 needs each thread that used mx to clear its streams before it
-            # ends, or the process aborts at exit (ml-explore/mlx#3395).
-            clear_thread_streams()
+    def _set_pool(self, num_pages: int, kv_page_bytes: int) -> None:
+        """The engine thread sized the KV pool (before the load's future is set)."""
+        self.num_pages, self.kv_page_bytes = num_pages, kv_page_bytes
 
-    def _serve(self, model, on_progress, quantize_bits) -> None:
-        try:
-            bundle = load_bundle(model, self.config, on_progress, quantize_bits)
-            spec = bundle.model.cache_spec()
-            self.num_pages = num_pages_for(self.config, spec)
-            self.kv_page_bytes = self.config.page_size * spec.kv_bytes_per_token()
-            # Takes the pool's memory and opens the disk cache; the warm-up then writes
-            # only the scratch page and slot, so nothing read from disk is touched.
-            loop = StepLoop(bundle.model, self.config, self._emit, self.num_pages,
-                            disk_cache=self._disk_opener(model, bundle, quantize_bits))
-            report = on_progress or (lambda p: None)
-            if should_warm_up(self.config):
-                warm_up(loop.runner, self.config, report)
-            report(LoadProgress(1.0, "Ready"))
-        except BaseException as e:
-            self._loaded.set_exception(e)
-            return
-        self._loaded.set_result(bundle)
-        while True:
-            try:
-                # A cancel reads the step in flight back: it can raise like a step.
-                if not self._drain(loop, block=not loop.has_work):
-                    break
-                loop.step()
-            except Exception as e:   # keep serving: fail only what the step involved, say why
-                traceback.print_exc()
-                loop.step_failed(f"The engine failed while running this request: "
-                                 f"{type(e).__name__}: {e}")
-        loop.cancel_all()
-        self._close_disk_cache(loop)
-
-    def _disk_opener(self, model, bundle: ModelBundle, quantize_bits: int | None):
-        """Opens the disk cache (EngineConfig.cache_dir) for the loaded model's layout;
-        None for a model built in memory (its weights are no files to identify it by)."""
-        if isinstance(model, InMemoryModel):
-            return None
-        recurrent = bool(bundle.model.cache_spec().state_layers)
-        weights = weights_mode(quantize_bits, bundle.weights.get("mode", ""))
-        notify = self._send_notice
-        return lambda schema: open_disk_cache(self.config, bundle.path, bundle.config,
-                                              weights, schema, recurrent, notify)
-
-    def _send_notice(self, message: str) -> None:
-        self._send(CacheNotice(message))   # listeners hear it on the engine thread
-
-    @staticmethod
-    def _close_disk_cache(loop: StepLoop) -> None:
-        """Write the turns kept since the last step (the replies cancel_all just ended
-        included), then let the disk cache's writer finish."""
-        if loop.disk is None:
-            return
-        try:
-            loop.save_kept_turns()
-        except Exception:     # closing must not fail because of the cache
-            traceback.print_exc()
-        loop.disk.close()
-
-    def _drain(self, loop: StepLoop, block: bool) -> bool:
-        """Apply queued messages; False once closing."""
-        while True:
-            try:
-                message = self._inbox.get(block=block)
-            except queue.Empty:
-                return True
-            block = False
-            if isinstance(message, Close):
-                return False
-            self._apply(loop, message)
-
-    def _apply(self, loop: StepLoop, message: Message) -> None:
-        if isinstance(message, Submit):
-            seq = message.request.seq
-            self._emit(SubmittedEvent(seq.request_id, seq.t_submit, len(seq.prompt_ids)))
-            loop.add(message.request)
-        elif isinstance(message, Cancel):
-            loop.cancel(message.request_id)
-        elif isinstance(message, CacheNotice):
-            self._emit(CacheNoticeEvent(message.message))
-        elif isinstance(message, SetReadingPace):
-            loop.budget.min_stream_tok_s = message.min_stream_tok_s
-        elif isinstance(message, Logits):
-            try:
-                message.future.set_result(loop.runner.full_logits(list(message.token_ids)))
-            except Exception as e:
-                message.future.set_exception(e)
+    def _abandon(self, message: str) -> None:
+        """A rank of the group is lost (engine/distributed/cluster.py) and the engine
+        thread is blocked in a collective for good: end every request with the error
+        from the caller's (watchdog's) thread, and take no new ones."""
+        self._closed = True
+        for rid, handle in list(self._handles.items()):
+            handle._put(ErrorEvent(rid, message))
+            handle._put(FinishedEvent(rid, "error", RequestStats(0, 0, 0.0, 0.0), "", (),
+                                      message))
 
 
 def _stop_thread(inbox: queue.Queue, thread: threading.Thread) -> None:

@@ -1,40 +1,51 @@
 """How many prompt tokens a step may read while other conversations stream.
 
 The policy (docs/ENGINE.md, "Reading a prompt while others stream"): every streaming
-conversation keeps at least a reading pace, a step of at most 1 / min_stream_tok_s
-seconds; prompt reading gets all the time above the calm decode step (a step with no
-prompt in it) up to that floor:
+conversation keeps at least a reading pace, a step of at most floor = 1 /
+min_stream_tok_s seconds; prompt reading gets all the time above the calm decode step
+(a step with no prompt in it) up to that floor. A mixed step costs
 
-    tokens = (floor step - calm step) x prompt tokens per second
+    calm + fixed + tokens x per_token          (engine/core/mixed_step_cost.py)
 
-rounded DOWN to a chunk length of engine.core.shapes.py. With mixed forwards
-(EngineConfig.mixed_forward, the default) a step with decode rows and a chunk is ONE
-forward, so the time it takes beyond a calm step is the chunk's marginal cost inside
-a forward that was running anyway (its extra token-wise work, the extra experts its
-tokens route to, its own attention and recurrence), not a second forward with its own
-fixed cost: exactly the "time above the calm step" the formula spends, so learning
-the prompt rate from mixed steps fits it better than with two forwards (where each
-mixed step also paid a second forward's fixed cost and the rate came out low). Where
-that marginal cost is far from linear in the tokens (a small chunk nearly free beside
-a launch-bound decode step), the rate learned from a small chunk overestimates a large
-one's; the next step's measurement corrects it (moving average). Both rates are
-measured from the engine's own recent steps (moving averages), here and nowhere else:
-the scheduler only receives the token count and stays deterministic.
+so the chunk is the longest length of engine/core/shapes.py whose predicted step fits
+the floor. Both the calm step and the cost line are measured from the engine's own
+recent steps, here and nowhere else: the scheduler only receives the token count and
+stays deterministic.
+
+Three rules keep the policy from locking itself into a small chunk (issue 21):
+- the fixed cost is never charged to the tokens: a length measured is predicted by its
+  own cost, others from the segments and line through the measured ones, or, with one
+  length, a slope bounded by the alone prefill's seconds per token (an upper bound)
+  with the rest of the step taken as the fixed cost;
+- with one length measured and no bound (the slope may be too steep: a fixed cost
+  taken for tokens), the next length up is tried once, where even a cost linear in the
+  tokens keeps that step's prompt part within twice its share (always in degraded
+  mode); its cost is at most (up / measured) x the measured one, since the fixed part is
+  not paid twice;
+- where tokens beside decode rows are measured cheaper than alone ones, after
+  PROBE_EVERY steps at one length the next length up is measured once, if twice this
+  chunk's cost keeps the step within twice the floor: a cost that flattens with the
+  tokens (an MoE chunk's experts saturate) is under-read by any line.
+Chunks also grow by at most 4x the longest measured a step (64 tokens first), so a
+wrong prediction costs one step, never a stall.
 
 Degraded mode: where even one smallest chunk beside a calm step overruns the floor (a
 CPU, or a batch whose calm step is itself slower than the floor), the floor cannot
 hold. The step may then be max(floor, calm x (1 + max_decode_slowdown)), and the
 prompt still gets at least the smallest chunk so that a new conversation's wait stays
-bounded (prompt length / MIN_CHUNK steps). The allowance says the mode is active; the
-step loop puts it in every StepEvent.
+bounded (prompt length / MIN_CHUNK steps); where the smallest chunk's own cost overruns
+that, the chunk may cost up to (1 + max_decode_slowdown) x the smallest's. The
+allowance says the mode is active; the step loop puts it in every StepEvent.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.core.shapes import MIN_CHUNK, round_down
+from engine.core.mixed_step_cost import CostLine, MixedStepCost
+from engine.core.shapes import MIN_CHUNK, chunk_lengths
 
 WARMUP_TOKENS = 64  # before anything is measured, read this much beside a decode
+PROBE_EVERY = 16    # mixed steps at one length before the next length up is tried
 _ALPHA = 0.2        # weight of the newest step in the moving averages
 
 
@@ -52,27 +63,76 @@ class PrefillBudget:
         self.max_slowdown = max_slowdown
         self.decode_s: float | None = None      # seconds of a calm (decode-only) step
         self.prefill_tok_s: float | None = None  # prompt tokens per second, alone
+        self.mixed = MixedStepCost()
+        self._last_length = 0       # prompt tokens of the last mixed step
+        self._num_same_length = 0   # consecutive mixed steps that read that many
 
     def allowance(self, decoding: bool) -> Allowance:
         """The next step's prompt tokens; the whole chunk when nobody is streaming."""
         if not decoding or self.min_stream_tok_s <= 0:
             return Allowance(self.max_chunk)
-        if self.decode_s is None or self.prefill_tok_s is None:
+        line = self.cost_line()
+        if self.decode_s is None or line is None:
             return Allowance(min(self.max_chunk, WARMUP_TOKENS))
         floor_s = 1.0 / self.min_stream_tok_s
-        tokens = round_down(self._tokens_within(floor_s), self.max_chunk)
+        tokens = self._longest_within(floor_s - self.decode_s, line)
         if tokens:
-            return Allowance(tokens)
-        step_s = max(floor_s, self.decode_s * (1 + self.max_slowdown))
-        tokens = round_down(self._tokens_within(step_s), self.max_chunk)
-        return Allowance(max(tokens, min(MIN_CHUNK, self.max_chunk)), degraded=True)
+            return Allowance(self._probe(tokens, floor_s - self.decode_s, line, False))
+        # Where even the smallest chunk overruns that step (its fixed cost), a chunk
+        # costing up to max_slowdown more than the smallest is read instead: nearly the
+        # same step, many more tokens.
+        smallest = min(MIN_CHUNK, self.max_chunk)
+        prompt_s = max(floor_s, self.decode_s * (1 + self.max_slowdown)) - self.decode_s
+        prompt_s = max(prompt_s, (1 + self.max_slowdown) * line.extra_s(smallest))
+        tokens = max(self._longest_within(prompt_s, line), smallest)
+        tokens = self._probe(tokens, prompt_s, line, True)
+        return Allowance(tokens, degraded=True)
 
     def tokens(self, decoding: bool) -> int:
         return self.allowance(decoding).tokens
 
-    def _tokens_within(self, step_s: float) -> int:
-        """Prompt tokens that fit in a step of step_s beside a calm decode step."""
-        return max(0, int((step_s - self.decode_s) * self.prefill_tok_s + 1e-6))
+    def cost_line(self) -> CostLine | None:
+        """What a chunk adds to a calm step: measured from mixed steps, else (before any)
+        bounded by the alone prefill rate (no fixed cost assumed); None: nothing known."""
+        alone = 1.0 / self.prefill_tok_s if self.prefill_tok_s else None
+        line = self.mixed.line(alone)
+        if line is None and alone is not None:
+            return CostLine(0.0, alone, known_slope=True)
+        return line
+
+    def _longest_within(self, prompt_s: float, line: CostLine) -> int:
+        """The longest chunk length (at most 4x the longest measured beside a decode,
+        WARMUP_TOKENS before any: the alone rate says little about a mixed step) whose
+        cost fits in prompt_s seconds above the calm step; 0 if none does."""
+        measured = self.mixed.lengths
+        cap = 4 * measured[-1] if measured else WARMUP_TOKENS
+        fitting = [n for n in chunk_lengths(self.max_chunk)
+                   if n <= cap and line.extra_s(n) <= prompt_s + 1e-9]
+        return fitting[-1] if fitting else 0
+
+    def _probe(self, tokens: int, prompt_s: float, line: CostLine, degraded: bool) -> int:
+        """tokens, or the next chunk length up when tokens is the one length measured
+        and the line's slope is not known (module docstring). The probe's cost is at
+        most (up / tokens) x the measured one; it is tried where that stays within
+        2 x prompt_s, or always in degraded mode (the floor is not holding anyway)."""
+        bigger = [n for n in chunk_lengths(self.max_chunk) if n > tokens]
+        if not bigger:
+            return tokens
+        if not line.known_slope and self.mixed.lengths == [tokens]:
+            if degraded or line.extra_s(tokens) * bigger[0] / tokens <= 2 * prompt_s:
+                return bigger[0]
+        # A cost that flattens with the tokens (an MoE chunk's experts saturate) makes
+        # any extrapolation call a longer chunk too dear. Where the tokens are measured
+        # cheaper than alone ones (a sign of it), after PROBE_EVERY steps at one length
+        # the next one up is measured once, if even twice this chunk's cost (a bound:
+        # the fixed part is not paid twice) keeps the step within twice the floor.
+        alone = 1.0 / self.prefill_tok_s if self.prefill_tok_s else None
+        if (self._last_length == tokens and self._num_same_length >= PROBE_EVERY
+                and alone is not None and line.per_token_s < alone
+                and bigger[0] not in self.mixed.lengths and self.decode_s
+                + 2 * line.extra_s(tokens) <= 2 / self.min_stream_tok_s):
+            return bigger[0]
+        return tokens
 
     def observe(self, seconds: float, decode_rows: int, prefill_tokens: int) -> None:
         """Learn from a finished step (its cadence, in seconds)."""
@@ -82,10 +142,12 @@ class PrefillBudget:
             self.decode_s = _mix(self.decode_s, seconds)
         elif prefill_tokens and not decode_rows:
             self.prefill_tok_s = _mix(self.prefill_tok_s, prefill_tokens / seconds)
-        elif prefill_tokens and self.decode_s is not None and seconds > self.decode_s:
+        elif prefill_tokens and self.decode_s is not None:
             # A mixed step: the time beyond a calm decode step went to the prompt.
-            rate = prefill_tokens / (seconds - self.decode_s)
-            self.prefill_tok_s = _mix(self.prefill_tok_s, rate)
+            self.mixed.observe(prefill_tokens, seconds - self.decode_s)
+            same = prefill_tokens == self._last_length
+            self._num_same_length = self._num_same_length + 1 if same else 1
+            self._last_length = prefill_tokens
 
 
 def _mix(old: float | None, new: float) -> float:

@@ -210,6 +210,11 @@ class Runner:
         snapshot_source = {dst: src for src, dst in copies.states}
         saves = [(save, gather_save(self.cache, save, snapshot_source.get(save.slot, save.slot)))
                  for save in copies.saves]
+        # Queued now, before anything writes the pool: a gather still waiting to run holds
+        # the pool, and MLX then copies the whole pool for the next scatter into it
+        # instead of updating it in place (a 1 GB copy, seconds on a CPU, when a turn
+        # ended and was kept for the disk cache: the other panes froze, issue 22).
+        mx.async_eval([a for _, arrays in saves for a in arrays.values()])
         if copies.pages:
             self.copy_pages(copies.pages)
         for src, dst in copies.states:

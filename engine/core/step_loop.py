@@ -37,12 +37,13 @@ class Request:
 
 class StepLoop:
     def __init__(self, model, config: EngineConfig, emit: Callable[[object], None],
-                 num_pages: int, disk_cache=None):
+                 num_pages: int, disk_cache=None, make_runner=None):
         """num_pages: the KV pool's size, page 0 included (kv_budget.num_pages_for).
         disk_cache: a DiskCache kept turns are written to and read back from, or a
-        function of the cache schema (disk_transfer.schema) that opens one."""
+        function of the cache schema (disk_transfer.schema) that opens one.
+        make_runner: Runner's constructor or a subclass's (engine/distributed/leader.py)."""
         self.config = config
-        self.runner = Runner(model, config, num_pages)
+        self.runner = (make_runner or Runner)(model, config, num_pages)
         # The pool's memory is taken now, while the model loads, not during the first
         # request (2.4 GB of zeros cost ~4 s on a CPU: a restarted conversation's TTFT).
         mx.eval(self.runner.cache_arrays())

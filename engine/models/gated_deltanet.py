@@ -84,12 +84,50 @@ class GatedDeltaNet(nn.Module):
         """x [N, H] (every group's tokens) -> [N, H]: the projections run once on all
         tokens, the conv and the recurrence per group with its own view and slots."""
         parts = [rows.split(p) for p in self._in_projections(x)]          # per group [B, T, *]
-        ys = [self._mix(*self.unpack(list(group)), view, states)
+        writes = ([], [])        # per state array: (slots, rows) of every group
+        # The conv kernel rewrites the pool in place; beside another group's deferred
+        # scatter into the same pool (which would copy it, racing the kernel's writes)
+        # it is not used: only in a forward of one group.
+        conv_kernel = len(rows.views) == 1
+        ys = [self._mix(*self.unpack(list(group)), view, states, writes, conv_kernel)
               for view, *group in zip(rows.views, *parts)]
+        for i, pending in enumerate(writes):
+            if pending:
+                states[i] = _write_slots(states[i], pending)
         return self.out_proj(rows.join(ys))                                  # [N, H]
 
-    def _mix(self, qkv, z, b, a, view: BatchView, states: list[mx.array]) -> mx.array:
-        """One group's conv, recurrence and gated norm -> [B, T, value_dim]."""
+    def _mix(self, qkv, z, b, a, view: BatchView, states: list[mx.array],
+             writes: tuple[list, list], conv_kernel: bool) -> mx.array:
+        """One group's conv, recurrence and gated norm -> [B, T, value_dim]. The new conv
+        (and reference recurrent) states go to `writes`, written once for all groups
+        after every group has read its own (_write_slots says why)."""
+        B, T, _ = qkv.shape
+        qkv_heads = self._kernel_conv(qkv, view, states) if T == 1 and conv_kernel else None
+        if qkv_heads is not None:
+            q, k, v = qkv_heads                                              # [B, 1, H, D]
+        else:
+            q, k, v = self._conv(qkv, view, states, writes[0])
+        g, beta = decay_and_beta(self.A_log, a, self.dt_bias, b)             # [B, T, Hv] x2
+        y = self._recurrence(q, k, v, g, beta, view, states, writes[1])      # [B, T, Hv, Dv]
+
+        y = self.norm(y, z)                                                  # [B, T, Hv, Dv]
+        return y.reshape(B, T, -1)                                           # [B, T, Hv*Dv]
+
+    def _kernel_conv(self, qkv, view: BatchView, states: list[mx.array]):
+        """Decode: (q, k, v) [B, 1, H, D] from this model's conv kernel, which writes the
+        new conv states into the pool itself (kernels/gdn_conv_step.py); None: no kernel."""
+        fresh = (view.offsets == 0) if view.any_fresh else None               # [B] or None
+        out = self.kernel_set.gdn_conv_step(qkv, self.conv1d.weight, states[0],
+                                            view.state_slots, fresh,
+                                            (self.hk, self.hv, self.dk, self.dv), 1e-6)
+        if out is None:
+            return None
+        (q, k, v), states[0] = out
+        return q[:, None], k[:, None], v[:, None]
+
+    def _conv(self, qkv, view: BatchView, states: list[mx.array], writes: list):
+        """The conv over the chunk (its state gathered; the new one to `writes`), SiLU,
+        q/k normalised: (q, k [B, T, Hk, Dk], v [B, T, Hv, Dv])."""
         B, T, _ = qkv.shape
         slots = view.state_slots
         # Slots are reused without clearing: a row starting a sequence reads zeros.
@@ -100,7 +138,7 @@ class GatedDeltaNet(nn.Module):
         conv_state = conv_state.astype(qkv.dtype)                            # no-op when equal
 
         conv_in = mx.concatenate([conv_state, qkv], axis=1)                  # [B, K-1+T, C]
-        states[0][slots] = self._conv_tail(conv_in, view).astype(states[0].dtype)
+        writes.append((slots, self._conv_tail(conv_in, view).astype(states[0].dtype)))
         conv_out = nn.silu(self.conv1d(conv_in))                             # [B, T, C]
 
         q, k, v = mx.split(conv_out, [self.key_dim, 2 * self.key_dim], axis=-1)
@@ -108,14 +146,12 @@ class GatedDeltaNet(nn.Module):
         k = k.reshape(B, T, self.hk, self.dk)                                # [B, T, Hk, Dk]
         v = v.reshape(B, T, self.hv, self.dv)                                # [B, T, Hv, Dv]
         q, k = normalize_qk(q, k)
-        g, beta = decay_and_beta(self.A_log, a, self.dt_bias, b)             # [B, T, Hv] x2
-        y = self._recurrence(q, k, v, g, beta, view, states)                 # [B, T, Hv, Dv]
+        return q, k, v
 
-        y = self.norm(y, z)                                                  # [B, T, Hv, Dv]
-        return y.reshape(B, T, -1)                                           # [B, T, Hv*Dv]
-
-    def _recurrence(self, q, k, v, g, beta, view: BatchView, states: list[mx.array]):
-        """Delta rule over T tokens; reads and writes the slot pool states[1]."""
+    def _recurrence(self, q, k, v, g, beta, view: BatchView, states: list[mx.array],
+                    writes: list):
+        """Delta rule over T tokens; reads the slot pool states[1] (the kernels also
+        write it in place; the reference's new states go to `writes`)."""
         slots = view.state_slots
         fresh = (view.offsets == 0) if view.any_fresh else None               # [B] or None
         out = self._kernel_recurrence(q, k, v, g, beta, view, states[1], fresh)
@@ -127,7 +163,7 @@ class GatedDeltaNet(nn.Module):
             state = mx.where(fresh[:, None, None, None], 0.0, state)
         mask = _valid_mask(view) if view.ragged else None                    # [B, T]
         y, new_state = gated_delta(q, k, v, g, beta, state, mask)            # [B, T, Hv, Dv]
-        states[1][slots] = new_state
+        writes.append((slots, new_state))
         return y
 
     def _kernel_recurrence(self, q, k, v, g, beta, view: BatchView, pool: mx.array, fresh):
@@ -180,3 +216,13 @@ class NextGatedDeltaNet(GatedDeltaNet):
 def _valid_mask(view: BatchView) -> mx.array:
     """[B, T] bool: token t of a row is real (not right padding)."""
     return mx.arange(view.num_tokens, dtype=mx.int32)[None, :] < view.lengths[:, None]
+
+
+def _write_slots(pool: mx.array, writes: list[tuple[mx.array, mx.array]]) -> mx.array:
+    """Scatter every group's rows into its slots of a state pool in ONE scatter. MLX
+    updates a pool in place only when nothing else holds it: a second group's scatter
+    after the first group's read would copy the whole pool (see attention.write_kv)."""
+    slots = mx.concatenate([s for s, _ in writes]) if len(writes) > 1 else writes[0][0]
+    rows = mx.concatenate([r for _, r in writes]) if len(writes) > 1 else writes[0][1]
+    pool[slots] = rows
+    return pool

@@ -7,7 +7,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from engine.core.batch_view import BatchView
-from engine.models.attention import paged_attention
+from engine.models.attention import grouped_paged_attention, merge_heads
 from engine.models.base import CacheSpec, ModelCache
 from engine.models.elementwise import swiglu
 from engine.models.fused import fuse_linears
@@ -90,12 +90,13 @@ class Attention(nn.Module):
             q, k, v = self.qkv_proj(x)                        # [N, Hq*D], [N, Hkv*D] x2
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        out = [self._attend(*qkv, view, kv) for view, *qkv
+        qkv = [self._rotated(*p, view) for view, *p
                in zip(rows.views, rows.split(q), rows.split(k), rows.split(v))]
-        return self.o_proj(rows.join(out))                    # [N, H]
+        out = grouped_paged_attention(qkv, kv, rows.views, self.scale, self.kernel_set)
+        return self.o_proj(rows.join([merge_heads(o) for o in out]))  # [N, H]
 
-    def _attend(self, q, k, v, view: BatchView, kv: list[mx.array]) -> mx.array:
-        """One group's q, k, v [B, T, *] -> [B, T, Hq*D]."""
+    def _rotated(self, q, k, v, view: BatchView) -> tuple[mx.array, mx.array, mx.array]:
+        """One group's q, k, v [B, T, *] -> q [B, Hq, T, D], k/v [B, Hkv, T, D], roped."""
         B, T, _ = q.shape
         q = q.reshape(B, T, self.n_heads, -1)                 # [B, T, Hq, D]
         k = k.reshape(B, T, self.n_kv, -1)                    # [B, T, Hkv, D]
@@ -104,9 +105,7 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q = self.rope(q.transpose(0, 2, 1, 3), view.offsets)  # [B, Hq, T, D]
         k = self.rope(k.transpose(0, 2, 1, 3), view.offsets)
-        out = paged_attention(q, k, v.transpose(0, 2, 1, 3), kv, view, self.scale,
-                              self.kernel_set)
-        return out.transpose(0, 2, 1, 3).reshape(B, T, -1)
+        return q, k, v.transpose(0, 2, 1, 3)
 
 
 class MLP(nn.Module):

@@ -16,6 +16,7 @@ import mlx.nn as nn
 from engine.models.elementwise import moe_output, swiglu
 from engine.models.fused import fuse_linears
 from kernels.kernel_set import NO_KERNELS
+from kernels.moe_experts import QuantExperts
 
 # MLX 0.32's CUDA gather_mm is wrong with sorted_indices=True (max error ~5 on unit-scale
 # inputs, float32 and bf16; gather_qmm is right: docs/bench/h200-gather-mm-sorted-indices.txt):
@@ -132,6 +133,20 @@ class SwitchGLU(nn.Module):
             y = y[mx.argsort(order)]                               # back to token order
         return y.reshape(N, k, -1)
 
+    def quantized_experts(self) -> QuantExperts | None:
+        """The joined gate+up and the down experts' arrays for kernels.moe_experts, when
+        both are quantized alike (after fuse_projections), else None."""
+        fused, down = self.get("gate_up_proj"), self.down_proj
+        joined = getattr(fused, "joined", None)
+        if not (isinstance(joined, QuantizedSwitchLinear)
+                and isinstance(down, QuantizedSwitchLinear)
+                and (joined.group_size, joined.bits, joined.mode)
+                == (down.group_size, down.bits, down.mode)):
+            return None
+        parts = [tuple(m.get(k) for k in ("weight", "scales", "biases")) for m in (joined, down)]
+        return QuantExperts(parts[0], parts[1], fused.parts.sizes[0], joined.group_size,
+                            joined.bits, joined.mode)
+
 
 @lru_cache(maxsize=64)     # decode and chunk shapes; bounded
 def batch_rows(batch_shape: tuple[int, ...]) -> mx.array:
@@ -166,9 +181,7 @@ class SparseMoeBlock(nn.Module):
         """Softmax over all experts, top-k, renormalised: (idx [N, k], scores [N, k])."""
         routed = self.kernel_set.moe_route(logits, self.top_k, self.norm_topk_prob)
         if routed is not None:             # one kernel instead of four ops
-            idx, scores = routed
-            # gather_(q)mm takes uint32 indices: cast once here, not in each of its calls.
-            return idx.astype(mx.uint32), scores.astype(logits.dtype)
+            return routed                  # int32, float32: cast only where read (experts)
         probs = mx.softmax(logits, axis=-1, precise=True)                    # [N, E]
         idx = mx.argpartition(probs, kth=-self.top_k, axis=-1)[:, -self.top_k:]  # [N, k]
         scores = mx.take_along_axis(probs, idx, axis=-1)                     # [N, k]
@@ -189,9 +202,21 @@ class SparseMoeBlock(nn.Module):
         idx, scores = self.route(logits)                                     # [N, k] each
         if route_rows is not None:
             idx = idx[route_rows]          # padding rows read no expert row 0 does not
-        y = self.switch_mlp(x, idx)                                          # [N, k, D]
-        y = (scores[:, None, :] @ y)[:, 0]          # the weighted sum as one matmul [N, D]
+        y = self.experts(x, idx, scores)                                     # [N, D]
         out = moe_output(y, self.shared_expert(x), shared_gate,
                          mx.array(0, y.dtype) if residual is None
                          else residual.reshape(-1, shape[-1]))
         return out.reshape(shape)
+
+    def experts(self, x: mx.array, idx: mx.array, scores: mx.array) -> mx.array:
+        """The routed experts' weighted sum [N, D]: two kernel launches at decode
+        (kernels/moe_experts.py) where they apply, else the gathered matmuls."""
+        quantized = self.switch_mlp.quantized_experts()
+        if quantized is not None:          # reads the router's int32 / float32 as they are
+            y = self.kernel_set.moe_experts(x, idx, scores, quantized)
+            if y is not None:
+                return y
+        # gather_(q)mm takes uint32 indices (cast once here, not in each of its calls);
+        # the weighted sum runs in x's dtype. Both no-ops after the plain router.
+        y = self.switch_mlp(x, idx.astype(mx.uint32))                       # [N, k, D]
+        return (scores.astype(x.dtype)[:, None, :] @ y)[:, 0]   # weighted sum, one matmul

@@ -12,7 +12,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from engine.core.batch_view import BatchView
-from engine.models.attention import paged_attention
+from engine.models.attention import grouped_paged_attention, merge_heads
 from engine.models.base import CacheSpec, ModelCache
 from engine.models.elementwise import sigmoid_gate
 from engine.models.fused import fuse_linears
@@ -55,12 +55,16 @@ class Attention(nn.Module):
             qg, k, v = self.qkv_proj(x)                              # [N, 2*Hq*D], [N, Hkv*D]
         else:
             qg, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        out = [self._attend(*qkv, view, kv) for view, *qkv
-               in zip(rows.views, rows.split(qg), rows.split(k), rows.split(v))]
-        return self.o_proj(rows.join(out))                           # [N, H]
+        groups = [self._rotated(*p, view) for view, *p
+                  in zip(rows.views, rows.split(qg), rows.split(k), rows.split(v))]
+        out = grouped_paged_attention([g[:3] for g in groups], kv, rows.views, self.scale,
+                                      self.kernel_set)                # per group [B, Hq, T, D]
+        return self.o_proj(rows.join([sigmoid_gate(merge_heads(o), gate)
+                                      for o, (*_, gate) in zip(out, groups)]))  # [N, H]
 
-    def _attend(self, qg, k, v, view: BatchView, kv: list[mx.array]) -> mx.array:
-        """One group's projections [B, T, *] -> the gated attention output [B, T, Hq*D]."""
+    def _rotated(self, qg, k, v, view: BatchView) -> tuple[mx.array, ...]:
+        """One group's projections [B, T, *] -> (q [B, Hq, T, D], k/v [B, Hkv, T, D]
+        normed and roped, the output gate [B, T, Hq*D])."""
         B, T, _ = qg.shape
         qg = qg.reshape(B, T, self.hq, 2 * self.d)                           # [B, T, Hq, 2D]
         q, gate = qg[..., :self.d], qg[..., self.d:]                         # [B, T, Hq, D] each
@@ -70,9 +74,7 @@ class Attention(nn.Module):
         # Row b's tokens sit at positions offsets[b] + 0..T-1: one rope call for all rows.
         q = self._rope(q, view.offsets)                                      # [B, Hq, T, D]
         k = self._rope(k, view.offsets)                                      # [B, Hkv, T, D]
-        o = paged_attention(q, k, v, kv, view, self.scale, self.kernel_set)  # [B, Hq, T, D]
-        o = o.transpose(0, 2, 1, 3).reshape(B, T, -1)                        # [B, T, Hq*D]
-        return sigmoid_gate(o, gate.reshape(B, T, -1))
+        return q, k, v, gate.reshape(B, T, -1)
 
     def _rope(self, x: mx.array, offsets: mx.array) -> mx.array:
         return mx.fast.rope(x, self.rotary_dim, traditional=False, base=self.theta,

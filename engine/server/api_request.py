@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from engine.sampling_params import SamplingParams
 from engine.server.api_error import bad_request
 from engine.server.field_reader import FieldReader
+from engine.server.request_extras import Extras, read_extras
+from engine.server.tools import history_fields
 
 Prompt = str | list[dict] | list[int]
 _ROLES = {"system", "developer", "user", "assistant", "tool"}
@@ -27,6 +29,7 @@ class ApiRequest:
     max_tokens_given: bool     # False: generate up to the context's end, as OpenAI does
     stream: bool
     include_usage: bool        # stream_options.include_usage: a last chunk with usage
+    extras: Extras = Extras()  # tools, response_format, logprobs, logit_bias
 
     def sampling_for(self, max_context: int) -> SamplingParams:
         if self.max_tokens_given:
@@ -51,6 +54,9 @@ def parse_completion(body: object) -> ApiRequest:
 
 def _request(r: FieldReader, kind: str, prompt: Prompt) -> ApiRequest:
     sampling, given = _sampling(r)
+    extras = read_extras(r, kind == "chat")
+    sampling = dataclasses.replace(sampling, logit_bias=extras.logit_bias,
+                                   logprobs=extras.logprobs)
     options = r.obj("stream_options")
     include_usage = options.get("include_usage", False)
     if not isinstance(include_usage, bool):
@@ -58,7 +64,8 @@ def _request(r: FieldReader, kind: str, prompt: Prompt) -> ApiRequest:
                           "stream_options")
     return ApiRequest(kind=kind, model=r.string("model", None), prompt=prompt,
                       sampling=sampling, max_tokens_given=given,
-                      stream=r.boolean("stream", False), include_usage=include_usage)
+                      stream=r.boolean("stream", False), include_usage=include_usage,
+                      extras=extras)
 
 
 def _sampling(r: FieldReader) -> tuple[SamplingParams, bool]:
@@ -95,17 +102,13 @@ def _refuse_unsupported(r: FieldReader, chat: bool) -> None:
     if r.integer("n", 1) != 1:
         raise bad_request("Only 'n': 1 is supported; send several requests instead "
                           "(they decode together in one batch).", "n")
-    if r.body.get("logprobs") not in (None, False, 0):
-        raise bad_request("'logprobs' is not supported.", "logprobs")
-    if chat and r.body.get("tools"):
-        raise bad_request("Tool calling is not supported yet; send the request without "
-                          "'tools'.", "tools")
-    fmt = r.obj("response_format").get("type", "text")
-    if fmt != "text":
-        raise bad_request(f"'response_format' type {fmt!r} is not supported; only 'text'.",
-                          "response_format")
-    if not chat and (r.boolean("echo", False) or r.string("suffix", None)):
-        raise bad_request("'echo' and 'suffix' are not supported.")
+    if r.integer("best_of", 1) != 1:
+        raise bad_request("'best_of' is not supported; send 'n': 1 (or several requests).",
+                          "best_of")
+    if not chat and r.boolean("echo", False):
+        raise bad_request("'echo' is not supported.", "echo")
+    if not chat and r.string("suffix", None):
+        raise bad_request("'suffix' (fill in the middle) is not supported.", "suffix")
 
 
 def _message(m: object, i: int) -> dict:
@@ -116,7 +119,7 @@ def _message(m: object, i: int) -> dict:
     if role not in _ROLES:
         raise bad_request(f"{param}.role must be one of {sorted(_ROLES)}; got {role!r}.", param)
     out = {"role": "system" if role == "developer" else role,
-           "content": _content(m.get("content"), param)}
+           "content": _content(m.get("content"), param), **history_fields(m, param)}
     name = m.get("name")
     if isinstance(name, str):
         out["name"] = name

@@ -15,13 +15,16 @@ from aiohttp import web
 
 from engine.errors import ServerStartError
 from engine.server.api_error import ApiError
+from engine.server.cors import Cors
 from engine.server.engine_source import EngineSource
 from engine.server.health import Health
 from engine.server.limits import CONFIG_KEY, key_matches, limit_send_buffer
 from engine.server.routes import Routes
 from engine.server.server_config import ServerConfig
 
-_ENDPOINTS = "GET /v1/models, POST /v1/chat/completions, POST /v1/completions"
+_ENDPOINTS = ("GET /v1/models, GET /v1/models/{id}, POST /v1/chat/completions, "
+              "POST /v1/completions, POST /tokenize, POST /detokenize, GET /health "
+              "(the /v1 paths also without /v1)")
 
 
 class ApiServer:
@@ -52,8 +55,10 @@ class ApiServer:
     async def start(self) -> str:
         if self._runner is not None:
             return self.url
-        app = web.Application(middlewares=[self._middleware],
+        cors = Cors(self.config.cors_origins)
+        app = web.Application(middlewares=[cors.middleware, self._middleware],
                               client_max_size=self.config.max_body_bytes)
+        cors.install(app)
         app[CONFIG_KEY] = self.config
         self.routes.install(app)
         self.health.install(app)
@@ -107,6 +112,7 @@ class ApiServer:
             return
         given = request.headers.get("Authorization", "")
         token = given[7:] if given.lower().startswith("bearer ") else ""
+        token = token or request.headers.get("x-api-key", "")   # Anthropic's clients
         if not key_matches(token, key):     # constant time; the key is never echoed
             raise ApiError(401, "Missing or wrong API key: send 'Authorization: Bearer <key>' "
                            "with the key this server was started with.",

@@ -15,9 +15,13 @@ from engine.events import TokenEvent
 from engine.server.api_error import ApiError, bad_request
 from engine.server.api_request import ApiRequest, parse_chat, parse_completion
 from engine.server.engine_source import EngineSource
-from engine.server.limits import check_context, prompt_ids, read_json, send, too_long
+from engine.server.limits import read_json, send, too_long
+from engine.server.messages_route import MessagesRoute
 from engine.server.openai_format import ResponseShape, model_list, sse
-from engine.tokenization.messages import check_text
+from engine.server.prepare import prepare
+from engine.server.reply import Reply
+from engine.server.responses_route import ResponsesRoute
+from engine.server.token_routes import TokenRoutes
 
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                 "X-Accel-Buffering": "no"}
@@ -30,16 +34,30 @@ class Routes:
     def __init__(self, source: EngineSource):
         self.source = source
         self.active: set[int] = set()
-        self._created = int(time.time())
+        self.created = int(time.time())
 
     def install(self, app: web.Application) -> None:
-        app.router.add_get("/v1/models", self.models)
-        app.router.add_post("/v1/chat/completions", self.chat)
-        app.router.add_post("/v1/completions", self.completions)
+        for prefix in ("/v1", ""):         # llama.cpp serves the paths without /v1 too
+            app.router.add_get(prefix + "/models", self.models)
+            app.router.add_post(prefix + "/chat/completions", self.chat)
+            app.router.add_post(prefix + "/completions", self.completions)
+        TokenRoutes(self).install(app)
+        MessagesRoute(self).install(app)
+        ResponsesRoute(self).install(app)
+
+    def engine_for(self, model: str | None):
+        return self._engine(model)
+
+    def submit(self, engine, req: ApiRequest):
+        """(handle, SamplingParams) of a checked request, queued in the engine."""
+        return _submit(engine, req)
+
+    async def read_body(self, request: web.Request) -> object:
+        return await read_json(request)
 
     async def models(self, request: web.Request) -> web.Response:
         engine = self._engine(None)
-        return web.json_response(model_list([engine.model_name], self._created))
+        return web.json_response(model_list([engine.model_name], self.created))
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._complete(request, parse_chat(await read_json(request)))
@@ -50,13 +68,17 @@ class Routes:
     # -- one request ----------------------------------------------------------
     async def _complete(self, request: web.Request, req: ApiRequest) -> web.StreamResponse:
         engine = self._engine(req.model)
-        handle = _submit(engine, req)
-        shape = ResponseShape(req.kind, engine.model_name)
+        handle, sampling = _submit(engine, req)
+        shape = ResponseShape(req.kind, engine.model_name, req.stream and req.include_usage)
+        tools = req.extras.tools
+        reply = Reply(shape, engine.tokenizer, sampling.token_log,
+                      read_calls=bool(tools and tools.reads_calls),
+                      forced_call=bool(tools and tools.forced))
         self.active.add(handle.request_id)
         try:
             if req.stream:
-                return await _stream(request, handle, shape, req.include_usage)
-            return await _whole(handle, shape)
+                return await _stream(request, handle, reply, req.include_usage)
+            return await _whole(handle, reply)
         finally:
             self.active.discard(handle.request_id)
             if handle.finished is None:
@@ -73,76 +95,58 @@ class Routes:
         if model is not None and model not in (engine.model_name, str(engine.model_path)):
             raise ApiError(404, f"The model {model!r} is not loaded here; this server serves "
                            f"{engine.model_name!r} (see GET /v1/models).",
-                           param="model", code="model_not_found")
+                           param="model", code="model_not_found", kind="invalid_request_error")
         return engine
 
 
 def _submit(engine, req: ApiRequest):
+    """(the engine's handle, the SamplingParams it runs with)."""
+    prompt_param = "messages" if req.kind == "chat" else "prompt"
     try:
-        prompt = (_text_ids(engine.tokenizer, req.prompt) if req.kind == "text"
-                  else prompt_ids(engine, req.prompt))
-        check_context(len(prompt), req.sampling.max_tokens if req.max_tokens_given else None,
-                      engine.config.max_context, req.kind)
-        return engine.submit(prompt, req.sampling_for(engine.config.max_context))
+        ids, sampling = prepare(engine, req)
+        return engine.submit(ids, sampling), sampling
     except PromptTooLongError as e:
         raise too_long(e, req.kind) from e
-    except InvalidRequestError as e:
-        raise bad_request(str(e), "messages" if req.kind == "chat" else "prompt") from e
-    except ModelLoadError as e:        # the chat template refused the messages
-        raise bad_request(str(e), "messages") from e
+    except (ModelLoadError, InvalidRequestError) as e:   # e.g. the template refused them
+        raise bad_request(str(e), prompt_param) from e
     except EngineClosedError as e:
         raise ApiError(503, str(e), code="model_not_loaded") from e
     except ValueError as e:
         raise bad_request(str(e)) from e
 
 
-def _text_ids(tokenizer, prompt: str | list[int]) -> list[int]:
-    """A completion prompt is raw text: no chat template, BOS as the tokenizer adds it."""
-    if isinstance(prompt, list):
-        if max(prompt) >= tokenizer.vocab_size:
-            raise bad_request(f"Token id {max(prompt)} is outside the vocabulary "
-                              f"(size {tokenizer.vocab_size}).", "prompt")
-        return prompt
-    ids = tokenizer.encode(check_text(prompt, "The prompt"))
-    bos = tokenizer.bos_token_id
-    if tokenizer.add_bos_token and (not ids or ids[0] != bos):
-        ids = [bos, *ids]
-    return ids
-
-
-async def _whole(handle, shape: ResponseShape) -> web.Response:
+async def _whole(handle, reply: Reply) -> web.Response:
     async for _ in handle:
         pass
     fin = handle.finished
     if fin.reason in _STOPPED_BY_ENGINE:
         raise _engine_failed(fin)
-    return web.json_response(shape.completion(fin.text, fin.reason, fin.stats))
+    return web.json_response(reply.whole(fin.text, fin.reason, fin.stats))
 
 
-async def _stream(request: web.Request, handle, shape: ResponseShape,
+async def _stream(request: web.Request, handle, reply: Reply,
                   include_usage: bool) -> web.StreamResponse:
     resp = web.StreamResponse(headers=_SSE_HEADERS)
     await resp.prepare(request)
     try:
-        if shape.kind == "chat":
-            await send(request, resp, sse(shape.chunk("", first=True,
-                                                      with_usage=include_usage)))
+        if reply.shape.kind == "chat":
+            await send(request, resp, sse(reply.shape.chunk("", first=True)))
         async for ev in handle:
             if isinstance(ev, TokenEvent) and ev.text:
-                await send(request, resp, sse(shape.chunk(ev.text, with_usage=include_usage)))
-        await send(request, resp, _last_chunks(handle.finished, shape, include_usage))
+                await send(request, resp, b"".join(sse(c) for c in reply.delta_chunks(ev.text)))
+        await send(request, resp, _last_chunks(handle.finished, reply, include_usage))
         await resp.write_eof()
     except ConnectionError:            # the client went away mid-stream
         pass
     return resp
 
 
-def _last_chunks(fin, shape: ResponseShape, include_usage: bool) -> bytes:
+def _last_chunks(fin, reply: Reply, include_usage: bool) -> bytes:
     if fin.reason in _STOPPED_BY_ENGINE:
         return sse(_engine_failed(fin).body()) + sse("[DONE]")
-    out = sse(shape.chunk(None, fin.reason, with_usage=include_usage))
+    out = b"".join(sse(c) for c in reply.last_chunks(fin.reason))
     if include_usage:
-        out += sse(shape.usage_chunk(fin.stats))
+        out += sse(reply.shape.usage_chunk(fin.stats))
     return out + sse("[DONE]")
 
 

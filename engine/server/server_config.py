@@ -16,6 +16,7 @@ class ServerConfig:
     api_key: str | None = None        # None: no key needed (fine on loopback)
     max_body_bytes: int = 16 << 20    # a long conversation's JSON, with room to spare
     shutdown_timeout_s: float = 1.0   # streams still open then are cancelled
+    cors_origins: tuple[str, ...] = ()  # browser origins allowed (cors.py); () = CORS off
     # How long a client may stall before the server hangs up: its request's headers
     # (slowloris), its body, or reading a stream (a reply nobody reads is cancelled and
     # its pages freed). Also the idle time a kept-alive connection is held open.
@@ -27,6 +28,7 @@ class ServerConfig:
             raise ValueError("ServerConfig.host must not be empty")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"ServerConfig.port must be 0..65535, got {self.port}")
+        object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
         if self.api_key == "":
             object.__setattr__(self, "api_key", None)
         if self.max_body_bytes < 1024 or self.shutdown_timeout_s < 0:

@@ -11,7 +11,6 @@ import contextlib
 import signal
 import sys
 
-from engine.cli import add_reading_pace_arg
 from engine.config import EngineConfig
 from engine.errors import TandemError
 from engine.server.api_server import ApiServer
@@ -22,6 +21,7 @@ from engine.server.server_config import (
     DEFAULT_PORT,
     ServerConfig,
 )
+from engine.terminal.cli import add_reading_pace_arg
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
@@ -31,6 +31,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument("--api-key", default=None,
                    help="require 'Authorization: Bearer KEY' on every request")
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages from ORIGIN (e.g. http://localhost:3000; '*' for any) "
+                        "call the API from a browser; repeatable (default: CORS off)")
     p.add_argument("--insecure", action="store_true",
                    help="allow a --host other machines can reach without an --api-key")
     p.add_argument("--client-timeout", type=float, default=DEFAULT_CLIENT_TIMEOUT_S,
@@ -47,7 +50,8 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
 def run_serve(args) -> int:
     try:
         config = ServerConfig(host=args.host, port=args.port, api_key=args.api_key,
-                              client_timeout_s=args.client_timeout)
+                              client_timeout_s=args.client_timeout,
+                              cors_origins=tuple(args.cors_origin))
         engine_config = EngineConfig(cache_dir=args.cache_dir, disk_cache_mb=args.disk_cache_mb,
                                      min_stream_tok_s=args.reading_pace)
     except ValueError as e:

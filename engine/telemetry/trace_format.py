@@ -28,6 +28,9 @@ BATCH_SIZE = "batch size"
 KV_PAGES = "KV pages in use"
 GPU_MHZ = "GPU MHz"
 GPU_W = "GPU W"
+# The CPU fallback sampler measures the CPU's clock: its tracks say so.
+CPU_MHZ = "CPU MHz"
+CPU_W = "CPU W"
 
 
 def us(t_s: float) -> float:
@@ -129,10 +132,13 @@ class TraceFormatter:
     # -- telemetry -----------------------------------------------------------
     def _reading(self, r: Reading) -> list[dict]:
         out: list[dict] = []
+        cpu = (r.mhz_label or "").startswith("CPU")      # the fallback sampler's clock
         if r.gpu_mhz is not None:
-            out += self._counter(GPU_MHZ, us(r.t), r.gpu_mhz, TELEMETRY_TID)
+            out += self._counter(CPU_MHZ if cpu else GPU_MHZ, us(r.t), r.gpu_mhz,
+                                 TELEMETRY_TID)
         if r.gpu_watts is not None:
-            out += self._counter(GPU_W, us(r.t), r.gpu_watts, TELEMETRY_TID)
+            out += self._counter(CPU_W if cpu else GPU_W, us(r.t), r.gpu_watts,
+                                 TELEMETRY_TID)
         return out
 
     def _counter(self, name: str, ts: float, value: float,

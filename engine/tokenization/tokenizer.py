@@ -14,13 +14,14 @@ from typing import Any
 from tokenizers import Tokenizer as HFTokenizer
 
 from engine.errors import InvalidRequestError, ModelLoadError
+from engine.tokenization.chat_prompt import ChatPrompt, prepare_messages
 from engine.tokenization.chat_template import render_chat_template
 from engine.tokenization.detokenizer import IncrementalDetokenizer
 from engine.tokenization.gguf_tokenizer import build_gguf_tokenizer
 from engine.tokenization.messages import check_messages, check_text
 from engine.tokenization.special_text import SpecialTextGuard
 
-Prompt = str | list[dict] | list[int]
+Prompt = str | list[dict] | list[int] | ChatPrompt
 _SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
 
 
@@ -150,11 +151,18 @@ class Tokenizer:
 
     # ---- encode / decode ----------------------------------------------------------
 
+    def backend_json(self) -> str:
+        """The tokenizer as tokenizer.json text (for grammar engines such as llguidance)."""
+        return self._hf.to_str()
+
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return self._hf.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
         return self._hf.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self._hf.id_to_token(token_id)
 
     def token_to_id(self, token: str) -> int | None:
         return self._hf.token_to_id(token)
@@ -179,6 +187,8 @@ class Tokenizer:
         """
         if isinstance(prompt, list) and prompt and all(_is_id(t) for t in prompt):
             return list(prompt)
+        if isinstance(prompt, ChatPrompt):
+            return self._encode_chat(prompt)
         if isinstance(prompt, str):
             check_text(prompt, "The prompt")
             if not self.has_chat_template:
@@ -188,8 +198,23 @@ class Tokenizer:
             raise InvalidRequestError(
                 f"A prompt must be text, a non-empty list of messages, or a non-empty list of "
                 f"token ids; got {type(prompt).__name__}{' (empty)' if prompt == [] else ''}.")
-        escaped, restore = self._guard.escape(check_messages(prompt))
-        rendered = self.apply_chat_template(escaped)
+        return self._encode_chat(ChatPrompt(prompt))
+
+    def render_chat(self, prompt: ChatPrompt) -> str:
+        """The text the model reads for `prompt` (tools and tool history included)."""
+        return self._render_chat(prompt, escape=False)[0]
+
+    def _render_chat(self, prompt: ChatPrompt, escape: bool) -> tuple[str, dict]:
+        if not prompt.messages:
+            raise InvalidRequestError("A chat prompt needs at least one message.")
+        check_messages(prompt.messages)
+        messages, tools = prepare_messages(prompt, self._chat_template)
+        messages, restore = self._guard.escape(messages) if escape else (messages, {})
+        return self.apply_chat_template(messages, tools=tools, **prompt.template_vars), restore
+
+    def _encode_chat(self, prompt: ChatPrompt) -> list[int]:
+        """Messages with tool calls and results, and tools, through the model's template."""
+        rendered, restore = self._render_chat(prompt, escape=True)
         return self._with_bos(self._guard.encode_rendered(rendered, restore))
 
     def _with_bos(self, ids: list[int]) -> list[int]:

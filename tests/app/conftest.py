@@ -47,6 +47,23 @@ def model_path(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def endless_model_path(tmp_path_factory, model_path):
+    """The tiny random Llama with its end-of-text row zeroed: greedy decoding never picks
+    it (some other logit is above 0), so a reply lasts until max_tokens, however fast
+    the machine: tests that act while a reply streams cannot find it finished."""
+    if not REAL_ENGINE:
+        return model_path
+    import mlx.core as mx
+    import tiny_models
+    folder = tiny_models.write_tiny_llama(tmp_path_factory.mktemp("endless"))
+    weights = mx.load(str(folder / "model.safetensors"))
+    embed = weights["model.embed_tokens.weight"]
+    weights["model.embed_tokens.weight"] = mx.concatenate([mx.zeros_like(embed[:1]), embed[1:]])
+    mx.save_safetensors(str(folder / "model.safetensors"), weights, metadata={"format": "mlx"})
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
 def loader():
     if REAL_ENGINE:
         from app.controllers.bridge import default_loader
@@ -94,16 +111,18 @@ def make_window(qapp, data_dir, loader, model_path, run):
     from app.windows.main_window import MainWindow
     made = []
 
-    def make(load=True, max_tokens=24, telemetry=None, wrap_loader=None):
+    def make(load=True, max_tokens=24, telemetry=None, wrap_loader=None, model=None):
+        """model: a path to load instead of model_path (e.g. endless_model_path)."""
         store = Store(data_dir)
         store.set_setting("settings", AppSettings().with_chat(max_tokens=max_tokens,
                                                               temperature=0.0).to_dict())
-        bridge = EngineBridge(wrap_loader(loader) if wrap_loader else loader)
+        bridge = EngineBridge(wrap_loader(loader) if wrap_loader else loader,
+                              **({} if REAL_ENGINE else {"check": None}))
         window = MainWindow(store, bridge, telemetry=telemetry)
         made.append((window, bridge, store))
         window.show()
         if load:
-            assert run(window.load_model(model_path)), window.last_error
+            assert run(window.load_model(model or model_path)), window.last_error
         return window
 
     yield make

@@ -133,3 +133,38 @@ def test_each_version_keeps_its_own_reused_prompt_tokens(tmp_path):
     assert with_version(second, 1).cached_tokens == 40
     old = records_from_json([{"content": "a", "state": "done"}, {"content": "b"}])
     assert with_version(second.copy(versions=old, version=1), 0).cached_tokens is None
+
+
+def test_a_regenerated_version_streams_alone_with_its_own_footer(make_window, wait_until):
+    """Issue 22 item 6: while the new version streams, 2/2 shows only its own text and
+    a streaming footer; once done, its TTFT is its own, not the old version's."""
+    window = make_window(max_tokens=6)
+    pane = window.panes.panes()[0]
+    session, model = pane.session, pane.session.model
+    session.send("hello")
+    wait_until(lambda: not session.busy)
+    old = model.message(1).copy(content="OLD-ANSWER", ttft_s=42.0, decode_tok_s=7.0)
+    model.replace(1, old)
+    seen = []
+
+    def on_token(request_id, _text, _n):
+        if request_id == session.request_id:
+            model.flush()
+            widget = pane.view.message_widgets()[1]
+            seen.append((model.message(1).content, widget.stats.text(),
+                         widget.versions.label.text()))
+    window.bridge.token_received.connect(on_token)
+    pane.view.message_widgets()[1].buttons["regenerate"].click()
+    assert "OLD-ANSWER" not in model.message(1).content
+    assert model.message(1).is_streaming and model.message(1).ttft_s is None
+    wait_until(lambda: not session.busy)
+    window.bridge.token_received.disconnect(on_token)
+    assert seen
+    for content, stats, label in seen:
+        assert "OLD-ANSWER" not in content and label == "2/2"
+        assert "42.00 s" not in stats and "7.0 tok/s" not in stats
+        assert "streaming…" in stats
+    new = model.message(1)
+    assert new.ttft_s is not None and new.ttft_s != 42.0
+    assert "42.00 s" not in pane.view.message_widgets()[1].stats.text()
+    assert new.versions[0]["content"] == "OLD-ANSWER" and new.versions[0]["ttft_s"] == 42.0

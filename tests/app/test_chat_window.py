@@ -19,8 +19,10 @@ def _steps(window):
     return seen
 
 
-def test_two_panes_stream_in_one_batch(make_window, wait_until, qtbot):
-    window = make_window(max_tokens=64)
+def test_two_panes_stream_in_one_batch(make_window, wait_until, qtbot, endless_model_path):
+    # Replies of 120 tokens without an end-of-text: the first cannot be over before the
+    # second request (sent right after it) joins the batch.
+    window = make_window(max_tokens=120, model=endless_model_path)
     steps = _steps(window)
     first = window.panes.panes()[0]
     second = window.new_conversation(True)
@@ -52,8 +54,9 @@ def test_enter_sends_shift_enter_adds_a_line(make_window, qtbot):
     assert pane.composer.toPlainText() == "line one\nline two"
 
 
-def test_stop_keeps_text_marks_stopped_and_frees_pages(make_window, wait_until):
-    window = make_window(max_tokens=400)
+def test_stop_keeps_text_marks_stopped_and_frees_pages(make_window, wait_until,
+                                                       endless_model_path):
+    window = make_window(max_tokens=4000, model=endless_model_path)   # still streaming
     steps = _steps(window)
     a = window.panes.panes()[0]
     b = window.new_conversation(True)

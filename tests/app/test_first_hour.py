@@ -29,9 +29,9 @@ def _tokens(pane) -> int:
 
 
 # item 3
-def test_quit_mid_reply_joins_the_engine_and_keeps_the_partial_reply(make_window,
-                                                                      wait_until):
-    window = make_window(max_tokens=400)
+def test_quit_mid_reply_joins_the_engine_and_keeps_the_partial_reply(
+        make_window, wait_until, endless_model_path):
+    window = make_window(max_tokens=4000, model=endless_model_path)
     pane = window.panes.panes()[0]
     pane.session.send("Tell me a long story")
     wait_until(lambda: _tokens(pane) >= 4)
@@ -112,7 +112,7 @@ def test_built_in_model_is_the_default_model():
 def test_load_bar_label_is_one_elided_line(make_window):
     window = make_window(load=False)
     message = "Reading " + "SmolLM2-135M-Instruct-" * 10 + "Q4_1.gguf"
-    window._on_bridge_load_progress(0.4, message)
+    window.load_status._on_bridge_load_progress(0.4, message)
     shown = window.progress.format()
     assert "…" in shown and window.progress.toolTip() == message
     assert window.progress.fontMetrics().horizontalAdvance(shown) < window.progress.width()

@@ -47,11 +47,20 @@ def test_sonames_map_to_debian_packages_and_unknown_ones_are_kept():
 
 
 def test_debian_message_is_one_apt_command():
-    text = qp.format_missing(qp.missing_sonames(LDD_MINIMAL), debian=True)
+    text = qp.format_missing(qp.missing_sonames(LDD_MINIMAL), debian=True, root=False)
     commands = [line.strip() for line in text.splitlines() if "apt-get" in line]
     assert commands == ["sudo apt-get install libgl1 libxkbcommon0 libxcb-cursor0 "
                         "libxcb-icccm4 libxcb-keysyms1 libfontconfig1"]
     assert "apt-file search" in text and "libmystery.so.3" in text
+
+
+@pytest.mark.parametrize("euid, prefix", [(0, "apt-get"), (1000, "sudo apt-get")])
+def test_as_root_the_command_has_no_sudo(monkeypatch, euid, prefix):
+    """Root (a container, a chroot) often has no sudo: the line must run as printed."""
+    monkeypatch.setattr(qp.os, "geteuid", lambda: euid)
+    text = qp.format_missing(["libxcb-cursor.so.0"], debian=True)
+    assert [line.strip() for line in text.splitlines() if "apt-get" in line] == [
+        prefix + " install libxcb-cursor0"]
 
 
 def test_other_distros_get_the_sonames_not_apt():

@@ -131,3 +131,13 @@ def test_one_phase_per_reply_from_the_app_and_the_engine():
     assert activity_lines([], {}) == "idle"
     with pytest.raises(ValueError):
         Activity(1, "d", "thinking")
+
+
+def test_kv_pages_show_the_pool_once_loaded_before_any_request(make_window, qtbot):
+    """Issue 22 item 7: a loaded, idle model shows its pool, not "— no model"."""
+    window = make_window()
+    panel = window.status_panel
+    total = window.bridge.engine.num_pages - 1          # the scratch page is not shown
+    qtbot.waitUntil(lambda: panel.value_text("kv") == f"0 / {total} pages")
+    assert panel.caption_text("kv") != "no model"
+    assert panel.caption_text("kv").endswith("MB KV cache")

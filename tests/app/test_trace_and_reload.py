@@ -111,7 +111,8 @@ def test_failed_load_closes_first_then_brings_back_the_previous_model(make_windo
         window.progress.isVisible()))
     broken = tmp_path / "broken-model"
     broken.mkdir()
-    (broken / "config.json").write_text("{not json")
+    (broken / "config.json").write_text("{not json")     # found only by the load itself
+    (broken / "model.safetensors").write_bytes(b"")
     QTimer.singleShot(0, gui_ran.set)
     assert not run(window.load_model(str(broken)))
     assert seen[1] == (None, str(broken))                   # the old engine was gone first

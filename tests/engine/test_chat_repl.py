@@ -11,9 +11,9 @@ from tiny_models import write_tiny_llama
 
 from engine import Engine, EngineConfig, SamplingParams
 from engine.__main__ import build_parser
-from engine.chat_repl import HELP, ChatRepl
 from engine.events import FinishedEvent, RequestStats, TokenEvent
-from engine.line_history import LineHistory
+from engine.terminal.chat_repl import HELP, ChatRepl
+from engine.terminal.line_history import LineHistory
 
 
 @pytest.fixture(scope="module")
@@ -188,5 +188,57 @@ def test_help_is_plain_and_every_option_says_what_it_does(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["chat", "--help"])
     text = capsys.readouterr().out
-    assert "``" not in text and "(default: 512)" in text and "(default: 0.0)" in text
+    assert "``" not in text and "(default: 1024)" in text and "(default: 0.0)" in text
     assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def test_chat_starts_as_the_apps_new_conversation_and_generate_as_the_engine(capsys):
+    """Both sets of defaults come from engine/settings_spec.py, and --help says why."""
+    from engine.settings_spec import BY_NAME, SAMPLING
+    parser = build_parser()
+    chat = parser.parse_args(["chat"])
+    gen = parser.parse_args(["generate", "--prompt", "x"])
+    for s in SAMPLING:
+        assert getattr(chat, s.name) == s.chat_default and getattr(gen, s.name) == s.default
+    assert chat.system == BY_NAME["system_prompt"].chat_default
+    assert (chat.temperature, chat.max_tokens, gen.temperature, gen.max_tokens) == (
+        0.7, 1024, 0.0, 512)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["generate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "greedy, so the same prompts give the same output" in text
+
+
+def test_a_streaming_reply_turns_echo_off_and_drops_what_was_typed():
+    """On a real terminal (a pty): no echo while the reply streams, Ctrl-C still a
+    signal; afterwards echo is back and the keys typed meanwhile are gone."""
+    import os
+    import pty
+    import select
+    import termios
+
+    from engine.terminal.quiet_input import quiet_input
+    master, slave = pty.openpty()
+    try:
+        with os.fdopen(slave, "r", closefd=False) as tty:
+            before = termios.tcgetattr(slave)
+            assert before[3] & termios.ECHO
+            with quiet_input(tty) as quiet:
+                assert quiet
+                flags = termios.tcgetattr(slave)[3]
+                assert not flags & termios.ECHO and flags & termios.ISIG
+                os.write(master, b"typed during the reply\n")
+                select.select([slave], [], [], 1.0)       # the line reached the tty
+            assert termios.tcgetattr(slave) == before
+            assert select.select([slave], [], [], 0.1)[0] == []   # typeahead dropped
+            echoed = select.select([master], [], [], 0.1)[0]
+            assert not echoed or b"typed" not in os.read(master, 1024)
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_quiet_input_leaves_a_pipe_alone():
+    from engine.terminal.quiet_input import quiet_input
+    with quiet_input(io.StringIO()) as quiet:
+        assert quiet is False

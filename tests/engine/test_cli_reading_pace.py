@@ -5,9 +5,9 @@ import argparse
 
 import pytest
 
-from engine.cli import add_model_args, engine_config
 from engine.config import EngineConfig
 from engine.server.standalone import add_serve_args
+from engine.terminal.cli import add_model_args, engine_config
 
 
 def _parse(add, argv):

@@ -80,7 +80,7 @@ def test_compare_tolerance_is_float32_rounding():
 
 
 def test_cli_line_names_weights_and_blas():
-    from engine.cli import describe_cpu
+    from engine.terminal.cli import describe_cpu
     line = describe_cpu({"name": cpu_blas.REFERENCE, "path": "", "reason": "TANDEM_CPU_BLAS=off"},
                         {"mode": "quantized", "reason": "CPU backend, quantized by the setting"})
     assert line == ("weights: quantized (CPU backend, quantized by the setting); "

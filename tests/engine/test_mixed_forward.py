@@ -6,6 +6,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from engine_harness import Harness
+from float32_tolerance import assert_close, model_depth
 from qwen_fixtures import build_model, random_weights, tiny_config
 from tiny_models import tiny_llama
 
@@ -20,7 +21,6 @@ STREAMS = [RNG.integers(0, 320, n).tolist() for n in (9, 5, 13)]   # decoding ro
 NEW = RNG.integers(0, 320, 11).tolist()       # a prompt read whole beside them
 LATER = RNG.integers(0, 320, 21).tolist()     # a prompt whose second chunk is read
 FIRST = 6                                     # LATER's first chunk, read before
-TOL = 1e-4
 MODELS = ["llama", "qwen3_5_moe", "qwen3_5", "qwen3_next"]
 
 
@@ -37,6 +37,11 @@ def _model(kind: str):
 @pytest.fixture(scope="module", params=MODELS)
 def model(request):
     return _model(request.param)
+
+
+def _depth(model) -> int:
+    """The rounding depth of the longest sequence here (LATER and its replies)."""
+    return model_depth(model, len(LATER) + 12)
 
 
 def _runner(model, fixed_shapes: bool) -> Runner:
@@ -80,10 +85,11 @@ def test_mixed_logits_equal_each_sequence_alone_and_its_cache_serves_the_next_st
     decode, prefill = runner.mixed(streams, chunks)
     mx.eval(decode, prefill, runner.cache_arrays())
     assert decode.shape == (3, 320) and prefill.shape == (2, 320)
+    depth = _depth(model)
     for s, row in zip(streams, np.array(decode)):
-        np.testing.assert_allclose(row, _alone(runner, s.all_ids), rtol=TOL, atol=TOL)
+        assert_close(row, _alone(runner, s.all_ids), depth, f"stream {s.request_id}")
     for c, row in zip(chunks, np.array(prefill)):
-        np.testing.assert_allclose(row, _alone(runner, c.seq.all_ids), rtol=TOL, atol=TOL)
+        assert_close(row, _alone(runner, c.seq.all_ids), depth, f"chunk {c.seq.request_id}")
 
     seqs = streams + [c.seq for c in chunks]
     nxt = np.concatenate([np.array(decode), np.array(prefill)]).argmax(axis=-1)
@@ -92,7 +98,7 @@ def test_mixed_logits_equal_each_sequence_alone_and_its_cache_serves_the_next_st
         s.output_ids.append(int(token))
     after = np.array(runner.decode(seqs))
     for s, row in zip(seqs, after):
-        np.testing.assert_allclose(row, _alone(runner, s.all_ids), rtol=TOL, atol=TOL)
+        assert_close(row, _alone(runner, s.all_ids), depth, f"next step {s.request_id}")
 
 
 def _cache(runner: Runner) -> list[np.ndarray]:
@@ -119,10 +125,11 @@ def test_mixed_equals_the_two_forwards_it_replaces_and_writes_the_same_cache(mod
             layer[i] = mx.array(before.pop(0))
     apart = runner.decode(streams), runner.prefill(chunks)
     mx.eval(apart, runner.cache_arrays())
+    depth = _depth(model)
     for a, b in zip(mixed, apart):
-        np.testing.assert_allclose(np.array(a), np.array(b), rtol=TOL, atol=TOL)
-    for a, b in zip(after_mixed, _cache(runner)):
-        np.testing.assert_allclose(a, b, rtol=TOL, atol=TOL)
+        assert_close(a, b, depth, "logits")
+    for i, (a, b) in enumerate(zip(after_mixed, _cache(runner))):
+        assert_close(a, b, depth, f"cache array {i}")
 
 
 def _streams_and_a_new_prompt(model, mixed_forward: bool, **config) -> Harness:
@@ -145,7 +152,7 @@ def test_an_engine_gives_the_same_replies_with_and_without_mixed_forwards(
     for rid, rows in off.logits.items():
         assert len(on.logits[rid]) == len(rows)
         for a, b in zip(on.logits[rid], rows):
-            np.testing.assert_allclose(np.array(a), np.array(b), rtol=TOL, atol=TOL)
+            assert_close(a, b, _depth(model), f"request {rid}")
 
 
 def test_mixed_forward_must_be_a_bool():

@@ -44,9 +44,11 @@ def test_a_qwen_block_on_the_gpu_path_launches_the_kernels():
     """One 4-layer block (3 Gated DeltaNet + 1 attention, MoE): each kernel where it
     applies, every rms_norm one launch; the count is deterministic."""
     ops = profile_ops.ours(profile_ops.qwen3_5_layout(4), 1, 32, "gpu")
-    assert ops["[gated_delta_step]"] == 3 and ops["[moe_route]"] == 4
+    assert ops["[gated_delta_step]"] == ops["[gdn_conv_step]"] == 3
+    assert ops["[moe_route]"] == 4 and ops["[moe_experts]"] == 2 * 4
     assert ops["[paged_attention_p1]"] == ops["[paged_attention_p2]"] == 1
-    assert ops["[rms_norm]"] == 3 * 2 + 3 * 3 + 1 * 4 + 1   # layer norms, GDN, attn, final
+    # layer norms, GDN (q/k inside the conv kernel: the gated norm), attention, final
+    assert ops["[rms_norm]"] == 3 * 2 + 3 * 1 + 1 * 4 + 1
     for op in ("RMSNorm", "Softmax", "ArgPartition", "Rsqrt", "Full"):
         assert ops[op] == 0, op
     assert ops == profile_ops.ours(profile_ops.qwen3_5_layout(4), 1, 32, "gpu")

@@ -40,8 +40,13 @@ def test_prompt_gets_the_time_between_the_calm_step_and_the_floor():
 
 def test_a_fast_prompt_rate_reads_a_large_chunk_within_the_floor():
     b = measured(2048, decode_s=0.031, prefill_tok_s=40000)
+    # Before any mixed step: a cautious first chunk (the alone rate says little about it)
+    assert b.allowance(True).tokens == WARMUP_TOKENS
+    b.observe(0.031 + 256 / 40000, decode_rows=7, prefill_tokens=256)
     assert b.allowance(True).tokens == 1024            # 1427 -> 1024 (set member, not 1427)
-    assert measured(512, 0.031, 40000).allowance(True).tokens == 512   # capped by the chunk
+    c = measured(512, 0.031, 40000)
+    c.observe(0.031 + 256 / 40000, decode_rows=7, prefill_tokens=256)
+    assert c.allowance(True).tokens == 512             # capped by the chunk
 
 
 def test_degraded_when_the_smallest_chunk_overruns_the_floor():
@@ -58,12 +63,34 @@ def test_degraded_when_the_calm_step_is_slower_than_the_floor():
     assert a.tokens / b.prefill_tok_s <= 0.25 * b.decode_s
 
 
-def test_mixed_steps_teach_the_prompt_rate():
+def test_mixed_steps_teach_the_cost_of_a_chunk():
     b = PrefillBudget(4096, 15.0, 0.25)
     b.observe(0.040, decode_rows=4, prefill_tokens=0)
     b.observe(0.050, decode_rows=4, prefill_tokens=64)       # 10 ms for 64 tokens
-    assert abs(b.prefill_tok_s - 6400) < 1e-6
-    assert b.allowance(True).tokens == 128                   # 26.7 ms x 6400 = 170 -> 128
+    line = b.cost_line()
+    assert not line.known_slope and line.fixed_s == 0         # one length, no alone rate
+    assert abs(line.per_token_s - 0.010 / 64) < 1e-12
+    assert b.allowance(True).tokens == 128                   # 26.7 ms / 0.156 ms = 170 -> 128
+
+
+def test_two_lengths_separate_the_fixed_cost_from_the_tokens():
+    b = PrefillBudget(4096, 15.0, 0.25)
+    b.observe(0.030, decode_rows=4, prefill_tokens=0)
+    b.observe(0.030 + 0.025 + 64 * 2e-5, decode_rows=4, prefill_tokens=64)
+    b.observe(0.030 + 0.025 + 128 * 2e-5, decode_rows=4, prefill_tokens=128)
+    line = b.cost_line()
+    assert line.known_slope
+    assert abs(line.fixed_s - 0.025) < 1e-9 and abs(line.per_token_s - 2e-5) < 1e-12
+    # 25 ms + n x 0.02 ms <= 36.7 ms -> n <= 583 -> 512 (capped at 4 x 128 = 512)
+    assert b.allowance(True).tokens == 512
+
+
+def test_the_alone_rate_bounds_the_slope_of_one_measured_length():
+    b = measured(4096, decode_s=0.040, prefill_tok_s=20000)  # alone: 0.05 ms a token
+    b.observe(0.040 + 0.015 + 64 * 5e-5, decode_rows=4, prefill_tokens=64)
+    line = b.cost_line()
+    assert line.known_slope and abs(line.fixed_s - 0.015) < 1e-9
+    assert b.allowance(True).tokens == 128      # 15 + 0.05 n <= 26.7 ms -> n <= 234
 
 
 @pytest.mark.parametrize("bad", [{"min_stream_tok_s": -1.0}, {"min_stream_tok_s": float("nan")},

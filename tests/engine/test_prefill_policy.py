@@ -14,8 +14,13 @@ FLOOR_S = 1 / 15
 class ScriptedEngine:
     """The step loop's planning with a fake runner whose step costs are scripted."""
 
-    def __init__(self, decode_s, prefill_tok_s, chunk=2048, turn=4):
+    def __init__(self, decode_s, prefill_tok_s, chunk=2048, turn=4, mixed_fixed_s=0.0,
+                 mixed_tok_s=None, mixed_cost=None):
+        """mixed_fixed_s, mixed_tok_s: a chunk beside decode rows costs a fixed part plus
+        its tokens at this rate (default: the alone prefill_tok_s, no fixed part)."""
         self.decode_s, self.prefill_tok_s = decode_s, prefill_tok_s
+        self.mixed_fixed_s, self.mixed_tok_s = mixed_fixed_s, mixed_tok_s or prefill_tok_s
+        self.mixed_cost = mixed_cost    # tokens -> seconds above the calm step, if given
         cfg = EngineConfig(max_num_seqs=16, page_size=16, num_pages=4096, prefill_chunk=chunk,
                            max_context=8192, prefill_turn_chunks=turn)
         self.sched = Scheduler(cfg, CacheManager(4096, 16, 16, keep_turns=None,
@@ -34,7 +39,7 @@ class ScriptedEngine:
         decoding = any(not s.is_prefilling for s in self.sched.running)
         allowance = self.budget.allowance(decoding)
         plan = self.sched.schedule(allowance.tokens)
-        seconds = (self.decode_s if plan.decode else 0.0) + plan.prefill_tokens / self.prefill_tok_s
+        seconds = self._cost(plan)
         for s in plan.decode:
             s.num_computed = s.num_tokens
             s.output_ids.append(7)
@@ -47,6 +52,13 @@ class ScriptedEngine:
         self.budget.observe(seconds, len(plan.decode), plan.prefill_tokens)
         self.steps.append((plan, seconds, allowance))
         return plan
+
+    def _cost(self, plan) -> float:
+        if plan.decode and plan.prefills and self.mixed_cost:
+            return self.decode_s + self.mixed_cost(plan.prefill_tokens)
+        if plan.decode and plan.prefills:
+            return self.decode_s + self.mixed_fixed_s + plan.prefill_tokens / self.mixed_tok_s
+        return (self.decode_s if plan.decode else 0.0) + plan.prefill_tokens / self.prefill_tok_s
 
     def streams(self, n=7):
         """n conversations streaming, the budget warmed up on them."""
@@ -83,7 +95,8 @@ def test_a_fast_prompt_rate_is_read_in_few_large_chunks():
     eng = ScriptedEngine(decode_s=0.031, prefill_tok_s=40000)
     eng.streams()
     during = mixed(eng.read(100, 2048))
-    assert [p.prefill_tokens for p, _, _ in during] == [1024, 1024]
+    # a cautious first chunk, then x4 a step up to what fits the floor
+    assert [p.prefill_tokens for p, _, _ in during] == [64, 256, 1024, 704]
     assert all(sec <= FLOOR_S for _, sec, _ in during)
 
 
@@ -147,3 +160,53 @@ def test_three_prompts_all_get_turns():
         eng.step()
     leads = [p.prefills[0].seq.request_id for p, _, _ in eng.steps[-9:]]
     assert leads == [100, 100, 101, 100, 100, 102, 100, 100, 101]
+
+
+def test_a_fixed_cost_per_mixed_step_does_not_lock_the_chunk_small():
+    """Issue 21: a mixed step pays 25 ms whatever its chunk, then 0.02 ms a token; the
+    alone rate (2000 tok/s) says little about it. Charging the fixed part to the tokens
+    kept a policy at 64-token chunks forever (the best is 512: 25 + 0.02 x 512 = 35 ms of
+    the 36.7 ms above the calm step). The chunks grow to it within a few steps."""
+    eng = ScriptedEngine(decode_s=0.030, prefill_tok_s=2000, mixed_fixed_s=0.025,
+                         mixed_tok_s=50000)
+    eng.streams()
+    during = mixed(eng.read(100, 8192))
+    sizes = [p.prefill_tokens for p, _, _ in during]
+    assert 512 in sizes[:4] and set(sizes[4:-1]) == {512}, sizes
+    assert not any(a.degraded for _, _, a in during)
+    assert all(sec <= 2 * FLOOR_S for _, sec, _ in during)      # a probe at most: 1x
+    assert sum(sec > FLOOR_S for _, sec, _ in during) <= 1
+
+
+def test_degraded_mode_does_not_stay_at_the_smallest_chunk_when_larger_costs_the_same():
+    """The fixed part alone overruns the floor (40 ms above a 30 ms calm step): degraded.
+    Without an alone rate the first 16-token chunk looks like 2.5 ms a token; a probe
+    finds that tokens are nearly free, and the chunk grows within the degraded step."""
+    eng = ScriptedEngine(decode_s=0.030, prefill_tok_s=2000, mixed_fixed_s=0.040,
+                         mixed_tok_s=100000)
+    eng.streams()
+    eng.budget.prefill_tok_s = None          # no alone measurement to bound the slope
+    eng.budget.mixed.observe(16, 0.040 + 16 / 100000)   # its smallest chunk was measured
+    during = mixed(eng.read(100, 4096))
+    sizes = [p.prefill_tokens for p, _, _ in during]
+    assert sizes[0] == 32 and max(sizes) >= 256, sizes
+    assert all(a.degraded for _, _, a in during)
+
+
+def test_a_cost_that_saturates_with_the_tokens_is_followed_not_a_line():
+    """On an MoE model a chunk's cost rises steeply until its tokens have touched most
+    experts, then slowly: 30 ms x min(n, 96) / 96 + 0.01 ms a token. Beside a 30 ms calm
+    step the floor leaves 36.7 ms: 256 tokens (32.6 ms) fit, 512 (35.1 ms) too; a line
+    through small chunks would call 512 far too dear, one through large ones would call
+    32 cheap. Every step after the first few stays within the floor."""
+    def cost(n):
+        return 0.030 * min(n, 96) / 96 + 1e-5 * n
+    eng = ScriptedEngine(decode_s=0.030, prefill_tok_s=4000, mixed_cost=cost, chunk=512)
+    eng.streams()
+    during = mixed(eng.read(100, 8192))
+    sizes = [p.prefill_tokens for p, _, _ in during]
+    # 64 first, then 128 (a line through 64 and 128 calls 256 dear), a probe of 256
+    # after PROBE_EVERY (16) steps, then 512 (its cost extrapolated from the flat segment)
+    assert sizes[:19] == [64] + [128] * 16 + [256, 512] and set(sizes[19:-1]) == {512}, sizes
+    assert all(sec <= FLOOR_S + 1e-9 for _, sec, _ in during)
+    assert all(sec <= 2 * FLOOR_S for _, sec, _ in during)

@@ -7,14 +7,19 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import pytest
+from float32_tolerance import assert_close, is_close, model_depth
 from qwen_fixtures import Rows, build_model, random_weights, tiny_config
 
-from engine.models.qwen3_5 import quantize_predicate
+from engine.models.qwen3_5 import ModelArgs, quantize_predicate
 
 pytest.importorskip("mlx_lm", reason="mlx-lm is the reference implementation")
 
-TOL = 1e-4
 PROMPT = [5, 17, 200, 3, 99, 42, 7, 250, 11, 64, 128, 31, 2]
+
+
+def depth(config: dict) -> int:
+    """The float32 rounding depth of the prompt and 16 decode steps."""
+    return model_depth(ModelArgs.from_config(config), len(PROMPT) + 16)
 
 
 def reference_model(config: dict, weights: dict):
@@ -51,8 +56,7 @@ def test_logits_match_mlx_lm(model_type, fused):
     pairs = greedy_pair(config, random_weights(config, seed=1), fused=fused)
     for step, (ours, ref) in enumerate(pairs):
         assert ours.shape == ref.shape == (1, 1, 320)
-        err = float(mx.abs(ours - ref).max())
-        assert err < TOL, f"step {step}: max |ours - mlx-lm| = {err}"
+        assert_close(ours, ref, depth(config), f"step {step}, ours against mlx-lm")
     # The comparison is not vacuous: logits vary across steps.
     assert float(mx.abs(pairs[0][0] - pairs[-1][0]).max()) > 1e-2
 
@@ -63,8 +67,7 @@ def test_quantized_moe_matches_mlx_lm(fused):
     config = tiny_config("qwen3_5_moe")
     pairs = greedy_pair(config, random_weights(config, 2), True, fused)
     for step, (ours, ref) in enumerate(pairs):
-        err = float(mx.abs(ours - ref).max())
-        assert err < TOL, f"step {step}: max |ours - mlx-lm| = {err}"
+        assert_close(ours, ref, depth(config), f"step {step}, ours against mlx-lm")
 
 
 def test_comparison_catches_a_planted_error():
@@ -77,5 +80,5 @@ def test_comparison_catches_a_planted_error():
     ref = reference_model(config, weights)
     rows = Rows(ours)
     rows.start(0)
-    err = float(mx.abs(rows.forward({0: PROMPT}) - ref(mx.array([PROMPT]))[:, -1:]).max())
-    assert err > TOL
+    got, want = rows.forward({0: PROMPT}), ref(mx.array([PROMPT]))[:, -1:]
+    assert not is_close(got, want, depth(config))

@@ -175,3 +175,39 @@ def test_the_draw_never_lands_on_a_dropped_id(monkeypatch, uniform, expected):
     keys = mx.random.split(mx.random.key(0), 1)
     assert int(sample(logits, [SamplingParams(temperature=1.0, top_k=3)], keys=keys)[0]) \
         == expected
+
+
+QWEN3_5_VOCAB = 248_320
+
+
+@pytest.mark.parametrize("rows", [1, 2, 8, 32])
+def test_the_apps_default_sampling_matches_the_reference(rows):
+    """A new chat's settings (temperature 0.7, top-p 0.95) on Qwen3.5's vocabulary, at the
+    decode batch sizes the engine runs: the kept set and weights match the float64
+    reference up to ids within float32 rounding of the cut, and every draw is kept."""
+    from engine.settings_spec import chat_defaults
+    p = SamplingParams.from_settings(chat_defaults())
+    assert p.top_p < 1.0 and p.top_k == 0 and not p.greedy   # the bisection path
+    logits = (np.random.default_rng(rows).standard_normal((rows, QWEN3_5_VOCAB)) * 3
+              ).astype(np.float32)
+    got = np.array(filtered_probs(mx.array(logits), [p] * rows))
+    keys = mx.random.split(mx.random.key(rows), rows)
+    ids = np.array(sample(mx.array(logits), [p] * rows, keys=keys))
+    for row, g, i in zip(logits, got, ids):
+        want = reference_probs(row, p, check_margin=False)
+        before = _mass_before(reference_probs(row, SamplingParams(temperature=p.temperature)))
+        differ = (g > 0) != (want > 0)
+        assert np.all(np.abs(before[differ] - p.top_p) < 1e-5)
+        assert 0.5 * np.abs(g - want).sum() < 2e-5
+        assert g[i] > 0 and (want[i] > 0 or differ[i])
+
+
+def test_more_rows_than_one_sort_launch_holds_sort_in_slices(monkeypatch):
+    # MLX's CUDA sort takes at most 65,535 rows a launch; slicing must not change a row.
+    from engine.core import sampler
+    logits = mx.array(_tied_logits(10, 40, seed=5).astype(np.float32))
+    params = [SamplingParams(temperature=1.0, top_k=k, top_p=0.9)
+              for k in (3, 0, 5, 0, 0, 0, 7, 1, 0, 2)]
+    whole = np.array(filtered_probs(logits, params))
+    monkeypatch.setattr(sampler, "_MAX_SORT_ROWS", 3)
+    np.testing.assert_array_equal(np.array(filtered_probs(logits, params)), whole)

@@ -8,13 +8,14 @@ import math
 
 import pytest
 
-from engine.sampling_args import add_sampling_arguments, sampling_params_from_args
-from engine.sampling_params import SamplingParams
+from engine.sampling_params import REQUEST_ONLY_FIELDS, SamplingParams
 from engine.settings_spec import BY_NAME, SAMPLING, SEED_LIMIT, settings_or_defaults
+from engine.terminal.sampling_args import add_sampling_arguments, sampling_params_from_args
 
 
 def test_fields_and_defaults_are_the_specs():
-    fields = {f.name: f.default for f in dataclasses.fields(SamplingParams) if f.name != "stop"}
+    fields = {f.name: f.default for f in dataclasses.fields(SamplingParams)
+              if f.name not in REQUEST_ONLY_FIELDS}
     assert fields == {s.name: s.default for s in SAMPLING}
     assert "system_prompt" in BY_NAME and "system_prompt" not in fields   # a conversation setting
 
@@ -117,7 +118,7 @@ def test_cli_bad_value_is_a_usage_error(argv, message, capsys):
 
 
 def test_cli_empty_stop_is_reported(capsys):
-    from engine.cli import run_generate
+    from engine.terminal.cli import run_generate
     args = _parser().parse_args(["--stop", ""])
     args.model, args.prompt, args.trace = None, ["hi"], None
     assert run_generate(args) == 2                     # before any model is loaded

@@ -75,6 +75,9 @@ def test_no_step_spans_the_idle_time_between_requests(tmp_path):
 def test_a_recording_holds_only_what_happened_while_recording():
     """A step that began before the recording is clipped to its start; one that
     ended before it is left out (issue 13 item 9)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent / "telemetry"))   # alone, too
     from telemetry_trace_scenario import FakeClock
 
     from engine.events import StepEvent

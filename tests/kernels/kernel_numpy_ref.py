@@ -70,3 +70,35 @@ def close(actual, expected, atol, rtol=0.0) -> bool:
     a = np.asarray(actual, dtype=np.float64)
     e = np.asarray(expected, dtype=np.float64)
     return a.shape == e.shape and bool(np.all(np.abs(a - e) <= atol + rtol * np.abs(e)))
+
+
+def dequantize4(w, scales, biases) -> np.ndarray:
+    """float64 rows of 4-bit affine weights: w uint32 [.., cols/8] (weight t of a word in
+    bits 4t..4t+3), scales and biases [.., cols/group]."""
+    w = np.asarray(w, np.uint32)
+    q = (w[..., None] >> (4 * np.arange(8, dtype=np.uint32))) & 0xF
+    q = q.reshape(*w.shape[:-1], -1).astype(np.float64)
+    group = q.shape[-1] // np.shape(scales)[-1]
+    s = np.repeat(np.asarray(scales, np.float64), group, axis=-1)
+    b = np.repeat(np.asarray(biases, np.float64), group, axis=-1)
+    return q * s + b
+
+
+def moe_experts(x, idx, scores, gate_up, down, hidden):
+    """y[n] = sum_j s[n, j] Wd[e] (silu(Wg[e] x[n]) * Wu[e] x[n]), e = idx[n, j]; gate rows
+    [0, hidden) and up rows [hidden, 2 hidden) of gate_up. Returns (y, |terms| sums) [N, D]:
+    the second is the sum of the absolute values of y's terms (for rounding bounds)."""
+    N, K = idx.shape
+    wgu = {e: dequantize4(*(a[e] for a in gate_up)) for e in set(idx.reshape(-1).tolist())}
+    wd = {e: dequantize4(*(a[e] for a in down)) for e in wgu}
+    y = np.zeros((N, down[0].shape[1]))
+    mag = np.zeros_like(y)
+    for n in range(N):
+        for j in range(K):
+            e = int(idx[n, j])
+            gu = wgu[e] @ x[n].astype(np.float64)
+            g, u = gu[:hidden], gu[hidden:2 * hidden]
+            h = g / (1.0 + np.exp(-g)) * u
+            y[n] += scores[n, j] * (wd[e] @ h)
+            mag[n] += abs(scores[n, j]) * (np.abs(wd[e]) @ np.abs(h))
+    return y, mag

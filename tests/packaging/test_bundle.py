@@ -34,18 +34,15 @@ FORBIDDEN_FILES = ("WebEngine", "Qt6Qml", "Qt6Quick", "Qt6Pdf", "Qt6Multimedia",
                    "libqgtk3", "imageformats", "translations", "_tkinter")
 
 
-def _default_model() -> Path:
-    from engine.errors import DefaultModelMissingError
-    from engine.loading.default_model import default_model_path
-    try:
-        return default_model_path()
-    except DefaultModelMissingError:
+def _require_model_package() -> None:
+    if importlib.util.find_spec(cfg.MODEL_PACKAGE) is None:
         pytest.skip("built-in model not installed (make test installs it)")
 
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     """(bundle folder, executable, seconds the build took)."""
+    _require_model_package()            # the recipe refuses to build a bundle without it
     dist = tmp_path_factory.mktemp("dist")
     work = tmp_path_factory.mktemp("work")
     out = subprocess.run([sys.executable, str(ROOT / "packaging" / "build.py"), "--dist", str(dist),
@@ -72,70 +69,41 @@ def _bundled_modules(exe: Path) -> set[str]:
     return {line.strip().strip("'") for line in out.stdout.splitlines()}
 
 
-def _engine_reads_env_var(model: Path, tmp: Path) -> bool:
-    """Does engine.loading.default_model honour TANDEM_DEFAULT_MODEL yet? (docs/PACKAGING.md)"""
-    from engine.loading.default_model import default_model_path
-    probe = tmp / "probe" / model.name
-    probe.parent.mkdir()
-    probe.symlink_to(model)
-    old = os.environ.get("TANDEM_DEFAULT_MODEL")
-    os.environ["TANDEM_DEFAULT_MODEL"] = str(probe)
-    try:
-        return Path(default_model_path()) == probe
-    finally:
-        os.environ.pop("TANDEM_DEFAULT_MODEL")
-        if old is not None:
-            os.environ["TANDEM_DEFAULT_MODEL"] = old
-
-
-def _clean_env(tmp: Path, model: Path) -> dict:
-    """Nothing from this checkout or the user's folders: only the bundle and a temp home."""
+def _clean_env(tmp: Path) -> dict:
+    """Nothing from this checkout or the user's folders: only the bundle, a fresh home
+    and an empty data folder (no models folder, no Hugging Face cache, no env var)."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTHON", "VIRTUAL_ENV", "QT_", "XDG_", "TANDEM_"))}
+           if not k.startswith(("PYTHON", "VIRTUAL_ENV", "QT_", "XDG_", "TANDEM_", "HF_"))}
     for name in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
         env[name] = str(tmp / name.lower())
     env.update(QT_QPA_PLATFORM="offscreen", TANDEM_DATA_DIR=str(tmp / "data"),
-               TANDEM_DEFAULT_MODEL=str(model))
+               HOME=str(tmp / "home"))
     return env
 
 
-def test_bundled_app_passes_its_self_test(bundle, tmp_path):
-    _, exe = bundle
-    model = _default_model()
-    cmd = [str(exe), "--self-test"]
-    if not _engine_reads_env_var(model, tmp_path):
-        cmd += ["--model", str(model)]    # until engine/loading/default_model.py reads the env var
-    out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600, cwd=str(tmp_path),
-                         env=_clean_env(tmp_path, model))
+def test_bundled_app_passes_its_self_test_with_an_empty_data_folder(bundle, tmp_path):
+    """What a double-clicked app on a machine that never saw the source tree does: no
+    flags, no env var, nothing in any data folder; it finds the model it carries."""
+    _require_model_package()
+    folder, exe = bundle
+    env = _clean_env(tmp_path)
+    out = subprocess.run([str(exe), "--self-test"], check=False, capture_output=True, text=True,
+                         timeout=600, cwd=str(tmp_path), env=env)
     lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
     detail = f"exit {out.returncode}\nstdout:\n{out.stdout[-2000:]}\nstderr:\n{out.stderr[-6000:]}"
     assert out.returncode == 0, detail
     assert lines and re.match(r"self-test ok: .*max batch [2-9]", lines[-1]), detail
+    written = [p for p in tmp_path.rglob("*.gguf")]
+    assert not written, f"the model came from outside the bundle: {written}"
 
 
-def test_bundled_app_finds_the_model_in_the_shared_models_folder(bundle, tmp_path):
-    """What a double-clicked app does: no flags, no env var; the model was linked into
-    <user data dir of "Tandem">/models by `make model` (engine.loading.default_model.share_default_model)."""
-    import engine.loading.default_model as dm
-    if not hasattr(dm, "models_dir"):
-        pytest.skip("engine/loading/default_model.py has no shared models folder yet (docs/PACKAGING.md)")
-    _, exe = bundle
-    model = _default_model()
-    env = _clean_env(tmp_path, model)
-    del env["TANDEM_DEFAULT_MODEL"]
-    env["HOME"] = str(tmp_path / "home")
-    code = "import engine.loading.default_model as m; print(m.models_dir())"
-    where = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(ROOT),
-                           check=False, capture_output=True, text=True, timeout=120)
-    assert where.returncode == 0, where.stderr
-    models = Path(where.stdout.strip())
-    assert tmp_path in models.parents          # never the real user's folder
-    models.mkdir(parents=True)
-    (models / model.name).symlink_to(model)
-    out = subprocess.run([str(exe), "--self-test"], check=False, capture_output=True, text=True, timeout=600,
-                         cwd=str(tmp_path), env=env)
-    detail = f"exit {out.returncode}\nstdout:\n{out.stdout[-2000:]}\nstderr:\n{out.stderr[-6000:]}"
-    assert out.returncode == 0 and "self-test ok" in out.stdout, detail
+def test_the_bundle_carries_the_built_in_model(bundle):
+    _require_model_package()
+    folder, _ = bundle
+    [(source, _)] = cfg.model_datas()
+    internal = (folder / "Contents" / "Frameworks") if IS_MAC else (folder / "_internal")
+    bundled = internal / cfg.MODEL_DIR / Path(source).name
+    assert bundled.is_file() and bundled.stat().st_size == Path(source).stat().st_size
 
 
 def test_bundle_holds_engine_ui_and_resources(bundle):

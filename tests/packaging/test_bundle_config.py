@@ -83,3 +83,21 @@ def test_icons_are_valid():
     assert all(data.startswith(PNG_MAGIC) for data in kinds.values())
     ico = cfg.ICON_ICO.read_bytes()
     assert struct.unpack("<HHH", ico[:6])[:2] == (0, 1)
+
+
+def test_the_built_in_model_is_bundled_where_the_app_looks_first():
+    """The package's GGUF, located without importing the package, goes to the folder
+    that engine/loading/default_model.py searches first when frozen."""
+    import importlib.util
+
+    import pytest
+
+    import engine.loading.default_model as dm
+    assert (cfg.MODEL_PACKAGE, cfg.MODEL_DIR) == (dm.PACKAGE, dm.BUNDLE_DIR)
+    if importlib.util.find_spec(cfg.MODEL_PACKAGE) is None:
+        assert cfg.model_datas() == []
+        pytest.skip("built-in model not installed (make test installs it)")
+    was_imported = cfg.MODEL_PACKAGE in sys.modules
+    [(source, folder)] = cfg.model_datas()
+    assert folder == "models" and source.endswith(".gguf") and Path(source).is_file()
+    assert (cfg.MODEL_PACKAGE in sys.modules) == was_imported      # found, not imported

@@ -1,6 +1,6 @@
 """The terminal chat behind `python -m engine chat`: slash commands handled here
 (never sent to the model), streamed replies that say why they stopped, and line
-editing with a saved history (engine/line_history.py)."""
+editing with a saved history (engine/terminal/line_history.py)."""
 from __future__ import annotations
 
 import argparse
@@ -11,8 +11,9 @@ from typing import TextIO
 
 from engine import Engine, SamplingParams, TandemError
 from engine.events import ErrorEvent, FinishedEvent
-from engine.line_history import LineHistory, default_history_path
 from engine.settings_spec import BY_NAME
+from engine.terminal.line_history import LineHistory, default_history_path
+from engine.terminal.quiet_input import quiet_input
 
 HELP = """\
 Commands (any other line is sent to the model):
@@ -22,15 +23,17 @@ Commands (any other line is sent to the model):
   /system          show the system prompt; "/system -" removes it
   /quit, /exit     leave (Ctrl-D does too)
 Start a line with // to send text that begins with "/".
-Ctrl-C stops a reply (what came so far is kept); Up/Down recall earlier lines."""
+Ctrl-C stops a reply (what came so far is kept); Up/Down recall earlier lines.
+Keys typed while a reply streams are dropped, not sent."""
 
 PROMPT = "> "
 
 
 def add_chat_args(p: argparse.ArgumentParser) -> None:
-    """The chat's own options (the model and sampling options come from engine.cli)."""
-    p.add_argument("--system", default=BY_NAME["system_prompt"].default or None,
-                   help=BY_NAME["system_prompt"].help + " (change it with /system)")
+    """The chat's own options (the model and sampling options come from engine.terminal.cli)."""
+    p.add_argument("--system", default=BY_NAME["system_prompt"].chat_default or None,
+                   help=BY_NAME["system_prompt"].help + " (change it with /system; "
+                   "--system - for none)")
     p.add_argument("--history", type=Path, default=default_history_path(),
                    help="file that keeps the lines you typed, for Up/Down")
     p.add_argument("--no-history", action="store_true",
@@ -42,7 +45,8 @@ class ChatRepl:
 
     def __init__(self, engine: Engine, sampling: SamplingParams, system: str | None = None,
                  read_line: Callable[[str], str] = input,
-                 out: TextIO | None = None, err: TextIO | None = None):
+                 out: TextIO | None = None, err: TextIO | None = None,
+                 stdin: TextIO | None = None):
         self.engine = engine
         self.sampling = sampling
         self.system = system
@@ -50,6 +54,7 @@ class ChatRepl:
         self._read_line = read_line
         self._out = out or sys.stdout
         self._err = err or sys.stderr
+        self._stdin = stdin                    # None: sys.stdin when a reply streams
         self.reset()
 
     def reset(self) -> None:
@@ -124,12 +129,14 @@ class ChatRepl:
         self.messages.append({"role": "assistant", "content": reply})
 
     def _stream(self, handle) -> tuple[str, str]:
-        """Print the reply as it comes; (its text, why it ended). Ctrl-C stops it."""
-        try:
-            return self._print_events(handle)
-        except KeyboardInterrupt:
-            handle.cancel()
-            return self._print_events(handle)      # the rest, up to "cancelled"
+        """Print the reply as it comes; (its text, why it ended). Ctrl-C stops it.
+        Typing meanwhile shows nothing and sends nothing (quiet_input.py)."""
+        with quiet_input(self._stdin):
+            try:
+                return self._print_events(handle)
+            except KeyboardInterrupt:
+                handle.cancel()
+                return self._print_events(handle)      # the rest, up to "cancelled"
 
     def _print_events(self, handle) -> tuple[str, str]:
         for ev in handle:
@@ -181,6 +188,7 @@ def run_chat(args, engine: Engine | None, sampling: SamplingParams) -> int:
     history = LineHistory(None if args.no_history else args.history)
     try:
         with engine:
-            return ChatRepl(engine, sampling, system=args.system).run()
+            system = None if args.system in (None, "", "-") else args.system
+            return ChatRepl(engine, sampling, system=system).run()
     finally:
         history.close()

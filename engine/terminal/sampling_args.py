@@ -4,17 +4,27 @@ from __future__ import annotations
 import argparse
 
 from engine.sampling_params import SamplingParams
-from engine.settings_spec import SAMPLING, Setting
+from engine.settings_spec import BY_NAME, SAMPLING, Setting
+
+# Why the two sets of defaults (both declared once, in engine/settings_spec.py).
+CHAT_DEFAULTS = ("defaults as a new conversation in the app (settings_spec's chat "
+                 "defaults: sampled, longer replies)")
+ENGINE_DEFAULTS = ("defaults are the engine's (settings_spec's default): greedy, so the "
+                   "same prompts give the same output; `chat` starts as the app's new "
+                   f"conversations do (temperature {BY_NAME['temperature'].chat_default}, "
+                   f"{BY_NAME['max_tokens'].chat_default} tokens)")
 
 
-def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
-    """--max-tokens, --temperature, ... (one per sampling setting) and --stop."""
-    group = parser.add_argument_group("sampling")
+def add_sampling_arguments(parser: argparse.ArgumentParser, chat: bool = False) -> None:
+    """--max-tokens, --temperature, ... (one per sampling setting) and --stop; chat: the
+    app's new-conversation defaults instead of the engine's."""
+    group = parser.add_argument_group("sampling", CHAT_DEFAULTS if chat else ENGINE_DEFAULTS)
     for s in SAMPLING:
-        default = "random" if s.default is None else s.default
+        value = s.chat_default if chat else s.default
+        shown = "random" if value is None else value
         group.add_argument(f"--{s.name.replace('_', '-')}", dest=s.name, type=_parser_for(s),
-                           default=s.default, metavar=s.type.__name__.upper(),
-                           help=f"{s.help}; {s.range_text()} (default: {default})")
+                           default=value, metavar=s.type.__name__.upper(),
+                           help=f"{s.help}; {s.range_text()} (default: {shown})")
     group.add_argument("--stop", action="append", default=[], metavar="TEXT",
                        help="end the reply where this text appears (repeat for several)")
 

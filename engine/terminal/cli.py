@@ -5,10 +5,11 @@ import argparse
 import sys
 
 from engine import Engine, EngineConfig, SamplingParams, TandemError
-from engine.sampling_args import add_sampling_arguments, sampling_params_from_args
+from engine.terminal.sampling_args import add_sampling_arguments, sampling_params_from_args
 
 
-def add_model_args(p: argparse.ArgumentParser) -> None:
+def add_model_args(p: argparse.ArgumentParser, chat: bool = False) -> None:
+    """The model, cache, pace and sampling options (chat: the app's sampling defaults)."""
     p.add_argument("--model", default=None, help="MLX/HF folder or .gguf (default: built-in)")
     p.add_argument("--cache-dir", default=None,
                    help="keep finished turns' prompt cache in this folder, so a conversation "
@@ -16,7 +17,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--disk-cache-mb", type=int, default=EngineConfig.disk_cache_mb,
                    help="the --cache-dir folder's budget in MB (least recently used go)")
     add_reading_pace_arg(p)
-    add_sampling_arguments(p)
+    add_sampling_arguments(p, chat)
 
 
 def add_reading_pace_arg(p: argparse.ArgumentParser) -> None:
@@ -92,8 +93,8 @@ def _start_trace(engine: Engine, path: str | None):
 
 
 def run_chat(args) -> int:
-    """`python -m engine chat` (the REPL is engine/chat_repl.py)."""
-    from engine.chat_repl import run_chat as repl
+    """`python -m engine chat` (the REPL is engine/terminal/chat_repl.py)."""
+    from engine.terminal.chat_repl import run_chat as repl
     params = _params(args)
     return repl(args, _load(args) if params else None, params)
 

@@ -1,0 +1,171 @@
+"""The app's workload: conversations streaming side by side, a new one arriving.
+
+``python -m engine.bench.concurrency [--model PATH|synthetic:NAME] [--streams 3]
+[--prompt 200,2000] [--rounds 3]``
+
+Drives the engine only through its public API, the way the app and the server do: one
+consumer thread per request handle, streams of different lengths at the app's sampling
+settings, and a new prompt submitted while they stream. For each new-prompt length and
+round it measures the new prompt's time to first token alone (nobody streaming) and
+under load, the streams' inter-token gaps (median and max) in the calm before and
+while the prompt is read, and, from the engine's step events, the chunk lengths the
+prefill budget chose and how many steps it flagged degraded. Timing only: nothing
+here belongs in a test.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import threading
+import time
+
+from engine import Engine, EngineConfig, SamplingParams
+from engine.bench.synthetic import SYNTHETIC_PREFIX, synthetic_in_memory
+from engine.events import StepEvent, TokenEvent
+
+STREAM_PROMPTS = (40, 120, 300)     # the streams' own prompt lengths (cycled)
+CALM_TOKENS = 12                    # tokens every stream gets before the new prompt
+
+
+class Stream(threading.Thread):
+    """One conversation's consumer: submits, reads every token, notes when it came.
+    A reply that ends (EOS) is followed by another, as a user would keep chatting."""
+
+    def __init__(self, engine: Engine, prompt: list[int], sampling: SamplingParams):
+        super().__init__(daemon=True)
+        self.engine, self.prompt, self.sampling = engine, prompt, sampling
+        self.times: list[float] = []
+        self.stop = threading.Event()
+        self.handle = None
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.handle = self.engine.submit(self.prompt, self.sampling)
+            for ev in self.handle:
+                if isinstance(ev, TokenEvent):
+                    self.times.extend([time.perf_counter()] * max(1, len(ev.token_ids)))
+                if self.stop.is_set():
+                    self.handle.cancel()
+
+    def gaps_ms(self, t0: float, t1: float) -> list[float]:
+        ts = [t for t in self.times if t0 <= t <= t1]
+        return [1000 * (b - a) for a, b in zip(ts, ts[1:]) if b > a]
+
+
+def _prompt(n: int, vocab: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(10, vocab - 1) for _ in range(n)]
+
+
+def _ttft(engine: Engine, prompt: list[int]) -> float:
+    """Seconds from submit to the first token, seen by the consumer (as the app sees it)."""
+    t0 = time.perf_counter()
+    handle = engine.submit(prompt, SamplingParams(max_tokens=1, temperature=0.0))
+    for ev in handle:
+        if isinstance(ev, TokenEvent):
+            break
+    t = time.perf_counter() - t0
+    handle.result()
+    return t
+
+
+def measure_round(engine: Engine, vocab: int, n_streams: int, length: int, seed: int,
+                  sampling: SamplingParams) -> dict:
+    steps: list[StepEvent] = []
+
+    def listener(ev) -> None:       # the engine thread: the steps while the prompt is read
+        if isinstance(ev, StepEvent):
+            steps.append(ev)
+    alone = _ttft(engine, _prompt(length, vocab, seed))
+    streams = [Stream(engine, _prompt(STREAM_PROMPTS[i % len(STREAM_PROMPTS)], vocab,
+                                      seed * 100 + i), sampling) for i in range(n_streams)]
+    for s in streams:
+        s.start()
+    while min(len(s.times) for s in streams) < CALM_TOKENS:
+        time.sleep(0.02)
+    t_calm = time.perf_counter()
+    while min(len(s.gaps_ms(t_calm, time.perf_counter())) for s in streams) < 6:
+        time.sleep(0.02)
+    engine.add_listener(listener)
+    t_submit = time.perf_counter()
+    loaded = _ttft(engine, _prompt(length, vocab, seed + 5000))
+    t_first = t_submit + loaded
+    engine.remove_listener(listener)
+    for s in streams:
+        s.stop.set()
+    for s in streams:
+        s.join(timeout=60)
+    before = [g for s in streams for g in s.gaps_ms(t_calm, t_submit)]
+    during = [g for s in streams for g in s.gaps_ms(t_submit, t_first)]
+    mixed = [e for e in steps if e.kind == "mixed"]
+    return {"alone_s": alone, "loaded_s": loaded, "before": before, "during": during,
+            "chunks": [e.prefill_tokens for e in mixed],
+            "degraded": sum(e.degraded for e in mixed), "mixed": len(mixed),
+            "steps": [{"step": e.step, "kind": e.kind, "ms": round(1000 * (e.t_end - e.t_start), 2),
+                       "batch": e.batch_size, "prompt_tokens": e.prefill_tokens,
+                       "degraded": e.degraded} for e in steps]}
+
+
+def _summary(length: int, rounds: list[dict], floor_ms: float) -> str:
+    med = statistics.median
+    alone = med(r["alone_s"] for r in rounds)
+    loaded = med(r["loaded_s"] for r in rounds)
+    before = [g for r in rounds for g in r["before"]]
+    during = [g for r in rounds for g in r["during"]] or [float("nan")]
+    chunks = sorted({c for r in rounds for c in r["chunks"]})
+    ratios = ", ".join(f"{r['loaded_s'] / r['alone_s']:.2f}x" for r in rounds)
+    return (f"prompt {length:>5}: TTFT alone {alone:.3f} s, with streams {loaded:.3f} s "
+            f"({loaded / alone:.2f}x; rounds {ratios}) | "
+            f"stream gap before median {med(before):.0f} ms max {max(before):.0f} ms, "
+            f"during median {med(during):.0f} ms max {max(during):.0f} ms "
+            f"(floor {floor_ms:.0f} ms, {med(during) / med(before):.2f}x calm) | "
+            f"chunks {chunks} | degraded "
+            f"{sum(r['degraded'] for r in rounds)}/{sum(r['mixed'] for r in rounds)} mixed steps")
+
+
+def _open(model: str | None, config: EngineConfig) -> Engine:
+    if model and model.startswith(SYNTHETIC_PREFIX):
+        return Engine.from_model(synthetic_in_memory(model.removeprefix(SYNTHETIC_PREFIX)),
+                                 config)
+    return Engine.load(model, config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m engine.bench.concurrency", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None, help="a model path, synthetic:NAME, or the built-in")
+    p.add_argument("--streams", type=int, default=3, help="conversations streaming")
+    p.add_argument("--prompt", default="200,2000", help="new prompts' lengths in tokens")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--max-num-seqs", type=int, default=8)
+    p.add_argument("--temperature", type=float, default=0.7, help="the streams' (the app's)")
+    p.add_argument("--no-mixed-forward", action="store_true")
+    p.add_argument("--steps-log", default=None,
+                   help="write every step while a new prompt is read (JSON lines) here")
+    args = p.parse_args(argv)
+    lengths = [int(n) for n in args.prompt.split(",") if n]
+    config = EngineConfig(max_num_seqs=args.max_num_seqs,
+                          max_context=max(lengths + [max(STREAM_PROMPTS)]) + 4096,
+                          mixed_forward=not args.no_mixed_forward)
+    with _open(args.model, config) as engine:
+        vocab = engine.vocab_size
+        sampling = SamplingParams(temperature=args.temperature, top_p=0.95, max_tokens=4000)
+        floor_ms = 1000 / engine.config.min_stream_tok_s
+        print(f"# {engine.model_name}, {args.streams} streams, config {config}", flush=True)
+        _ttft(engine, _prompt(max(lengths), vocab, 1))          # first-use costs out
+        for length in lengths:
+            rounds = [measure_round(engine, vocab, args.streams, length, 17 * r + length,
+                                    sampling) for r in range(args.rounds)]
+            print(_summary(length, rounds, floor_ms), flush=True)
+            if args.steps_log:
+                with open(args.steps_log, "a") as f:
+                    for r, result in enumerate(rounds):
+                        f.write(json.dumps({"prompt": length, "round": r,
+                                            "steps": result["steps"]}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,144 @@
+"""The engine thread: load the model, then schedule -> run -> postprocess until Close.
+
+Engine (engine/core/engine.py) is the callers' side; this is the one thread that touches
+mx. It reads the inbox's messages between steps, emits every event through Engine's one
+path (`emit`), and sets the load's future once the model and the KV pool are ready.
+"""
+from __future__ import annotations
+
+import queue
+import traceback
+from collections.abc import Callable
+from concurrent.futures import Future
+
+from engine.cache.kv_budget import num_pages_for
+from engine.cache.model_identity import open_disk_cache, weights_mode
+from engine.config import EngineConfig
+from engine.core.inbox import CacheNotice, Cancel, Close, Logits, Message, SetReadingPace, Submit
+from engine.core.mlx_threads import clear_thread_streams
+from engine.core.step_loop import StepLoop
+from engine.core.warm_up import should_warm_up, warm_up
+from engine.distributed.cluster import current_cluster
+from engine.events import CacheNoticeEvent, LoadProgress, SubmittedEvent
+from engine.loading.model_bundle import InMemoryModel, ModelBundle, load_bundle
+
+
+class EngineThread:
+    def __init__(self, config: EngineConfig, inbox: queue.Queue, emit: Callable[[object], None],
+                 loaded: Future, on_pool: Callable[[int, int], None],
+                 abandon: Callable[[str], None]):
+        """on_pool(num_pages, kv_page_bytes): the pool is sized (before `loaded` is set);
+        abandon(message): a rank of a distributed group is lost (Engine._abandon)."""
+        self.config = config
+        self._inbox = inbox
+        self._emit = emit
+        self._loaded = loaded
+        self._on_pool = on_pool
+        self._abandon = abandon
+
+    def main(self, model, on_progress, quantize_bits) -> None:
+        """The thread's target: serve until Close, then clear MLX's streams."""
+        try:
+            self._serve(model, on_progress, quantize_bits)
+        finally:
+            # MLX 0.32 needs each thread that used mx to clear its streams before it
+            # ends, or the process aborts at exit (ml-explore/mlx#3395).
+            clear_thread_streams()
+
+    def _serve(self, model, on_progress, quantize_bits) -> None:
+        # Rank 0 of several processes (engine/distributed): its shard, broadcast steps.
+        cluster = current_cluster()
+        try:
+            bundle = (cluster.load_bundle if cluster else load_bundle)(
+                model, self.config, on_progress, quantize_bits)
+            spec = bundle.model.cache_spec()
+            num_pages = num_pages_for(self.config, spec)
+            self._on_pool(num_pages, self.config.page_size * spec.kv_bytes_per_token())
+            # Takes the pool's memory and opens the disk cache; the warm-up then writes
+            # only the scratch page and slot, so nothing read from disk is touched.
+            loop = StepLoop(bundle.model, self.config, self._emit, num_pages,
+                            disk_cache=None if cluster else
+                            self._disk_opener(model, bundle, quantize_bits),
+                            make_runner=cluster.make_runner if cluster else None)
+            if cluster:
+                cluster.watch(lambda: loop.has_work, self._abandon)
+            report = on_progress or (lambda p: None)
+            if should_warm_up(self.config):
+                warm_up(loop.runner, self.config, report)
+            report(LoadProgress(1.0, "Ready"))
+        except BaseException as e:
+            self._loaded.set_exception(e)
+            return
+        self._loaded.set_result(bundle)
+        while True:
+            try:
+                # A cancel reads the step in flight back: it can raise like a step.
+                if not self._drain(loop, block=not loop.has_work):
+                    break
+                loop.step()
+            except Exception as e:   # keep serving: fail only what the step involved, say why
+                traceback.print_exc()
+                if cluster and cluster.failed(e):     # a rank is lost: nothing can run
+                    loop.fail_all(cluster.failure_message or str(e))
+                    continue
+                loop.step_failed(f"The engine failed while running this request: "
+                                 f"{type(e).__name__}: {e}")
+        loop.cancel_all()
+        self._close_disk_cache(loop)
+        if cluster:
+            cluster.shutdown()
+
+    def _disk_opener(self, model, bundle: ModelBundle, quantize_bits: int | None):
+        """Opens the disk cache (EngineConfig.cache_dir) for the loaded model's layout;
+        None for a model built in memory (its weights are no files to identify it by)."""
+        if isinstance(model, InMemoryModel):
+            return None
+        recurrent = bool(bundle.model.cache_spec().state_layers)
+        weights = weights_mode(quantize_bits, bundle.weights.get("mode", ""))
+        notify = self._send_notice
+        return lambda schema: open_disk_cache(self.config, bundle.path, bundle.config,
+                                              weights, schema, recurrent, notify)
+
+    def _send_notice(self, message: str) -> None:
+        self._inbox.put(CacheNotice(message))   # listeners hear it on the engine thread
+
+    @staticmethod
+    def _close_disk_cache(loop: StepLoop) -> None:
+        """Write the turns kept since the last step (the replies cancel_all just ended
+        included), then let the disk cache's writer finish."""
+        if loop.disk is None:
+            return
+        try:
+            loop.save_kept_turns()
+        except Exception:     # closing must not fail because of the cache
+            traceback.print_exc()
+        loop.disk.close()
+
+    def _drain(self, loop: StepLoop, block: bool) -> bool:
+        """Apply queued messages; False once closing."""
+        while True:
+            try:
+                message = self._inbox.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if isinstance(message, Close):
+                return False
+            self._apply(loop, message)
+
+    def _apply(self, loop: StepLoop, message: Message) -> None:
+        if isinstance(message, Submit):
+            seq = message.request.seq
+            self._emit(SubmittedEvent(seq.request_id, seq.t_submit, len(seq.prompt_ids)))
+            loop.add(message.request)
+        elif isinstance(message, Cancel):
+            loop.cancel(message.request_id)
+        elif isinstance(message, CacheNotice):
+            self._emit(CacheNoticeEvent(message.message))
+        elif isinstance(message, SetReadingPace):
+            loop.budget.min_stream_tok_s = message.min_stream_tok_s
+        elif isinstance(message, Logits):
+            try:
+                message.future.set_result(loop.runner.full_logits(list(message.token_ids)))
+            except Exception as e:
+                message.future.set_exception(e)

@@ -1,0 +1,122 @@
+"""What reading a prompt chunk beside the decode rows costs: fixed + tokens x per_token.
+
+A mixed step (decode rows and a prompt chunk in one step) takes
+
+    calm + fixed + tokens x per_token
+
+seconds: the calm step (decode rows only), a fixed cost that any chunk pays whatever
+its length (its own attention and recurrence launches, the experts its first tokens
+route to), and a per-token cost. Charging all of it to the tokens (rate = tokens /
+(step - calm), the policy before issue 21) learns a rate that is too low for a small
+chunk, so the next chunk is small again, and the policy never leaves its smallest
+chunk: on the GPU every mixed step ran degraded with 16-32-token chunks although the
+calm step was well inside the floor.
+
+So the cost of each chunk length is kept apart (a moving average of its time above the
+calm step). A length measured is predicted by its own average (the cost is not linear
+in the tokens on an MoE model: the experts a chunk reads saturate at a few dozen
+tokens); between measured lengths, by the segment joining them; past them, by a line
+fitted through them (least squares, its slope never steeper than the last segment's
+nor the alone bound). With one length seen, the line is not determined: the per-token
+cost is then bounded by the alone prefill's (seconds per token when a prompt is read
+with nobody streaming, which includes that step's own fixed cost, so it is an upper
+bound), and the rest is the fixed cost.
+
+Plain Python (no mlx, no clock): PrefillBudget feeds it measured seconds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_ALPHA = 0.3          # weight of the newest step in a length's moving average
+_MAX_AGE = 64         # a length not seen for this many mixed steps is forgotten
+
+
+@dataclass
+class _Length:
+    extra_s: float    # seconds above the calm step (moving average)
+    last_seen: int    # mixed-step index of its last observation
+
+
+@dataclass(frozen=True)
+class CostLine:
+    fixed_s: float        # seconds any chunk pays beside a calm step (the line's)
+    per_token_s: float    # seconds each of its tokens adds (the line's)
+    # The slope is known: fitted through two or more lengths, or bounded by the alone
+    # prefill's. False: one length seen and no bound, so the fixed cost was assumed 0
+    # and the slope may be too steep (the budget then probes, see prefill_budget.py).
+    known_slope: bool
+    points: tuple[tuple[int, float], ...] = ()   # (length, seconds) measured, ascending
+
+    def extra_s(self, tokens: int) -> float:
+        """Seconds a chunk of `tokens` adds to a calm step."""
+        line = self.fixed_s + tokens * self.per_token_s
+        for (n0, e0), (n1, e1) in zip(self.points, self.points[1:]):
+            if n0 <= tokens <= n1:             # between two measured lengths
+                return e0 + (e1 - e0) * (tokens - n0) / (n1 - n0)
+        if self.points and tokens == self.points[0][0]:
+            return self.points[0][1]
+        if self.points and tokens > self.points[-1][0]:
+            n, e = self.points[-1]             # past them: the line's slope from the last
+            return e + (tokens - n) * self.per_token_s
+        return line
+
+
+class MixedStepCost:
+    def __init__(self):
+        self._lengths: dict[int, _Length] = {}
+        self._num_observed = 0
+
+    @property
+    def lengths(self) -> list[int]:
+        """Chunk lengths with a current measurement, ascending."""
+        return sorted(self._lengths)
+
+    def observe(self, tokens: int, extra_s: float) -> None:
+        """A mixed step of `tokens` prompt tokens took extra_s above the calm step."""
+        self._num_observed += 1
+        seen = self._lengths.get(tokens)
+        extra_s = max(extra_s, 0.0)
+        if seen is None:
+            self._lengths[tokens] = _Length(extra_s, self._num_observed)
+        else:
+            seen.extra_s = (1 - _ALPHA) * seen.extra_s + _ALPHA * extra_s
+            seen.last_seen = self._num_observed
+        for n in [n for n, v in self._lengths.items()
+                  if self._num_observed - v.last_seen > _MAX_AGE]:
+            del self._lengths[n]
+
+    def line(self, alone_per_token_s: float | None) -> CostLine | None:
+        """The fitted cost line, or None before any mixed step. alone_per_token_s: the
+        alone prefill's seconds per token (an upper bound on per_token), if known."""
+        if not self._lengths:
+            return None
+        points = sorted((n, v.extra_s) for n, v in self._lengths.items())
+        if len(points) >= 2:
+            fixed, per_token = _least_squares(points)
+            (n0, e0), (n1, e1) = points[-2:]
+            per_token = min(per_token, max(e1 - e0, 0.0) / (n1 - n0) or per_token)
+            if alone_per_token_s is not None:
+                per_token = min(per_token, alone_per_token_s)
+            if per_token > 0:
+                # Refit the intercept for a clamped slope; a fixed cost is never negative.
+                fixed = max(0.0, sum(e - n * per_token for n, e in points) / len(points))
+                return CostLine(fixed, per_token, known_slope=True, points=tuple(points))
+        # One length (or no rising line): the longest's cost per token, bounded.
+        n, e = points[-1]
+        per_token = e / n
+        bounded = alone_per_token_s is not None and alone_per_token_s <= per_token * (1 + 1e-6)
+        if bounded:
+            per_token = alone_per_token_s
+        return CostLine(max(0.0, e - n * per_token), per_token, known_slope=bounded,
+                        points=tuple(points))
+
+
+def _least_squares(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line through (tokens, seconds)."""
+    k = len(points)
+    mean_n = sum(n for n, _ in points) / k
+    mean_e = sum(e for _, e in points) / k
+    var = sum((n - mean_n) ** 2 for n, _ in points)
+    slope = sum((n - mean_n) * (e - mean_e) for n, e in points) / var
+    return mean_e - slope * mean_n, slope

@@ -1,0 +1,224 @@
+"""The process's group and the engine's hooks into it.
+
+A process started by ``mlx.launch`` (or ``python -m engine ... --hosts hosts.json``,
+which re-runs itself under mlx.launch) joins the group with ``Cluster.from_env``.
+Rank 0 builds its Engine as usual: the engine asks ``current_cluster()`` and, when
+there is one, loads its shard (``load_bundle``), runs a LeaderRunner
+(``make_runner``), turns the disk cache off, and sends the shutdown message when it
+closes. Every other rank loads its shard and runs ``follow`` until then.
+
+Failures. MLX's collectives cannot be cancelled, and with the ring backend an eval
+waiting on a lost peer never returns (heartbeat.py). So a lost rank is noticed beside
+them: by the heartbeat (a process that ended: at once; a silent one: after
+heartbeat.SILENCE_S) or by the Watchdog (work waiting and no step sent for
+``timeout_s``). Rank 0 then fails every request with a message that says so (the
+engine thread stays blocked in the collective for good), and ends its process
+EXIT_GRACE_S later with EXIT_LOST; a follower ends at once. Restarting every rank is
+the recovery. Errors the backend does raise (a peer gone before a collective
+starts) fail the requests the same way (``failed``).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import mlx.core as mx
+
+from engine.config import EngineConfig
+from engine.distributed.follower import follow
+from engine.distributed.heartbeat import Heartbeat, heartbeat_address
+from engine.distributed.leader import ClusterError, LeaderRunner
+from engine.distributed.sharding import load_sharded, shard_model
+from engine.distributed.wire import Wire
+from engine.events import LoadProgress
+
+DEFAULT_TIMEOUT_S = 120.0        # a step of a big prefill on a slow link stays well under
+TIMEOUT_ENV = "TANDEM_DIST_TIMEOUT_S"
+EXIT_LOST = 75
+EXIT_GRACE_S = 2.0               # for the failed requests' events to reach their readers
+
+_current: Cluster | None = None
+
+
+def current_cluster() -> Cluster | None:
+    """The group this process joined (join()), or None: one process, no sharding."""
+    return _current
+
+
+def join(cluster: Cluster | None) -> None:
+    global _current
+    _current = cluster
+
+
+class Cluster:
+    def __init__(self, group, timeout_s: float | None = None):
+        self.group = group
+        self.timeout_s = timeout_s or float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
+        self.runner: LeaderRunner | None = None
+        self.failure_message: str | None = None
+        self.heartbeat: Heartbeat | None = None
+        self._abandon: Callable[[str], None] | None = None
+
+    @classmethod
+    def from_env(cls, backend: str = "any") -> Cluster | None:
+        """The group of a process launched by mlx.launch (MLX_RANK set); None alone."""
+        if "MLX_RANK" not in os.environ and "OMPI_COMM_WORLD_RANK" not in os.environ:
+            return None
+        group = mx.distributed.init(strict=True, backend=backend)
+        return cls(group) if group.size() > 1 else None
+
+    @property
+    def rank(self) -> int:
+        return self.group.rank()
+
+    @property
+    def size(self) -> int:
+        return self.group.size()
+
+    # -- the engine's hooks ------------------------------------------------------
+    def load_bundle(self, model, config: EngineConfig,
+                    on_progress: Callable[[LoadProgress], None] | None = None,
+                    quantize_bits: int | None = None):
+        """model_bundle.load_bundle for this rank's shard."""
+        return load_shard_bundle(model, config, self.group, on_progress, quantize_bits)
+
+    def make_runner(self, model, config: EngineConfig, num_pages: int) -> LeaderRunner:
+        self.runner = LeaderRunner(model, config, num_pages, Wire(self.group))
+        return self.runner
+
+    def watch(self, has_work: Callable[[], bool], abandon: Callable[[str], None]) -> None:
+        """Rank 0, once its engine runs: start the heartbeat and the watchdog. abandon
+        (message) fails every request from their thread (Engine._abandon)."""
+        self._abandon = abandon
+        address = heartbeat_address()
+        if address is not None:
+            self.heartbeat = Heartbeat(0, self.size, address, self.lost)
+            self.heartbeat.start()
+        Watchdog(self, has_work).start()
+
+    def lost(self, why: str) -> None:
+        """A rank is gone (heartbeat or watchdog thread): fail everything, then stop."""
+        message = (f"A machine of the group ({self.size} ranks) stopped answering: {why}. "
+                   "Restart Tandem on every machine.")
+        self.failure_message = message
+        if self.runner is not None:
+            self.runner.broken = message
+        print(f"tandem: {message} This process stops (exit {EXIT_LOST}).", file=sys.stderr,
+              flush=True)
+        if self._abandon is not None:
+            self._abandon(message)
+        threading.Timer(EXIT_GRACE_S, os._exit, (EXIT_LOST,)).start()
+
+    def failed(self, error: BaseException) -> bool:
+        """After a step raised: True when the group is broken (a lost rank), and then
+        every later step raises ClusterError at once instead of waiting."""
+        if isinstance(error, ClusterError):
+            return True
+        if self.runner is None or not _is_backend_error(error):
+            return False
+        self.failure_message = (
+            f"A machine of the group ({self.size} ranks) stopped answering ({error}). "
+            "Restart Tandem on every machine (python -m engine ... --hosts).")
+        self.runner.broken = self.failure_message
+        return True
+
+    def shutdown(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stopping = True
+        if self.runner is not None:
+            self.runner.close()
+
+
+class Watchdog(threading.Thread):
+    """Ends the process when the engine has work but no step went out for timeout_s."""
+
+    def __init__(self, cluster: Cluster, has_work: Callable[[], bool]):
+        super().__init__(name="tandem-dist-watchdog", daemon=True)
+        self.cluster, self.has_work = cluster, has_work
+
+    def run(self) -> None:
+        runner, limit = self.cluster.runner, self.cluster.timeout_s
+        busy_since = None           # when the engine last went from idle to having work
+        while runner.broken is None:
+            time.sleep(min(1.0, limit / 4))
+            now = time.monotonic()
+            if not self.has_work():
+                busy_since = None
+                continue
+            busy_since = busy_since or now
+            silent = now - max(runner.last_sent, busy_since)
+            if silent > limit:
+                return self.cluster.lost(f"no step went out for {silent:.0f} s")
+
+
+def _is_backend_error(error: BaseException) -> bool:
+    """The backends' own errors: "[ring] connection to a peer was lost", JACCL's, NCCL's,
+    MPI's (RuntimeError with the backend's name)."""
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and any(
+        name in text for name in ("[ring]", "jaccl", "nccl", "mpi", "distributed"))
+
+
+def load_shard_bundle(model, config: EngineConfig, group,
+                      on_progress: Callable[[LoadProgress], None] | None = None,
+                      quantize_bits: int | None = None):
+    """This rank's shard with its tokenizer, projections joined and kernels checked, as
+    model_bundle.load_bundle does for a whole model."""
+    from engine.loading import cpu_dense, cpu_layout
+    from engine.loading.default_model import default_model_path
+    from engine.loading.model_bundle import (
+        InMemoryModel,
+        ModelBundle,
+        _give_kernels,
+        _in_memory_bundle,
+    )
+    from engine.models.base import fuse_projections
+    from engine.tokenization.tokenizer import Tokenizer
+    report = on_progress or (lambda p: None)
+    if quantize_bits:
+        raise ClusterError("quantize-on-load is not supported with several ranks; use an "
+                           "MLX (already quantized) folder")
+    if isinstance(model, InMemoryModel):
+        local = InMemoryModel(shard_model(model.model, group), model.tokenizer, model.config,
+                              model.name)
+        return _in_memory_bundle(local, config, report)
+    path = Path(model).expanduser() if model is not None else default_model_path()
+    report(LoadProgress(0.05, f"Reading rank {group.rank()}'s shard of {path.name}"))
+    loaded = load_sharded(path, group)
+    weights = cpu_dense.apply(loaded.model, config.cpu_weights)
+    tokenizer = Tokenizer.from_folder(path)
+    fuse_projections(loaded.model)
+    cpu_layout.arrange(loaded.model)
+    report(LoadProgress(0.88, "Checking kernels"))
+    kernels = _give_kernels(loaded.model, config)
+    return ModelBundle(loaded.model, tokenizer, loaded.config, path, path.name, kernels,
+                       weights.as_dict())
+
+
+def run_follower(model, config: EngineConfig, cluster: Cluster) -> int:
+    """A follower process's whole life: load its shard, follow rank 0 (the heartbeat
+    ends the process when rank 0 is lost). Ctrl-C in the terminal reaches every local
+    rank: a follower ignores it and stops when rank 0 says so."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    address = heartbeat_address()
+    beat = None
+    if address is not None:
+        beat = Heartbeat(cluster.rank, cluster.size, address, _follower_lost)
+        beat.start()
+    bundle = load_shard_bundle(model, config, cluster.group)
+    code = follow(bundle.model, config, cluster.group)
+    if beat is not None:
+        beat.stopping = True
+    return code
+
+
+def _follower_lost(why: str) -> None:
+    print(f"tandem follower: rank 0 is lost ({why}); stopping (exit {EXIT_LOST}).",
+          file=sys.stderr, flush=True)
+    os._exit(EXIT_LOST)

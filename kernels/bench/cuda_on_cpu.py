@@ -1,0 +1,225 @@
+"""``python -m kernels.bench.cuda_on_cpu``: CUDA sources of kernels/ run on the CPU.
+
+kernels/moe_experts.py's two kernels and kernels/gdn_conv_step.py's.
+
+Not a benchmark: a check of a CUDA source's index math where no GPU is at hand. The
+kernel bodies are compiled by g++ (C++20) as written, with a shim: each block's 256
+threads are std::threads, ``__shfl_xor_sync`` and ``__syncthreads`` are barriers, and
+the blocks run one after another. Inputs are float32 (the bf16 instantiation differs
+only in its loads' conversions); the result is compared with a float64 numpy
+reference that unpacks the nibbles by hand. ~10 s a case on two cores.
+"""
+import subprocess
+import tempfile
+
+import mlx.core as mx
+import numpy as np
+
+import kernels.gdn_conv_step as gcs
+import kernels.moe_experts as me
+
+PRE = r'''
+#include <barrier>
+#include <thread>
+#include <vector>
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <cstddef>
+#include <memory>
+struct uint4 { unsigned x, y, z, w; };
+struct D3 { int x, y, z; };
+thread_local D3 blockIdx, threadIdx;
+D3 blockDim{256, 1, 1};
+std::barrier<>* g_block;
+std::vector<std::unique_ptr<std::barrier<>>> g_warps;
+float g_buf[256];
+thread_local int g_tid;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+#define __syncthreads() g_block->arrive_and_wait()
+float __shfl_xor_sync(unsigned, float v, int off) {
+  auto& b = *g_warps[g_tid / 32];
+  g_buf[g_tid] = v; b.arrive_and_wait();
+  float o = g_buf[(g_tid / 32) * 32 + ((g_tid % 32) ^ off)]; b.arrive_and_wait();
+  return o;
+}
+float __expf(float x) { return std::exp(x); }
+float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+'''
+
+def kfunc(name, src, args, templates):
+    s = f"void {name}({args}) {{\n"
+    for k, v in templates:
+        s += f"  using {k} = {v};\n" if isinstance(v, str) else f"  constexpr int {k} = {v};\n"
+    return s + src + "\n}\n"
+
+def launch(name, call, nblocks):
+    return f'''
+void run_{name}() {{
+  for (int b = 0; b < {nblocks}; ++b) {{
+    std::barrier<> blk(256); g_block = &blk;
+    g_warps.clear(); for (int w = 0; w < 8; ++w) g_warps.emplace_back(new std::barrier<>(32));
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 256; ++t) ts.emplace_back([=]() {{
+      blockIdx = {{b, 0, 0}}; threadIdx = {{t, 0, 0}}; g_tid = t; {call}; }});
+    for (auto& t : ts) t.join();
+  }}
+}}
+'''
+
+def emulate(N, E, K, D, I, GS, pad, seed):  # noqa: E741 (the kernels' names)
+    rng = np.random.default_rng(seed)
+    gu = mx.array(rng.normal(size=(E, 2 * I + pad, D)).astype(np.float32) * D**-0.5)
+    dn = mx.array(rng.normal(size=(E, D, I)).astype(np.float32) * I**-0.5)
+    gw, gs, gb = mx.quantize(gu, GS, 4)          # float32 scales: float32 kernel inputs
+    dw, ds, db = mx.quantize(dn, GS, 4)
+    x = rng.normal(size=(N, D)).astype(np.float32)
+    idx = np.stack([rng.choice(E, K, replace=False) for _ in range(N)]).astype(np.uint32)
+    sc = rng.dirichlet(np.ones(K), size=N).astype(np.float32)
+    d = WORK
+    arrs = {"x": x, "idx": idx, "gw": np.array(gw), "gs": np.array(gs), "gb": np.array(gb),
+            "dw": np.array(dw), "ds": np.array(ds), "db": np.array(db), "sc": sc}
+    for k, v in arrs.items():
+        v.tofile(f"{d}/{k}.bin")
+    R = 2 * I + pad
+    nb1 = -(-(N * K * (I // me.RPW1) * 32) // 256)
+    nb2 = N * (D // (8 * me.RPW2))
+    src = PRE + me._CUDA_HEADER
+    src += kfunc("gate_up", me._CUDA_GATE_UP,
+                 "const float* x, const int* x_shape, const uint32_t* idx, const uint32_t* w,"
+                 " const float* scales, const float* biases, float* h",
+                 [("D", D), ("I", I), ("K", K), ("R", R), ("GS", GS), ("RPW", me.RPW1)])
+    src += kfunc("down", me._CUDA_DOWN,
+                 "const float* h, const uint32_t* idx, const float* scores, const uint32_t* w,"
+                 " const float* scales, const float* biases, float* y",
+                 [("OutT", "float"), ("D", D), ("I", I), ("K", K), ("GS", GS), ("RPW", me.RPW2)])
+    src += f'''
+template <class T> std::vector<T> load(const char* n, size_t c) {{
+  std::vector<T> v(c); FILE* f = fopen(n, "rb"); fread(v.data(), sizeof(T), c, f); fclose(f); return v; }}
+std::vector<float> X, GS_, GB, DS, DB, SC, H, Y; std::vector<uint32_t> IDX, GW, DW; int XS[1] = {{{N}}};
+''' + launch("gu", "gate_up(X.data(), XS, IDX.data(), GW.data(), GS_.data(), GB.data(), H.data())", nb1) \
+        + launch("dn", "down(H.data(), IDX.data(), SC.data(), DW.data(), DS.data(), DB.data(), Y.data())", nb2) + f'''
+int main() {{
+  X = load<float>("{d}/x.bin", {N * D}); IDX = load<uint32_t>("{d}/idx.bin", {N * K});
+  GW = load<uint32_t>("{d}/gw.bin", {E * R * D // 8}); GS_ = load<float>("{d}/gs.bin", {E * R * D // GS});
+  GB = load<float>("{d}/gb.bin", {E * R * D // GS}); DW = load<uint32_t>("{d}/dw.bin", {E * D * I // 8});
+  DS = load<float>("{d}/ds.bin", {E * D * I // GS}); DB = load<float>("{d}/db.bin", {E * D * I // GS});
+  SC = load<float>("{d}/sc.bin", {N * K}); H.assign({N * K * I}, -1e30f); Y.assign({N * D}, -1e30f);
+  run_gu(); run_dn();
+  FILE* f = fopen("{d}/y.bin", "wb"); fwrite(Y.data(), 4, Y.size(), f); fclose(f);
+}}
+'''
+    with open(f"{d}/emu.cpp", "w") as f:
+        f.write(src)
+    subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", f"{d}/emu.cpp", "-o", f"{d}/emu"],
+                   check=True)
+    subprocess.run([f"{d}/emu"], check=True)
+    y = np.fromfile(f"{d}/y.bin", np.float32).reshape(N, D)
+    ref = _numpy_reference(x, idx, sc, (gw, gs, gb), (dw, ds, db), I)
+    err = float(np.abs(y - ref).max())
+    print(f"N={N} E={E} K={K} D={D} I={I} GS={GS} pad={pad}: max|y - ref| = {err:.2e}, "
+          f"max|ref| = {np.abs(ref).max():.2f}")
+    return err
+
+
+def _dequantize(w, s, b) -> np.ndarray:
+    w = np.asarray(w)
+    q = (w[..., None] >> (4 * np.arange(8, dtype=np.uint32))) & 0xF
+    q = q.reshape(*w.shape[:-1], -1).astype(np.float64)
+    g = q.shape[-1] // np.asarray(s).shape[-1]
+    return (q * np.repeat(np.asarray(s, np.float64), g, -1)
+            + np.repeat(np.asarray(b, np.float64), g, -1))
+
+
+def _numpy_reference(x, idx, scores, gate_up, down, hidden) -> np.ndarray:
+    """float64, nibbles unpacked by hand."""
+    wgu, wd = _dequantize(*gate_up), _dequantize(*down)
+    ref = np.zeros((x.shape[0], wd.shape[1]))
+    for n, (row, experts) in enumerate(zip(x.astype(np.float64), idx)):
+        for j, e in enumerate(experts):
+            gu = wgu[e] @ row
+            g, u = gu[:hidden], gu[hidden:2 * hidden]
+            ref[n] += scores[n, j] * (wd[e] @ (g / (1 + np.exp(-g)) * u))
+    return ref
+
+
+def emulate_conv(B, S, heads, K, fresh_rows, seed):
+    """gdn_conv_step on a strided qkv view (a slice of a wider row) and a pool."""
+    Hk, Hv, Dk, Dv = heads
+    C = 2 * Hk * Dk + Hv * Dv
+    rng = np.random.default_rng(seed)
+    wide = rng.standard_normal((B, 1, C + 48)).astype(np.float32)      # qkv = wide[..., 16:16+C]
+    weight = (rng.standard_normal((C, K, 1)) * 0.5).astype(np.float32)
+    pool = rng.standard_normal((S, K - 1, C)).astype(np.float32)
+    slots = rng.permutation(S)[:B].astype(np.int32)
+    fresh = np.array([b in fresh_rows for b in range(B)], np.int32)
+    d = WORK
+    for k, v in {"wide": wide, "weight": weight, "pool": pool, "slots": slots,
+                 "fresh": fresh}.items():
+        v.tofile(f"{d}/{k}.bin")
+    nb = -(-(B * (2 * Hk + Hv) * 32) // 256)
+    src = PRE + kfunc("conv", gcs._CUDA_SOURCE,
+                      "const float* qkv, const int* qkv_shape, const int64_t* qkv_strides,"
+                      " int qkv_ndim, const float* weight, const int64_t* weight_strides,"
+                      " const float* pool,"
+                      " const int64_t* pool_strides, const int* slots, const int* fresh,"
+                      " const float* eps, float* q, float* k, float* v",
+                      [("OutT", "float"), ("PoolT", "float"), ("Hk", Hk), ("Hv", Hv),
+                       ("Dk", Dk), ("Dv", Dv), ("KS", K)])
+    W = C + 48
+    src += f'''
+template <class T> std::vector<T> load(const char* n, size_t c) {{
+  std::vector<T> v(c); FILE* f = fopen(n, "rb"); fread(v.data(), sizeof(T), c, f); fclose(f); return v; }}
+std::vector<float> WIDE, WT, POOL, Q, K_, V, EPS{{1e-6f}}; std::vector<int> SL, FR;
+int QS[3] = {{{B}, 1, {C}}}; int64_t QST[3] = {{{W}, {W}, 1}};
+int64_t PST[3] = {{{(K - 1) * C}, {C}, 1}}; int64_t WST[3] = {{{K}, 1, 1}};
+''' + launch("cv", "conv(WIDE.data() + 16, QS, QST, 3, WT.data(), WST, POOL.data(), PST, SL.data(),"
+                   " FR.data(), EPS.data(), Q.data(), K_.data(), V.data())", nb) + f'''
+void save(const char* n, const std::vector<float>& v) {{
+  FILE* f = fopen(n, "wb"); fwrite(v.data(), 4, v.size(), f); fclose(f); }}
+int main() {{
+  WIDE = load<float>("{d}/wide.bin", {B * W}); WT = load<float>("{d}/weight.bin", {C * K});
+  POOL = load<float>("{d}/pool.bin", {S * (K - 1) * C}); SL = load<int>("{d}/slots.bin", {B});
+  FR = load<int>("{d}/fresh.bin", {B});
+  Q.assign({B * Hk * Dk}, -1e30f); K_.assign({B * Hk * Dk}, -1e30f); V.assign({B * Hv * Dv}, -1e30f);
+  run_cv();
+  save("{d}/q.bin", Q); save("{d}/k.bin", K_); save("{d}/v.bin", V); save("{d}/pool2.bin", POOL);
+}}
+'''
+    with open(f"{d}/emu.cpp", "w") as f:
+        f.write(src)
+    subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", f"{d}/emu.cpp", "-o", f"{d}/emu"],
+                   check=True)
+    subprocess.run([f"{d}/emu"], check=True)
+    got = [np.fromfile(f"{d}/{n}.bin", np.float32) for n in ("q", "k", "v", "pool2")]
+    # float64 numpy: window = [old (zero when fresh), x]; conv, silu, split, normalise
+    x = wide[:, 0, 16:16 + C].astype(np.float64)
+    old = np.where(fresh[:, None, None] != 0, 0.0, pool[slots].astype(np.float64))
+    window = np.concatenate([old, x[:, None, :]], axis=1)                # [B, K, C]
+    y = (window * weight[:, :, 0].T).sum(axis=1)
+    y = y / (1 + np.exp(-y))
+    kd = Hk * Dk
+    q, k, v = (y[:, :kd].reshape(B, Hk, Dk), y[:, kd:2 * kd].reshape(B, Hk, Dk), y[:, 2 * kd:])
+    q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6) * Dk ** -0.5
+    k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+    want_pool = pool.astype(np.float64).copy()
+    want_pool[slots] = window[:, 1:]
+    err = max(float(np.abs(g - w.reshape(-1)).max())
+              for g, w in zip(got, (q, k, v, want_pool)))
+    print(f"conv B={B} S={S} heads={heads} K={K} fresh={sorted(fresh_rows)}: max err {err:.2e}")
+    return err
+
+
+WORK = tempfile.mkdtemp(prefix="cuda_on_cpu_")
+
+if __name__ == "__main__":
+    # (N, E, K, D, I, group, pad): every lane busy; fewer chunks than lanes; k = 10
+    for case in [(3, 8, 4, 256, 256, 64, 128), (2, 16, 8, 128, 64, 64, 0),
+                 (1, 8, 8, 1024, 96, 32, 64), (2, 12, 10, 96, 128, 32, 0)]:
+        assert emulate(*case, seed=1) < 1e-4
+    # (B, slots, (Hk, Hv, Dk, Dv), taps, fresh rows): the real head layout at 2+2+4 heads
+    for case in [(3, 5, (2, 4, 128, 128), 4, {1}), (2, 4, (1, 2, 32, 64), 3, set())]:
+        assert emulate_conv(*case, seed=2) < 1e-5

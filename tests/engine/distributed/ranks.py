@@ -1,0 +1,17 @@
+"""Launching N local ranks of a scenario (rank_main.py) on the ring backend, bounded."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from engine.distributed.local import RankRun, run_local
+
+ROOT = Path(__file__).resolve().parents[3]
+MAIN = Path(__file__).with_name("rank_main.py")
+
+
+def run_ranks(n: int, scenario: str, out: Path, timeout_s: float = 120.0) -> RankRun:
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    return run_local(n, [sys.executable, str(MAIN), scenario, str(out)], out, timeout_s,
+                     env={"PYTHONPATH": path}, cwd=ROOT)

@@ -1,0 +1,151 @@
+"""Tensor parallelism on MLX's ring backend over localhost, 2 and 4 ranks on the CPU.
+
+The same work runs in this process (one rank, the model whole) and on N ranks (each
+holding a shard, rank 0 scheduling and broadcasting every step); rank 0's results
+must match. Bounded: every launch has a time limit and its processes are killed.
+
+Tolerance: a sharded layer sums N partial dot products where one process sums one,
+so float32 results differ by reassociation only: a few ulps per layer and element,
+carried through the layers and norms. We allow 128 float32 epsilons of the logits'
+scale (128 * 1.19e-7 * max|logit|, ~1e-4 for these models); measured: ~9 epsilons.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scenarios
+from ranks import run_ranks
+
+EPS32 = float(np.finfo(np.float32).eps)
+TIME_LIMIT_S = 150.0
+
+
+def _tolerance(ref: np.ndarray) -> float:
+    return 128 * EPS32 * max(1.0, float(np.abs(ref).max()))
+
+
+def _ranks(tmp_path, n: int, scenario: str) -> dict:
+    run = run_ranks(n, scenario, tmp_path / f"ranks{n}", TIME_LIMIT_S)
+    assert run.codes == [0] * n, "\n".join(run.outputs)[-4000:]
+    return dict(np.load(tmp_path / f"ranks{n}" / "result.npz"))
+
+
+def _same(ref: dict, got: dict) -> None:
+    assert set(ref) == set(got)
+    for k, a in ref.items():
+        b = got[k]
+        assert a.shape == b.shape, k
+        if a.dtype.kind == "f":
+            np.testing.assert_allclose(b, a, rtol=0, atol=_tolerance(a), err_msg=k)
+        else:
+            np.testing.assert_array_equal(b, a, err_msg=k)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_sharded_logits_equal_one_process(tmp_path, n):
+    """Llama (untied, GQA), Llama with a tied head of a vocabulary N does not divide,
+    Qwen3.5 hybrid MoE: whole-prompt logits, a ragged prefill and a decode step."""
+    _same(scenarios.logits(None), _ranks(tmp_path, n, "logits"))
+
+
+def test_each_rank_loads_its_shard_from_a_folder(tmp_path):
+    """An MLX 4-bit Llama folder and an HF bf16 Qwen3.5 MoE folder (experts one by one):
+    each rank slices the lazily loaded tensors before evaluating them."""
+    scenarios.write_folders(tmp_path / "ranks2" / "models")
+    ref = scenarios.disk(None, tmp_path / "ranks2")
+    _same(ref, _ranks(tmp_path, 2, "disk"))
+
+
+@pytest.mark.parametrize("scenario", ["engine_llama", "engine_qwen", "engine_preempt",
+                                      "engine_fixed_shapes"])
+def test_batched_greedy_equals_one_process(tmp_path, scenario):
+    """Five prompts batched through the engine (chunked prefill, mixed steps, decode;
+    engine_preempt: in a pool too small for all, so sequences are preempted;
+    engine_fixed_shapes: the GPU's padded shapes and compiled decode)."""
+    ref = getattr(scenarios, scenario)(None, tmp_path / "one")
+    _same(ref, _ranks(tmp_path, 2, scenario))
+    assert ref.get("preempted", True)
+
+
+def test_batched_greedy_on_four_ranks(tmp_path):
+    ref = scenarios.engine_qwen(None, tmp_path / "one")
+    _same(ref, _ranks(tmp_path, 4, "engine_qwen"))
+
+
+def test_next_turn_reuses_kept_pages_and_state_on_every_rank(tmp_path):
+    """Turn 2 and 3 start from turn 1's kept pages and state snapshot: the copies are
+    broadcast, or the followers' shards would read stale pages."""
+    ref = scenarios.engine_turns(None, tmp_path / "one")
+    _same(ref, _ranks(tmp_path, 2, "engine_turns"))
+
+
+def test_cancel_mid_stream_frees_pages_then_they_serve_again(tmp_path):
+    """Rank 0's pool is empty once the rest finish, and a new batch in the freed pages
+    (every rank's shard of them) gives one process's tokens."""
+    ref = scenarios.engine_cancel(None, tmp_path / "one")
+    got = _ranks(tmp_path, 2, "engine_cancel")
+    _same(ref, got)
+    assert got["cancel_reason"] and got["used_after"] == 0
+
+
+@pytest.mark.parametrize("scenario, bound_s", [("engine_kill", 45.0), ("engine_hang", 60.0)])
+def test_lost_rank_ends_requests_with_an_error_within_a_bound(tmp_path, scenario, bound_s):
+    """Rank 1 exits (or freezes) mid-reply: the reply ends as an error naming the lost
+    machine, new requests are refused, and rank 0 ends with EXIT_LOST, all in bound_s
+    (start-up included; the heartbeat's silence limit is 10 s)."""
+    from engine.distributed.cluster import EXIT_LOST
+    run = run_ranks(2, scenario, tmp_path / scenario, bound_s + 30)
+    out = run.output(0)
+    assert run.codes[0] == EXIT_LOST, out[-3000:]
+    assert run.wall_s < bound_s, out[-3000:]
+    assert "first: error after" in out and "stopped answering" in out, out[-3000:]
+    assert "second: refused: EngineClosedError" in out
+
+
+def test_generate_with_hosts_runs_under_mlx_launch(tmp_path):
+    """`python -m engine generate --hosts hosts.json`: mlx.launch starts both ranks
+    (127.0.0.1 hosts run locally) and rank 0 prints what one process prints."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from ranks import ROOT
+    from tiny_models import write_tiny_llama
+
+    from engine.distributed.local import free_ports
+    folder = write_tiny_llama(tmp_path / "llama", seed=3)
+    local = {"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}
+    hosts = tmp_path / "hosts.json"
+    hosts.write_text(json.dumps({"backend": "ring", "hosts": [local, local]}))
+    command = [sys.executable, "-m", "engine", "generate", "--model", str(folder),
+               "--prompt", "hello world", "--prompt", "the fox", "--max-tokens", "8",
+               "--temperature", "0"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TANDEM_DIST_PORT": str(free_ports(2))}
+    env.pop("MLX_RANK", None)
+    alone = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True,
+                           timeout=TIME_LIMIT_S)
+    both = subprocess.run(command + ["--hosts", str(hosts)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=TIME_LIMIT_S)
+    assert alone.returncode == 0 and both.returncode == 0, both.stderr[-3000:]
+
+    def replies(out: str) -> list[str]:      # each completion's text and ending, no timings
+        return [ln.split(", ttft")[0] for ln in out.splitlines()]
+    assert "mlx._distributed_utils.launch" in both.stderr
+    assert replies(both.stdout) == replies(alone.stdout)
+    assert both.stdout.count("--- [") == 2
+
+
+def test_a_rank_reading_its_shard_never_holds_the_whole_model(tmp_path):
+    """Reading the folder, each rank's peak memory stays near its shard's bytes (one
+    full tensor of slack), well under what one process reading everything peaks at."""
+    scenarios.write_wide_llama(tmp_path / "ranks2" / "models")
+    ref = scenarios.load_memory(None, tmp_path / "ranks2")
+    got = _ranks(tmp_path, 2, "load_memory")
+    full_peak = ref["stats"][0, 0]
+    largest = 4096 * 256 * 4                    # the embedding, float32
+    for peak, shard in got["stats"]:
+        assert peak <= shard + largest, (peak, shard)
+        assert peak < 0.8 * full_peak, (peak, full_peak)
+    np.testing.assert_allclose(got["logits"], ref["logits"], rtol=0,
+                               atol=_tolerance(ref["logits"]))

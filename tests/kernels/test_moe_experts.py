@@ -1,0 +1,147 @@
+"""Routed experts as gathered matrix-vector products (kernels/moe_experts.py) against an
+independent float64 numpy reference (nibbles unpacked by hand, not mx.dequantize)."""
+import kernel_numpy_ref as numpy_ref
+import mlx.core as mx
+import numpy as np
+import pytest
+from kernel_numpy_ref import to_np
+
+import kernels.moe_experts as me
+from kernels.kernel_set import NO_KERNELS, KernelSet
+from kernels.selftest import random_experts
+from kernels.stand_in import COUNT, gpu_graph
+
+# (N, E, K, D, I, group, pad rows): the real shapes (D 2048, I 512, top-8, group 64) at
+# 8 experts; fewer chunks than lanes; k=10 (Qwen3-Next); group 32 and 128; GPU row padding.
+GRID = [(1, 8, 8, 2048, 512, 64, 0), (3, 8, 4, 256, 256, 64, 128), (2, 12, 10, 96, 128, 32, 0),
+        (5, 8, 2, 256, 128, 128, 0), (16, 32, 8, 128, 64, 64, 0)]
+DTYPES = [mx.float32, mx.bfloat16]
+ULP32 = 2.0 ** -24
+
+
+def _make(seed, N, E, K, D, hidden, group, pad, dtype):
+    experts = random_experts(mx.random.key(seed), E, D, hidden, group, pad)
+    rng = np.random.default_rng(seed)
+    x = mx.array(rng.standard_normal((N, D)), dtype=dtype)
+    idx = mx.array(np.stack([rng.choice(E, K, replace=False) for _ in range(N)]), mx.uint32)
+    scores = mx.array(rng.dirichlet(np.ones(K), size=N), dtype=dtype)
+    return x, idx, scores, experts
+
+
+def _expected(x, idx, scores, experts):
+    return numpy_ref.moe_experts(to_np(x), to_np(idx), to_np(scores),
+                                 [to_np(a) for a in experts.gate_up],
+                                 [to_np(a) for a in experts.down], experts.hidden)
+
+
+def _close(y, want, mag, dtype) -> bool:
+    """Float32 sums: within 64 ulps of the sum of |terms| (a wrong row or expert is off
+    by O(that sum)); a bf16 output adds its own rounding, 2**-8 relative at most."""
+    rtol = 2.0 ** -8 if dtype == mx.bfloat16 else 0.0
+    return numpy_ref.close(to_np(y), want, 64 * ULP32 * mag + 1e-30, rtol)
+
+
+@pytest.mark.parametrize("case", GRID)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reference_matches_numpy(case, dtype, cpu_stream):
+    args = _make(0, *case, dtype)
+    assert _close(me.reference(*args), *_expected(*args), dtype)
+
+
+@pytest.mark.parametrize("case", GRID)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kernel_matches_numpy(backend, case, dtype):
+    args = _make(1, *case, dtype)
+    assert me.applies(args[0], args[1], args[3])
+    assert _close(me.kernel(*args, backend=backend), *_expected(*args), dtype)
+
+
+def test_dispatcher_matches_numpy(backend):
+    args = _make(2, 4, 16, 8, 2048, 512, 64, 0, mx.bfloat16)
+    assert _close(KernelSet(backend).moe_experts(*args), *_expected(*args), mx.bfloat16)
+
+
+def test_planted_fault_is_caught():
+    args = _make(3, 2, 8, 4, 256, 256, 64, 0, mx.float32)
+    with mx.stream(mx.cpu):
+        y = np.array(to_np(me.reference(*args)))
+    want, mag = _expected(*args)
+    assert _close(mx.array(y), want, mag, mx.float32)
+    y[1, 7] += 1e-3 * np.abs(want).max()                  # one element, slightly off
+    assert not _close(mx.array(y), want, mag, mx.float32)
+
+
+def test_shapes_outside_the_contract_decline(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("launched a call it should have declined")
+    monkeypatch.setattr(me, "kernel", refuse)
+    x, idx, scores, experts = _make(4, 2, 8, 4, 256, 256, 64, 0, mx.float32)
+    ks = KernelSet("cuda")
+    assert NO_KERNELS.moe_experts(x, idx, scores, experts) is None
+    many = mx.zeros((me.MAX_PAIRS // 4 + 1, 256))              # a prefill chunk's tokens
+    assert ks.moe_experts(many, mx.zeros((many.shape[0], 4), mx.uint32),
+                          mx.zeros((many.shape[0], 4)), experts) is None
+    eight_bit = me.QuantExperts(experts.gate_up, experts.down, 256, 64, bits=8)
+    assert ks.moe_experts(x, idx, scores, eight_bit) is None
+    no_bias = me.QuantExperts(experts.gate_up[:2] + (None,), experts.down, 256, 64)
+    assert ks.moe_experts(x, idx, scores, no_bias) is None
+    assert ks.moe_experts(x[:, :200], idx, scores, experts) is None   # D of other experts
+
+
+def test_the_real_decode_shapes_apply():
+    experts = me.QuantExperts(
+        (mx.zeros((256, 1024, 256), mx.uint32), mx.zeros((256, 1024, 32)), mx.zeros((256, 1024, 32))),
+        (mx.zeros((256, 2048, 64), mx.uint32), mx.zeros((256, 2048, 8)), mx.zeros((256, 2048, 8))),
+        512, 64)
+    for B in (1, 2, 4, 8, 16):
+        assert me.applies(mx.zeros((B, 2048)), mx.zeros((B, 8), mx.uint32), experts), B
+    assert not me.applies(mx.zeros((32, 2048)), mx.zeros((32, 8), mx.uint32), experts)
+
+
+def _moe_block(seed=0):
+    import mlx.nn as nn
+
+    from engine.models.moe import SparseMoeBlock
+    mx.random.seed(seed)
+    block = SparseMoeBlock(dims=128, hidden=64, shared_hidden=64, num_experts=16, top_k=4,
+                           norm_topk_prob=True)
+    nn.quantize(block, group_size=64, bits=4)
+    block.fuse_projections()                  # as at load: gate+up joined
+    return block
+
+
+def _only_experts(backend):
+    others = ("gated_delta_step", "gated_delta_chunk", "paged_attention", "moe_route")
+    return KernelSet(backend, tuple((n, "test") for n in others))
+
+
+def test_the_moe_block_hands_its_experts_to_the_kernel_as_its_plain_path_reads_them(
+        monkeypatch):
+    """Wiring, on any machine: the kernel's contract (its reference) on the block's own
+    joined experts gives the block's plain output (gate/up order, scores, indices)."""
+    calls = []
+    monkeypatch.setattr(me, "kernel", lambda *a, backend: calls.append(backend)
+                        or me.reference(*a))
+    block = _moe_block()
+    x = mx.random.normal((3, 1, 128), key=mx.random.key(1))
+    plain = block(x)
+    block.kernel_set = _only_experts("cuda")
+    routed = block(x)
+    assert calls == ["cuda"]
+    np.testing.assert_allclose(np.array(routed), np.array(plain), rtol=1e-5, atol=1e-5)
+
+
+def test_the_moe_block_counts_two_launches_for_its_experts():
+    block = _moe_block()
+    block.kernel_set = _only_experts(COUNT)
+    with gpu_graph() as ledger:
+        block(mx.zeros((2, 1, 128)))
+    assert ledger.calls == {"moe_experts": 2}
+
+
+def test_the_moe_block_on_the_kernel_matches_its_plain_path(backend):
+    block = _moe_block()
+    x = mx.random.normal((4, 1, 128), key=mx.random.key(2))
+    plain = np.array(block(x))
+    block.kernel_set = _only_experts(backend)
+    np.testing.assert_allclose(np.array(block(x)), plain, rtol=1e-4, atol=1e-4)
