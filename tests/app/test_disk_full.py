@@ -83,8 +83,9 @@ def test_a_reply_streamed_while_the_disk_is_full_is_kept_and_saved_later(
     assert window.store.num_unsaved == 0
 
 
-def test_stop_works_while_the_disk_is_full(make_window, wait_until, disk, data_dir):
-    window = make_window(max_tokens=400)
+def test_stop_works_while_the_disk_is_full(make_window, wait_until, disk, data_dir,
+                                           endless_model_path):
+    window = make_window(max_tokens=4000, model=endless_model_path)   # still streaming
     session = window.panes.panes()[0].session
     session.send("a long one")
     wait_until(lambda: (session.model.message(1).num_tokens or 0) >= 3)

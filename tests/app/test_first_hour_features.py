@@ -36,8 +36,8 @@ def test_the_context_meter_counts_the_conversation(make_window, wait_until):
     assert pane.context.property("warn") is True
 
 
-def test_stop_all_stops_every_pane(make_window, wait_until):
-    window = make_window(max_tokens=400)
+def test_stop_all_stops_every_pane(make_window, wait_until, endless_model_path):
+    window = make_window(max_tokens=4000, model=endless_model_path)   # still streaming
     first = window.panes.panes()[0]
     second = window.new_conversation(True)
     stop = window.broadcast.stop_button
