@@ -23,8 +23,11 @@ class EngineConfig:
     # it (engine/core/prefill_budget.py). 0: no floor, a whole chunk every step.
     min_stream_tok_s: float = 15.0
     # Degraded mode, where the floor cannot hold (a CPU): reading a prompt may slow the
-    # streams' calm step by this fraction (at least one smallest chunk is read).
-    max_decode_slowdown: float = 0.25
+    # streams' calm step by this fraction (at least one smallest chunk is read). 1.5: a
+    # stream's gap at most 2.5x its calm one (issue 21's promise); at 0.25 the built-in
+    # model on a 2-core CPU read 16 tokens a step and a 200-token prompt beside 3 streams
+    # took 4.2x its time alone (docs/PERFORMANCE.md).
+    max_decode_slowdown: float = 1.5
     # Fairness: after this many consecutive chunks of one prompt, the next prompt waiting
     # to be read gets its turn (engine/core/scheduler.py, _prefill_order).
     prefill_turn_chunks: int = 4

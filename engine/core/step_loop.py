@@ -18,7 +18,8 @@ from engine.core.runner import Runner
 from engine.core.sampler import RowSampler, sample_batch
 from engine.core.scheduler import Scheduler, StepPlan
 from engine.core.sequence import Sequence, Status, request_stats
-from engine.events import ErrorEvent, FinishedEvent, StepEvent, TokenEvent
+from engine.core.step_event import step_event
+from engine.events import ErrorEvent, FinishedEvent, TokenEvent
 
 # FinishedEvent.message of a reply the KV pool could not hold any longer.
 POOL_FULL_NOTE = ("The reply filled the whole KV cache and was cut here; raise the KV "
@@ -294,16 +295,4 @@ class StepLoop:
     def _emit_step(self, plan: StepPlan, t0: float, t1: float) -> None:
         self.num_steps += 1
         self.budget.observe(t1 - t0, len(plan.decode), plan.prefill_tokens)
-        prefill = bool(plan.prefills)
-        kind = "mixed" if plan.decode and prefill else ("decode" if plan.decode else "prefill")
-        self.emit(StepEvent(
-            step=self.num_steps, t_start=t0, t_end=t1, kind=kind,
-            decode_request_ids=tuple(s.request_id for s in plan.decode),
-            prefill_request_ids=tuple(c.seq.request_id for c in plan.prefills),
-            prefill_tokens=plan.prefill_tokens, batch_size=len(plan.decode),
-            kv_pages_used=self.cache.pages.num_used, kv_pages_total=self.cache.pages.num_total,
-            kv_pages_cached=self.cache.num_cached_pages,
-            num_waiting=len(self.scheduler.waiting),
-            num_running=len(self.scheduler.running),
-            waiting_request_ids=tuple(s.request_id for s in self.scheduler.waiting),
-            degraded=plan.degraded))
+        self.emit(step_event(self.num_steps, plan, t0, t1, self.cache, self.scheduler))

@@ -15,7 +15,7 @@ class ScriptedEngine:
     """The step loop's planning with a fake runner whose step costs are scripted."""
 
     def __init__(self, decode_s, prefill_tok_s, chunk=2048, turn=4, mixed_fixed_s=0.0,
-                 mixed_tok_s=None, mixed_cost=None):
+                 mixed_tok_s=None, mixed_cost=None, slowdown=0.25):
         """mixed_fixed_s, mixed_tok_s: a chunk beside decode rows costs a fixed part plus
         its tokens at this rate (default: the alone prefill_tok_s, no fixed part)."""
         self.decode_s, self.prefill_tok_s = decode_s, prefill_tok_s
@@ -25,7 +25,7 @@ class ScriptedEngine:
                            max_context=8192, prefill_turn_chunks=turn)
         self.sched = Scheduler(cfg, CacheManager(4096, 16, 16, keep_turns=None,
                                                  exact_prefix_only=False))
-        self.budget = PrefillBudget(chunk, cfg.min_stream_tok_s, cfg.max_decode_slowdown)
+        self.budget = PrefillBudget(chunk, cfg.min_stream_tok_s, slowdown)
         self.now = 0.0
         self.steps = []                      # (plan, seconds, allowance)
         self.first_token: dict[int, float] = {}
@@ -210,3 +210,17 @@ def test_a_cost_that_saturates_with_the_tokens_is_followed_not_a_line():
     assert sizes[:19] == [64] + [128] * 16 + [256, 512] and set(sizes[19:-1]) == {512}, sizes
     assert all(sec <= FLOOR_S + 1e-9 for _, sec, _ in during)
     assert all(sec <= 2 * FLOOR_S for _, sec, _ in during)
+
+
+def test_the_default_degraded_mode_keeps_a_stream_within_2_5x_its_calm_gap():
+    """A 2-core CPU: a 140 ms calm step (slower than the floor) and 4.3 ms a prompt token.
+    The default max_decode_slowdown lets a step reach 2.5x the calm one, so a 200-token
+    prompt is read 32 tokens a step (at 0.25 it was 16, and its wait 4.2x its time alone
+    on that machine)."""
+    slowdown = EngineConfig().max_decode_slowdown
+    eng = ScriptedEngine(decode_s=0.140, prefill_tok_s=230, slowdown=slowdown)
+    eng.streams(3)
+    during = mixed(eng.read(100, 200))
+    assert all(a.degraded for _, _, a in during)
+    assert all(sec <= (1 + slowdown) * 0.140 + 1e-9 for _, sec, _ in during)
+    assert [p.prefill_tokens for p, _, _ in during] == [32] * 6 + [8]

@@ -1,0 +1,296 @@
+"""CUDA and Metal sources of the MoE experts kernels (see moe_experts.py for the
+contract): launch 1 gate+up+SwiGLU, launch 2 down, the weighted sum, the shared expert
+and the residual. Kept apart so each file stays readable.
+"""
+
+_CUDA_HEADER = """
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// sum over the 32 weights of a chunk of q[t] * x[t] (q: 4 words, 8 nibbles each, low first)
+__device__ __forceinline__ float dot32(const uint4 q, const float* x) {
+  const unsigned w[4] = {q.x, q.y, q.z, q.w};
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int t = 0; t < 8; ++t) acc += float((w[i] >> (4 * t)) & 0xFu) * x[8 * i + t];
+  }
+  return acc;
+}
+"""
+
+_CUDA_GATE_UP = """
+  constexpr int WPR = D / 8;                  // uint32 words per row
+  constexpr int NCHUNK = D / 32;              // 32-weight chunks (one uint4) per row
+  constexpr int NCH = (NCHUNK + 31) / 32;     // chunks per lane
+  constexpr int G = D / GS;                   // groups per row
+  constexpr int TILES = I / RPW;
+  constexpr int KK = K + (SHARED ? 1 : 0);    // experts a token runs: its k, the shared one
+  const int N = x_shape[0];
+  const int lane = threadIdx.x % 32;
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int pair = warp / TILES;              // n * KK + j
+  if (pair >= N * KK) return;                 // whole warps
+  const int i0 = (warp % TILES) * RPW;
+  const int n = pair / KK;
+  const int j = pair % KK;
+  const bool own = SHARED && j == K;          // the shared expert: its own arrays
+  const size_t e = own ? 0 : static_cast<size_t>(idx[n * K + j]);
+  const uint32_t* wm = own ? sw : w;
+  const auto* sm = own ? ss : scales;
+  const auto* bm = own ? sb : biases;
+  const size_t rows = own ? size_t(RS) : size_t(R);
+  const auto* xr = x + size_t(n) * D;
+  float xv[NCH][32];
+  float xs[NCH];
+#pragma unroll
+  for (int it = 0; it < NCH; ++it) {
+    const int c = it * 32 + lane;
+    xs[it] = 0.f;
+#pragma unroll
+    for (int t = 0; t < 32; ++t) {
+      xv[it][t] = c < NCHUNK ? static_cast<float>(xr[c * 32 + t]) : 0.f;
+      xs[it] += xv[it][t];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < RPW; ++r) {
+    const size_t rg = e * rows + i0 + r;      // gate row; the up row is I further
+    const size_t ru = rg + I;
+    const uint4* wg = reinterpret_cast<const uint4*>(wm + rg * WPR);
+    const uint4* wu = reinterpret_cast<const uint4*>(wm + ru * WPR);
+    float ag = 0.f, au = 0.f;
+#pragma unroll
+    for (int it = 0; it < NCH; ++it) {
+      const int c = it * 32 + lane;
+      if (c < NCHUNK) {
+        const int grp = c * 32 / GS;
+        const uint4 qg = wg[c];
+        const uint4 qu = wu[c];
+        ag += static_cast<float>(sm[rg * G + grp]) * dot32(qg, xv[it])
+              + static_cast<float>(bm[rg * G + grp]) * xs[it];
+        au += static_cast<float>(sm[ru * G + grp]) * dot32(qu, xv[it])
+              + static_cast<float>(bm[ru * G + grp]) * xs[it];
+      }
+    }
+    ag = warp_sum(ag);
+    au = warp_sum(au);
+    if (lane == 0) h[size_t(pair) * I + i0 + r] = ag / (1.f + __expf(-ag)) * au;
+  }
+"""
+
+_CUDA_DOWN = """
+  constexpr int WPR = I / 8;                  // uint32 words per down row
+  constexpr int CPR = I / 32;                 // chunks per down row
+  constexpr int KK = K + (SHARED ? 1 : 0);    // experts a token runs: its k, the shared one
+  constexpr int NC = KK * CPR;                // chunks of one output row, all experts
+  constexpr int CPL = (NC + 31) / 32;         // chunks per lane
+  constexpr int G = I / GS;
+  constexpr int RPB = 8 * RPW;                // rows per block: 8 warps
+  constexpr int BPT = D / RPB;                // blocks per token
+  __shared__ float sh[NC * 36];               // s * h, 32-float chunks padded to 36
+  const int n = blockIdx.x / BPT;             // the grid is exact: no early return
+  const int d0 = (blockIdx.x % BPT) * RPB + (threadIdx.x / 32) * RPW;
+  const int lane = threadIdx.x % 32;
+  float sgate = 0.f;                          // the shared expert's weight
+  if (SHARED) {
+    sgate = 1.f / (1.f + __expf(-static_cast<float>(gate[n * gate_strides[0]])));
+  }
+  for (int t = threadIdx.x; t < KK * I; t += blockDim.x) {
+    const int j = t / I;
+    const float s = j < K ? static_cast<float>(scores[n * scores_strides[0]
+                                                      + j * scores_strides[1]]) : sgate;
+    sh[(t / 32) * 36 + t % 32] = s * h[size_t(n) * KK * I + t];
+  }
+  __syncthreads();
+  size_t rows[CPL];                           // this lane's chunks: expert row base, part
+  int part[CPL];
+  bool own[CPL];                              // a chunk of the shared expert
+  float hs[CPL];
+#pragma unroll
+  for (int it = 0; it < CPL; ++it) {
+    const int c = it * 32 + lane;
+    const int cc = c < NC ? c : 0;
+    const int j = cc / CPR;
+    own[it] = SHARED && j == K;
+    const auto e = idx[n * idx_strides[0] + j * idx_strides[1]];
+    rows[it] = own[it] ? 0 : static_cast<size_t>(e) * D;
+    part[it] = cc % CPR;
+    float s = 0.f;
+#pragma unroll
+    for (int t = 0; t < 32; ++t) s += sh[cc * 36 + t];
+    hs[it] = s;
+  }
+#pragma unroll
+  for (int r = 0; r < RPW; ++r) {
+    const int d = d0 + r;
+    float acc = 0.f;
+#pragma unroll
+    for (int it = 0; it < CPL; ++it) {
+      const int c = it * 32 + lane;
+      if (c < NC) {
+        const size_t row = rows[it] + d;
+        const uint32_t* wm = own[it] ? sw : w;
+        const auto* sm = own[it] ? ss : scales;
+        const auto* bm = own[it] ? sb : biases;
+        const uint4 q = reinterpret_cast<const uint4*>(wm + row * WPR)[part[it]];
+        const int grp = part[it] * 32 / GS;
+        acc += static_cast<float>(sm[row * G + grp]) * dot32(q, sh + c * 36)
+               + static_cast<float>(bm[row * G + grp]) * hs[it];
+      }
+    }
+    acc = warp_sum(acc);
+    if (RES) {
+      acc += static_cast<float>(residual[n * residual_strides[0] + d * residual_strides[1]]);
+    }
+    if (lane == 0) y[size_t(n) * D + d] = static_cast<OutT>(acc);
+  }
+"""
+
+# Same layouts for Metal (SIMD width 32). It cannot run on the Linux machines: the
+# self-test guards it at engine start.
+_METAL_HEADER = """
+inline float dot32(const uint4 q, const thread float* x) {
+  const uint w[4] = {q.x, q.y, q.z, q.w};
+  float acc = 0.0f;
+  for (int i = 0; i < 4; ++i) {
+    for (int t = 0; t < 8; ++t) acc += float((w[i] >> (4 * t)) & 0xFu) * x[8 * i + t];
+  }
+  return acc;
+}
+
+inline float dot32(const uint4 q, const threadgroup float* x) {
+  const uint w[4] = {q.x, q.y, q.z, q.w};
+  float acc = 0.0f;
+  for (int i = 0; i < 4; ++i) {
+    for (int t = 0; t < 8; ++t) acc += float((w[i] >> (4 * t)) & 0xFu) * x[8 * i + t];
+  }
+  return acc;
+}
+"""
+
+_METAL_GATE_UP = """
+  constexpr int WPR = D / 8;
+  constexpr int NCHUNK = D / 32;
+  constexpr int NCH = (NCHUNK + 31) / 32;
+  constexpr int G = D / GS;
+  constexpr int TILES = I / RPW;
+  constexpr int KK = K + (SHARED ? 1 : 0);
+  const int N = x_shape[0];
+  const int lane = int(thread_index_in_simdgroup);
+  const int warp = int(thread_position_in_grid.x) / 32;
+  const int pair = warp / TILES;
+  if (pair >= N * KK) return;
+  const int i0 = (warp % TILES) * RPW;
+  const int n = pair / KK;
+  const int j = pair % KK;
+  const bool own = SHARED && j == K;
+  const size_t e = own ? 0 : static_cast<size_t>(idx[n * K + j]);
+  auto wm = own ? sw : w;
+  auto sm = own ? ss : scales;
+  auto bm = own ? sb : biases;
+  const size_t rows = own ? size_t(RS) : size_t(R);
+  auto xr = x + size_t(n) * D;
+  float xv[NCH][32];
+  float xs[NCH];
+  for (int it = 0; it < NCH; ++it) {
+    const int c = it * 32 + lane;
+    xs[it] = 0.0f;
+    for (int t = 0; t < 32; ++t) {
+      xv[it][t] = c < NCHUNK ? static_cast<float>(xr[c * 32 + t]) : 0.0f;
+      xs[it] += xv[it][t];
+    }
+  }
+  for (int r = 0; r < RPW; ++r) {
+    const size_t rg = e * rows + i0 + r;
+    const size_t ru = rg + I;
+    auto wg = reinterpret_cast<const device uint4*>(wm + rg * WPR);
+    auto wu = reinterpret_cast<const device uint4*>(wm + ru * WPR);
+    float ag = 0.0f, au = 0.0f;
+    for (int it = 0; it < NCH; ++it) {
+      const int c = it * 32 + lane;
+      if (c < NCHUNK) {
+        const int grp = c * 32 / GS;
+        ag += static_cast<float>(sm[rg * G + grp]) * dot32(wg[c], xv[it])
+              + static_cast<float>(bm[rg * G + grp]) * xs[it];
+        au += static_cast<float>(sm[ru * G + grp]) * dot32(wu[c], xv[it])
+              + static_cast<float>(bm[ru * G + grp]) * xs[it];
+      }
+    }
+    ag = simd_sum(ag);
+    au = simd_sum(au);
+    if (lane == 0) h[size_t(pair) * I + i0 + r] = ag / (1.0f + metal::exp(-ag)) * au;
+  }
+"""
+
+_METAL_DOWN = """
+  constexpr int WPR = I / 8;
+  constexpr int CPR = I / 32;
+  constexpr int KK = K + (SHARED ? 1 : 0);
+  constexpr int NC = KK * CPR;
+  constexpr int CPL = (NC + 31) / 32;
+  constexpr int G = I / GS;
+  constexpr int RPB = 8 * RPW;
+  constexpr int BPT = D / RPB;
+  threadgroup float sh[NC * 36];
+  const int tid = int(thread_position_in_threadgroup.x);
+  const int n = int(threadgroup_position_in_grid.x) / BPT;
+  const int d0 = (int(threadgroup_position_in_grid.x) % BPT) * RPB + (tid / 32) * RPW;
+  const int lane = int(thread_index_in_simdgroup);
+  float sgate = 0.0f;
+  if (SHARED) {
+    sgate = 1.0f / (1.0f + metal::exp(-static_cast<float>(gate[n * gate_strides[0]])));
+  }
+  for (int t = tid; t < KK * I; t += 256) {
+    const int j = t / I;
+    const float s = j < K ? static_cast<float>(scores[n * scores_strides[0]
+                                                      + j * scores_strides[1]]) : sgate;
+    sh[(t / 32) * 36 + t % 32] = s * h[size_t(n) * KK * I + t];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  size_t rows[CPL];
+  int part[CPL];
+  bool own[CPL];
+  float hs[CPL];
+  for (int it = 0; it < CPL; ++it) {
+    const int c = it * 32 + lane;
+    const int cc = c < NC ? c : 0;
+    const int j = cc / CPR;
+    own[it] = SHARED && j == K;
+    const auto e = idx[n * idx_strides[0] + j * idx_strides[1]];
+    rows[it] = own[it] ? 0 : static_cast<size_t>(e) * D;
+    part[it] = cc % CPR;
+    float s = 0.0f;
+    for (int t = 0; t < 32; ++t) s += sh[cc * 36 + t];
+    hs[it] = s;
+  }
+  for (int r = 0; r < RPW; ++r) {
+    const int d = d0 + r;
+    float acc = 0.0f;
+    for (int it = 0; it < CPL; ++it) {
+      const int c = it * 32 + lane;
+      if (c < NC) {
+        const size_t row = rows[it] + d;
+        auto wm = own[it] ? sw : w;
+        auto sm = own[it] ? ss : scales;
+        auto bm = own[it] ? sb : biases;
+        const uint4 q = reinterpret_cast<const device uint4*>(wm + row * WPR)[part[it]];
+        const int grp = part[it] * 32 / GS;
+        acc += static_cast<float>(sm[row * G + grp]) * dot32(q, sh + c * 36)
+               + static_cast<float>(bm[row * G + grp]) * hs[it];
+      }
+    }
+    acc = simd_sum(acc);
+    if (RES) {
+      acc += static_cast<float>(residual[n * residual_strides[0] + d * residual_strides[1]]);
+    }
+    if (lane == 0) y[size_t(n) * D + d] = static_cast<OutT>(acc);
+  }
+"""
+
+_SOURCES = {"cuda": (_CUDA_HEADER, _CUDA_GATE_UP, _CUDA_DOWN),
+            "metal": (_METAL_HEADER, _METAL_GATE_UP, _METAL_DOWN)}
