@@ -22,7 +22,7 @@ import threading
 import time
 
 from engine import Engine, EngineConfig, SamplingParams
-from engine.bench.synthetic import SYNTHETIC_PREFIX, synthetic_in_memory
+from engine.bench.suite import _open_engine
 from engine.events import StepEvent, TokenEvent
 
 STREAM_PROMPTS = (40, 120, 300)     # the streams' own prompt lengths (cycled)
@@ -125,13 +125,6 @@ def _summary(length: int, rounds: list[dict], floor_ms: float) -> str:
             f"{sum(r['degraded'] for r in rounds)}/{sum(r['mixed'] for r in rounds)} mixed steps")
 
 
-def _open(model: str | None, config: EngineConfig) -> Engine:
-    if model and model.startswith(SYNTHETIC_PREFIX):
-        return Engine.from_model(synthetic_in_memory(model.removeprefix(SYNTHETIC_PREFIX)),
-                                 config)
-    return Engine.load(model, config)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m engine.bench.concurrency", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -142,14 +135,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-num-seqs", type=int, default=8)
     p.add_argument("--temperature", type=float, default=0.7, help="the streams' (the app's)")
     p.add_argument("--no-mixed-forward", action="store_true")
+    p.add_argument("--max-decode-slowdown", type=float, default=None,
+                   help="EngineConfig.max_decode_slowdown (default: the engine's)")
     p.add_argument("--steps-log", default=None,
                    help="write every step while a new prompt is read (JSON lines) here")
     args = p.parse_args(argv)
     lengths = [int(n) for n in args.prompt.split(",") if n]
     config = EngineConfig(max_num_seqs=args.max_num_seqs,
                           max_context=max(lengths + [max(STREAM_PROMPTS)]) + 4096,
-                          mixed_forward=not args.no_mixed_forward)
-    with _open(args.model, config) as engine:
+                          mixed_forward=not args.no_mixed_forward,
+                          **({} if args.max_decode_slowdown is None else
+                             {"max_decode_slowdown": args.max_decode_slowdown}))
+    with _open_engine(args.model, config) as engine:
         vocab = engine.vocab_size
         sampling = SamplingParams(temperature=args.temperature, top_p=0.95, max_tokens=4000)
         floor_ms = 1000 / engine.config.min_stream_tok_s

@@ -45,8 +45,8 @@ def _seq(i: int, length: int) -> Sequence:
     return s
 
 
-def _extra_peak(model, num_pages: int, step) -> tuple[int, int]:
-    """(bytes a step adds above the steady state, bytes of one layer's K+V pool)."""
+def _runner_with_streams(model, num_pages: int) -> tuple[Runner, list[Sequence]]:
+    """A runner with a pool of num_pages and three sequences prefilled, ready to decode."""
     config = EngineConfig(max_num_seqs=4, page_size=PAGE, num_pages=num_pages,
                           prefix_cache=False, prefill_chunk=32)
     runner = Runner(model, config)
@@ -55,6 +55,12 @@ def _extra_peak(model, num_pages: int, step) -> tuple[int, int]:
             runner.cache_arrays())
     for s in streams:
         s.num_computed = s.prefill_target
+    return runner, streams
+
+
+def _extra_peak(model, num_pages: int, step) -> tuple[int, int]:
+    """(bytes a step adds above the steady state, bytes of one layer's K+V pool)."""
+    runner, streams = _runner_with_streams(model, num_pages)
     new = _seq(3, 40)
     new.prefill_target = 40
     extra = []
@@ -88,14 +94,7 @@ def test_saving_a_kept_turn_beside_a_step_does_not_copy_the_pool(model):
     K/V (issue 22: two panes froze for 6.5 s when a third finished). The gather must be
     queued before the step's writes, or MLX copies the whole pool for them."""
     from engine.cache.cache_manager import DeviceCopies, DiskSave
-    config = EngineConfig(max_num_seqs=4, page_size=PAGE, num_pages=LARGE_POOL,
-                          prefix_cache=False, prefill_chunk=32)
-    runner = Runner(model, config)
-    streams = [_seq(i, 20) for i in range(3)]
-    mx.eval(runner.prefill([PrefillChunk(s, 0, s.prefill_target) for s in streams]),
-            runner.cache_arrays())
-    for s in streams:
-        s.num_computed = s.prefill_target
+    runner, streams = _runner_with_streams(model, LARGE_POOL)
     kept = streams[0]
     save = DiskSave(tuple(kept.all_ids[:16]), kept.pages[:1], kept.slot)
     mx.eval(runner.cache_arrays())

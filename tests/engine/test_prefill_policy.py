@@ -212,15 +212,15 @@ def test_a_cost_that_saturates_with_the_tokens_is_followed_not_a_line():
     assert all(sec <= 2 * FLOOR_S for _, sec, _ in during)
 
 
-def test_the_default_degraded_mode_keeps_a_stream_within_2_5x_its_calm_gap():
+def test_the_default_degraded_mode_keeps_a_stream_within_2x_its_calm_gap():
     """A 2-core CPU: a 140 ms calm step (slower than the floor) and 4.3 ms a prompt token.
-    The default max_decode_slowdown lets a step reach 2.5x the calm one, so a 200-token
-    prompt is read 32 tokens a step (at 0.25 it was 16, and its wait 4.2x its time alone
-    on that machine)."""
+    The default max_decode_slowdown (1.0) lets a step reach 2x the calm one: a 200-token
+    prompt is read 16 tokens a step beside the calm step's 140 ms (at 0.25 its first
+    chunk cost more than the step allowed it: always the smallest, and 2.5x the wait)."""
     slowdown = EngineConfig().max_decode_slowdown
     eng = ScriptedEngine(decode_s=0.140, prefill_tok_s=230, slowdown=slowdown)
     eng.streams(3)
     during = mixed(eng.read(100, 200))
     assert all(a.degraded for _, _, a in during)
     assert all(sec <= (1 + slowdown) * 0.140 + 1e-9 for _, sec, _ in during)
-    assert [p.prefill_tokens for p, _, _ in during] == [32] * 6 + [8]
+    assert min(p.prefill_tokens for p, _, _ in during[:-1]) >= 16
