@@ -20,6 +20,7 @@ starts) fail the requests the same way (``failed``).
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
@@ -127,6 +128,10 @@ class Cluster:
         if self._abandon is not None:
             self._abandon(message)
         threading.Timer(EXIT_GRACE_S, os._exit, (EXIT_LOST,)).start()
+        # The Timer needs the interpreter lock, which the engine thread may hold for good
+        # inside a collective that never returns (seen on an idle machine: rank 0 hung).
+        # faulthandler's watchdog is a C thread: it ends the process (status 1) anyway.
+        faulthandler.dump_traceback_later(EXIT_GRACE_S + 3, exit=True)
 
     def failed(self, error: BaseException) -> bool:
         """After a step raised: True when the group is broken (a lost rank), and then
