@@ -17,6 +17,7 @@ import mlx.nn as nn
 from engine.errors import ModelLoadError, UnsupportedModelError
 from engine.loading import cpu_dense, gguf
 from engine.loading.gguf_check import check_gguf
+from engine.loading.model_check import check_path_kind
 from engine.loading.safetensors_check import check_safetensors
 from engine.loading.size_check import check_config_sizes, check_sizes, weight_files_bytes
 from engine.loading.weight_check import check_weights
@@ -139,12 +140,7 @@ def load_model(path: str | Path, quantize_bits: int | None = None,
 
 
 def _load(path: Path, quantize_bits: int | None) -> LoadedModel:
-    if not path.exists():
-        raise ModelLoadError(f"{path} does not exist; choose a model folder or a .gguf file.")
-    if path.is_file():
-        if path.suffix != ".gguf":
-            raise ModelLoadError(f"{path.name} is not a .gguf file; choose a .gguf file or "
-                                 "a folder with config.json and .safetensors files.")
+    if check_path_kind(path):
         return _load_gguf(path)
     config = read_config(path)
     check_config_sizes(config, str(path / "config.json"))
