@@ -208,7 +208,7 @@ class Runner:
         them. A snapshot's state is read from the slot its copy comes from.
         """
         snapshot_source = {dst: src for src, dst in copies.states}
-        saves = [(save, gather_save(self.cache, save, snapshot_source.get(save.slot, save.slot)))
+        saves = [(save, self._save(save, snapshot_source.get(save.slot, save.slot)))
                  for save in copies.saves]
         # Queued now, before anything writes the pool: a gather still waiting to run holds
         # the pool, and MLX then copies the whole pool for the next scatter into it
@@ -220,8 +220,17 @@ class Runner:
         for src, dst in copies.states:
             self.copy_state_slot(src, dst)
         for load in copies.loads:
-            write_load(self.cache, load)
+            self._load(load)
         return saves
+
+    def _save(self, save, slot: int | None) -> dict[str, mx.array]:
+        """A kept turn's arrays gathered for the disk cache (lazy; a distributed leader
+        gathers every rank's part)."""
+        return gather_save(self.cache, save, slot)
+
+    def _load(self, load) -> None:
+        """A disk entry written into the pool (a distributed leader scatters it)."""
+        write_load(self.cache, load)
 
     def copy_pages(self, pairs: list[tuple[int, int]]) -> None:
         """Copy whole KV pages (src -> dst) in every attention layer (copy on write)."""

@@ -67,21 +67,6 @@ class LeaderRunner(Runner):
         self._send([COPY_STATE, src, dst])
         super().copy_state_slot(src, dst)
 
-    def copy(self, copies):
-        """Runner.copy in the same order, with the disk cache's saves gathered from every
-        rank and its loads scattered to them (disk_parts.py)."""
-        snapshot_source = {dst: src for src, dst in copies.states}
-        saves = [(save, self._save(save, snapshot_source.get(save.slot, save.slot)))
-                 for save in copies.saves]
-        mx.async_eval([a for _, arrays in saves for a in arrays.values()])
-        if copies.pages:
-            self.copy_pages(copies.pages)
-        for src, dst in copies.states:
-            self.copy_state_slot(src, dst)
-        for load in copies.loads:
-            self._load(load)
-        return saves
-
     def _save(self, save, slot: int | None) -> dict[str, mx.array]:
         self._send([SAVE, -1 if slot is None else slot, len(save.ids), len(save.pages)],
                    mx.array(np.array(save.pages, np.int32)))
