@@ -56,6 +56,12 @@ class EngineConfig:
     # is traced once per shape and replayed, with fused elementwise kernels; None: on a
     # GPU only (there a step was bound by building its graph in Python).
     compile_decode: bool | None = None
+    # Prompt chunks and mixed steps through mx.compile too (the same traces, one per
+    # layout and shape). On the H200 a mixed step's fixed cost (~25 ms over the calm step
+    # in one thread, ~45-95 ms in the engine beside 7 consumer threads) is mostly Python
+    # building an uncompiled forward's graph (docs/ENGINE.md, "What the floor allows").
+    # Off until a GPU run measures it (issue 21): each new chunk layout traces once.
+    compile_chunks: bool = False
     # Kept turns are also written to this folder, so conversations resume after a
     # restart without re-reading their history (None: memory only).
     cache_dir: str | None = None
@@ -92,6 +98,8 @@ class EngineConfig:
             raise ValueError("EngineConfig.mixed_forward must be True or False")
         if self.fixed_shapes is not None and not isinstance(self.fixed_shapes, bool):
             raise ValueError("EngineConfig.fixed_shapes must be True, False or None (on a GPU)")
+        if not isinstance(self.compile_chunks, bool):
+            raise ValueError("EngineConfig.compile_chunks must be True or False")
         if self.compile_decode is not None and not isinstance(self.compile_decode, bool):
             raise ValueError("EngineConfig.compile_decode must be True, False or None (on a GPU)")
         if self.num_pages is not None and self.num_pages < 2:

@@ -135,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-num-seqs", type=int, default=8)
     p.add_argument("--temperature", type=float, default=0.7, help="the streams' (the app's)")
     p.add_argument("--no-mixed-forward", action="store_true")
+    p.add_argument("--compile-chunks", action="store_true",
+                   help="EngineConfig.compile_chunks: prompt chunks and mixed steps compiled")
     p.add_argument("--max-decode-slowdown", type=float, default=None,
                    help="EngineConfig.max_decode_slowdown (default: the engine's)")
     p.add_argument("--steps-log", default=None,
@@ -144,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     config = EngineConfig(max_num_seqs=args.max_num_seqs,
                           max_context=max(lengths + [max(STREAM_PROMPTS)]) + 4096,
                           mixed_forward=not args.no_mixed_forward,
+                          compile_chunks=args.compile_chunks,
                           **({} if args.max_decode_slowdown is None else
                              {"max_decode_slowdown": args.max_decode_slowdown}))
     with _open_engine(args.model, config) as engine:

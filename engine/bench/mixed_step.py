@@ -1,7 +1,7 @@
 """One step with decode rows and a prompt chunk: one mixed forward vs two forwards.
 
     PYTHONPATH=. python -m engine.bench.mixed_step [--model PATH | synthetic:NAME]
-        [--decode 7] [--chunks 16,64,256] [--repeats 15]
+        [--decode 7] [--chunks 16,64,256] [--repeats 15] [--compile-chunks]
 
 For each chunk length: the median seconds of a calm decode step (the decode rows
 alone), of the same step with the chunk as two forwards (Runner.decode then
@@ -29,11 +29,13 @@ from engine.loading.model_bundle import load_bundle
 CONTEXT = 64        # tokens each decode row has in its cache
 
 
-def _runner(model_arg: str | None, decode: int, longest: int) -> Runner:
+def _runner(model_arg: str | None, decode: int, longest: int,
+            compile_chunks: bool = False) -> Runner:
     pages_per_row = -(-(max(CONTEXT, longest) + 16) // 16)
     config = EngineConfig(max_num_seqs=decode + 1, page_size=16, prefix_cache=False,
                           num_pages=(decode + 1) * pages_per_row + 1,
-                          prefill_chunk=longest, max_context=max(CONTEXT, longest) + 16)
+                          prefill_chunk=longest, max_context=max(CONTEXT, longest) + 16,
+                          compile_chunks=compile_chunks)
     source = (synthetic_in_memory(model_arg.removeprefix(SYNTHETIC_PREFIX))
               if model_arg and model_arg.startswith(SYNTHETIC_PREFIX) else model_arg)
     runner = Runner(load_bundle(source, config).model, config)
@@ -81,12 +83,15 @@ def main() -> None:
     p.add_argument("--decode", type=int, default=7, help="decode rows")
     p.add_argument("--chunks", default="16,64,256", help="prompt chunk lengths")
     p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--compile-chunks", action="store_true",
+                   help="EngineConfig.compile_chunks: the chunk and mixed forwards compiled")
     args = p.parse_args()
     chunks = [int(c) for c in args.chunks.split(",") if c]
-    runner = _runner(args.model, args.decode, max(chunks))
+    runner = _runner(args.model, args.decode, max(chunks), args.compile_chunks)
     streams, prompt = _rows(args.decode, -(-(max(CONTEXT, max(chunks)) + 16) // 16))
     print(f"# {args.decode} decode rows + a prompt chunk; device {mx.default_device()}; "
-          f"fixed shapes {runner.fixed_shapes}; medians of {args.repeats}, alternating")
+          f"fixed shapes {runner.fixed_shapes}; compiled chunks "
+          f"{runner.compiled_chunks is not None}; medians of {args.repeats}, alternating")
     print("| chunk | calm ms | two forwards ms (extra) | mixed ms (extra) | extra saved |")
     print("|---|---|---|---|---|")
     for n in chunks:

@@ -1,4 +1,5 @@
-"""The decode forward as one mx.compile'd function (on a GPU).
+"""The decode forward (and, with EngineConfig.compile_chunks, prompt chunks and mixed
+steps) as mx.compile'd functions (on a GPU).
 
 A decode step of the hybrid MoE model is ~1,300 operations. Building that graph in
 Python costs ~0.70 ms per 4-layer block on the 2-core dev machine (~7 ms a step), and the GPU
@@ -50,45 +51,76 @@ class CompiledForward:
 
     def __call__(self, tokens: mx.array, view: BatchView, cache: ModelCache) -> mx.array:
         key = _static_key(view)
+        [logits] = self._replay(key, [tokens, *_view_arrays(view)], cache,
+                                lambda: [self.model(tokens, view, cache)])
+        return logits
+
+    def groups(self, groups: list[tuple[mx.array, BatchView]], cache: ModelCache) -> list[mx.array]:
+        """``model.forward_groups(groups, cache)`` (a mixed step: decode rows and a prompt
+        chunk in one forward) through mx.compile, one function per tuple of the groups'
+        static layouts -> each group's logits."""
+        key = ("groups", *(_static_key(view) for _, view in groups))
+        inputs = [a for tokens, view in groups for a in (tokens, *_view_arrays(view))]
+        return self._replay(key, inputs, cache,
+                            lambda: self.model.forward_groups(groups, cache))
+
+    def _replay(self, key: tuple, inputs: list[mx.array], cache: ModelCache, plain) -> list:
+        """The compiled function of `key` on inputs + the cache's arrays -> its logits
+        (a list); the cache gets the arrays it returns. plain(): the same, uncompiled."""
         if key in self._plain:
-            return self.model(tokens, view, cache)
+            return plain()
         fn = self._fns.get(key)
         if fn is None:
             fn = self._fns[key] = mx.compile(self._traced(key, cache))
-        arrays = [getattr(view, name) for name in _VIEW_ARRAYS]
-        if view.route_rows is not None:
-            arrays.append(view.route_rows)
         try:
-            outputs = fn(tokens, *arrays, *cache.arrays())
+            outputs = fn(*inputs, *cache.arrays())
         except (ValueError, RuntimeError) as e:
             # A layout mx.compile cannot trace (an MLX version's limit) runs plain: a
             # slower step, never a failed one. Said once per layout.
-            warnings.warn(f"decode runs uncompiled for {key}: {e}", RuntimeWarning,
-                          stacklevel=2)
+            warnings.warn(f"forward runs uncompiled for {key}: {e}", RuntimeWarning,
+                          stacklevel=3)
             self._plain.add(key)
             del self._fns[key]
-            return self.model(tokens, view, cache)
-        cache.set_arrays(outputs[1:])
-        return outputs[0]
+            return plain()
+        n = len(outputs) - len(cache.arrays())
+        cache.set_arrays(outputs[n:])
+        return outputs[:n]
 
     @property
     def num_layouts(self) -> int:
         return len(self._fns)
 
     def _traced(self, key: tuple, cache: ModelCache):
-        page_size, num_tokens, ragged, all_logits, context_len, any_fresh, routed = key
-        n_view = len(_VIEW_ARRAYS) + int(routed)
+        keys = key[1:] if key[0] == "groups" else (key,)
+        sizes = [1 + len(_VIEW_ARRAYS) + int(k[-1]) for k in keys]   # tokens, view arrays
 
-        def forward(tokens, *inputs):
-            view_arrays, cache_arrays = inputs[:n_view], inputs[n_view:]
-            view = BatchView(*view_arrays[:len(_VIEW_ARRAYS)], page_size=page_size,
-                             num_tokens=num_tokens, ragged=ragged, all_logits=all_logits,
-                             context_len=context_len, any_fresh=any_fresh,
-                             route_rows=view_arrays[-1] if routed else None)
-            traced_cache = cache.with_arrays(list(cache_arrays))
-            logits = self.model(tokens, view, traced_cache)
-            return [logits, *traced_cache.arrays()]
+        def forward(*inputs):
+            groups, i = [], 0
+            for k, n in zip(keys, sizes):
+                groups.append((inputs[i], _view(k, inputs[i + 1:i + n])))
+                i += n
+            traced_cache = cache.with_arrays(list(inputs[i:]))
+            if key[0] == "groups":
+                logits = self.model.forward_groups(groups, traced_cache)
+            else:
+                [(tokens, view)] = groups
+                logits = [self.model(tokens, view, traced_cache)]
+            return [*logits, *traced_cache.arrays()]
         return forward
+
+
+def _view_arrays(view: BatchView) -> list[mx.array]:
+    arrays = [getattr(view, name) for name in _VIEW_ARRAYS]
+    return arrays + [view.route_rows] if view.route_rows is not None else arrays
+
+
+def _view(key: tuple, arrays) -> BatchView:
+    """The BatchView a trace sees: the traced arrays, and key's Python values."""
+    page_size, num_tokens, ragged, all_logits, context_len, any_fresh, routed = key
+    n = len(_VIEW_ARRAYS)
+    return BatchView(*arrays[:n], page_size=page_size, num_tokens=num_tokens, ragged=ragged,
+                     all_logits=all_logits, context_len=context_len, any_fresh=any_fresh,
+                     route_rows=arrays[n] if routed else None)
 
 
 def _static_key(view: BatchView) -> tuple:

@@ -46,6 +46,9 @@ class Runner:
                                 num_slots=config.num_state_slots + 1)
         # Decode forwards through mx.compile (engine/core/compiled_forward.py), or None.
         self.compiled = CompiledForward(model) if compiles_forward(config.compile_decode) else None
+        # Prompt chunks and mixed steps through mx.compile (EngineConfig.compile_chunks).
+        self.compiled_chunks = ((self.compiled or CompiledForward(model))
+                                if config.compile_chunks else None)
 
     def build_view(self, rows: list[tuple[list[int], int, int, int]], num_tokens: int,
                    all_logits: bool = False, real_rows: int | None = None,
@@ -111,6 +114,9 @@ class Runner:
         """One ragged forward over prompt chunks -> each row's last-token logits [B, V] (lazy);
         it runs at the next chunk length of engine/core/shapes.py (right padding) with
         fixed shapes, else at the longest chunk's length."""
+        if self.compiled_chunks is not None:
+            tokens, view = self._prefill_inputs(chunks, stable=True)
+            return self.compiled_chunks(_ids(tokens), view, self.cache)[:, -1, :]
         logits, _ = self.forward(*self._prefill_inputs(chunks))
         return logits[:, -1, :]
 
@@ -118,8 +124,13 @@ class Runner:
         """decode(seqs) and prefill(chunks) as ONE forward (a mixed forward: each weight
         read once for both) -> (decode logits [n, V], chunks' last-token logits [B, V]),
         lazy; the same rows, padding and shapes as the two calls."""
-        decode, prefill = self.forward_groups([self._decode_inputs(seqs),
-                                               self._prefill_inputs(chunks)])
+        stable = self.compiled_chunks is not None
+        groups = [self._decode_inputs(seqs, stable), self._prefill_inputs(chunks, stable)]
+        if stable:
+            decode, prefill = self.compiled_chunks.groups([(_ids(t), v) for t, v in groups],
+                                                          self.cache)
+        else:
+            decode, prefill = self.forward_groups(groups)
         return decode[:len(seqs), -1, :], prefill[:, -1, :]
 
     def _decode_inputs(self, seqs: list[Sequence], stable: bool = False) -> tuple:
@@ -132,9 +143,10 @@ class Runner:
         view = self.build_view(rows, 1, real_rows=n if B > n else None, stable=stable)
         return self._decode_tokens(seqs + [seqs[0]] * (B - n)), view
 
-    def _prefill_inputs(self, chunks) -> tuple:
+    def _prefill_inputs(self, chunks, stable: bool = False) -> tuple:
         """(tokens [B, T], view) of the chunks, right-padded to T (a chunk length of
-        engine/core/shapes.py with fixed shapes, else the longest chunk)."""
+        engine/core/shapes.py with fixed shapes, else the longest chunk); stable: a view
+        for a compiled forward (build_view)."""
         longest = max(c.num_tokens for c in chunks)
         T = (padded_chunk(longest, max(self.config.prefill_chunk, longest))
              if self.fixed_shapes else longest)
@@ -142,7 +154,7 @@ class Runner:
         for b, c in enumerate(chunks):
             tokens[b, :c.num_tokens] = c.seq.all_ids[c.start:c.start + c.num_tokens]
         rows = [(c.seq.pages, c.seq.slot, c.start, c.num_tokens) for c in chunks]
-        return tokens, self.build_view(rows, T)
+        return tokens, self.build_view(rows, T, stable=stable)
 
     def warm_decode(self, batch: int, padded: bool = True) -> mx.array:
         """A decode forward of `batch` rows (the warm-up's) whose every write goes to the

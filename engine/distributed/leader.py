@@ -39,6 +39,8 @@ class LeaderRunner(Runner):
     def __init__(self, model, config, num_pages: int | None, wire: Wire):
         super().__init__(model, config, num_pages)
         self.wire = wire
+        # Chunks run as the wire's PLAIN / GROUPS forwards, which every rank replays.
+        self.compiled_chunks = None
         self.broken: str | None = None      # why the group can no longer run (ClusterError)
         self.last_sent = time.monotonic()   # the watchdog's clock (cluster.Watchdog)
         self._send([START, self.cache.num_pages, self.cache.num_slots, self.page_size])
