@@ -36,6 +36,7 @@ _MAX_AGE = 64         # a length not seen for this many mixed steps is forgotten
 class _Length:
     extra_s: float    # seconds above the calm step (moving average)
     last_seen: int    # mixed-step index of its last observation
+    count: int = 1    # observations
 
 
 @dataclass(frozen=True)
@@ -80,11 +81,21 @@ class MixedStepCost:
         if seen is None:
             self._lengths[tokens] = _Length(extra_s, self._num_observed)
         else:
-            seen.extra_s = (1 - _ALPHA) * seen.extra_s + _ALPHA * extra_s
+            # A length's first step may include compiling its kernels (a new shape on a
+            # GPU: 100 ms and more): a lower second reading replaces it outright.
+            lower_second = seen.count == 1 and extra_s < seen.extra_s
+            seen.extra_s = (extra_s if lower_second
+                            else (1 - _ALPHA) * seen.extra_s + _ALPHA * extra_s)
             seen.last_seen = self._num_observed
+            seen.count += 1
         for n in [n for n, v in self._lengths.items()
                   if self._num_observed - v.last_seen > _MAX_AGE]:
             del self._lengths[n]
+
+    def count(self, tokens: int) -> int:
+        """Observations of this chunk length (0: none current)."""
+        seen = self._lengths.get(tokens)
+        return seen.count if seen else 0
 
     def line(self, alone_per_token_s: float | None) -> CostLine | None:
         """The fitted cost line, or None before any mixed step. alone_per_token_s: the

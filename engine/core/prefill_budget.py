@@ -27,10 +27,16 @@ Three rules keep the policy from locking itself into a small chunk (issue 21):
   chunk's cost keeps the step within twice the floor: a cost that flattens with the
   tokens (an MoE chunk's experts saturate) is under-read by any line.
 Chunks also grow by at most 4x the longest measured a step (64 tokens first), so a
-wrong prediction costs one step, never a stall.
+wrong prediction costs one step, never a stall. And a length's first reading that
+comes out above twice what was predicted for it is read once more before it is
+believed (the lower reading counts): a new shape's first step on a GPU can include
+compiling its kernels, and one such reading, taken as the cost, sent the H200 into
+degraded mode with 256-token chunks at 2.3x the floor although 32-token chunks fit it
+(issue 21; tests/engine/test_prefill_policy.py reproduces it).
 
 Degraded mode: where even one smallest chunk beside a calm step overruns the floor (a
-CPU, or a batch whose calm step is itself slower than the floor), the floor cannot
+CPU, or a batch whose calm step is itself slower than the floor; measured, not
+predicted: the smallest chunk is read once before the mode starts), the floor cannot
 hold. The step may then be max(floor, calm x (1 + max_decode_slowdown)), and the
 prompt still gets at least the smallest chunk so that a new conversation's wait stays
 bounded (prompt length / MIN_CHUNK steps); where the smallest chunk's own cost overruns
@@ -66,11 +72,22 @@ class PrefillBudget:
         self.mixed = MixedStepCost()
         self._last_length = 0       # prompt tokens of the last mixed step
         self._num_same_length = 0   # consecutive mixed steps that read that many
+        # (tokens, predicted seconds above the calm step, degraded) of the last allowance
+        self._predicted: tuple[int, float, bool] | None = None
+        self._recheck: Allowance | None = None  # a surprising first reading, read again
 
     def allowance(self, decoding: bool) -> Allowance:
         """The next step's prompt tokens; the whole chunk when nobody is streaming."""
         if not decoding or self.min_stream_tok_s <= 0:
             return Allowance(self.max_chunk)
+        allowance = self._recheck or self._allowance()
+        self._recheck = None
+        line = self.cost_line()
+        self._predicted = ((allowance.tokens, line.extra_s(allowance.tokens), allowance.degraded)
+                           if line else None)
+        return allowance
+
+    def _allowance(self) -> Allowance:
         line = self.cost_line()
         if self.decode_s is None or line is None:
             return Allowance(min(self.max_chunk, WARMUP_TOKENS))
@@ -82,6 +99,11 @@ class PrefillBudget:
         # costing up to max_slowdown more than the smallest is read instead: nearly the
         # same step, many more tokens.
         smallest = min(MIN_CHUNK, self.max_chunk)
+        if not self.mixed.count(smallest):
+            # Degraded mode on a prediction alone would give up the floor for a line's
+            # guess: the smallest chunk (the least slowdown) is measured first, and its
+            # cost decides.
+            return Allowance(smallest, degraded=True)
         prompt_s = max(floor_s, self.decode_s * (1 + self.max_slowdown)) - self.decode_s
         prompt_s = max(prompt_s, (1 + self.max_slowdown) * line.extra_s(smallest))
         tokens = max(self._longest_within(prompt_s, line), smallest)
@@ -144,7 +166,12 @@ class PrefillBudget:
             self.prefill_tok_s = _mix(self.prefill_tok_s, prefill_tokens / seconds)
         elif prefill_tokens and self.decode_s is not None:
             # A mixed step: the time beyond a calm decode step went to the prompt.
-            self.mixed.observe(prefill_tokens, seconds - self.decode_s)
+            extra_s = seconds - self.decode_s
+            first = self.mixed.count(prefill_tokens) == 0
+            self.mixed.observe(prefill_tokens, extra_s)
+            tokens, predicted_s, degraded = self._predicted or (0, 0.0, False)
+            if first and tokens == prefill_tokens and extra_s > 2 * predicted_s:
+                self._recheck = Allowance(tokens, degraded)
             same = prefill_tokens == self._last_length
             self._num_same_length = self._num_same_length + 1 if same else 1
             self._last_length = prefill_tokens

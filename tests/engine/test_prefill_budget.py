@@ -58,6 +58,9 @@ def test_degraded_when_the_smallest_chunk_overruns_the_floor():
 def test_degraded_when_the_calm_step_is_slower_than_the_floor():
     b = measured(512, decode_s=0.200, prefill_tok_s=1000)   # 5 tok/s calm: no floor holds
     a = b.allowance(decoding=True)
+    assert a.degraded and a.tokens == MIN_CHUNK       # measured before the mode widens
+    b.observe(0.200 + MIN_CHUNK / 1000, decode_rows=7, prefill_tokens=MIN_CHUNK)
+    a = b.allowance(decoding=True)
     # bounded relative slowdown: 0.25 x 200 ms = 50 ms x 1000 tok/s = 50 -> 32
     assert a.degraded and a.tokens == 32
     assert a.tokens / b.prefill_tok_s <= 0.25 * b.decode_s

@@ -224,3 +224,46 @@ def test_the_default_degraded_mode_keeps_a_stream_within_2x_its_calm_gap():
     assert all(a.degraded for _, _, a in during)
     assert all(sec <= (1 + slowdown) * 0.140 + 1e-9 for _, sec, _ in during)
     assert min(p.prefill_tokens for p, _, _ in during[:-1]) >= 16
+
+
+class FirstStepStalls(ScriptedEngine):
+    """A GPU that compiles a new shape's kernels the first time: the first mixed step
+    at each chunk length costs `stall_s` more."""
+
+    stall_s = 0.100
+
+    def _cost(self, plan) -> float:
+        seconds = super()._cost(plan)
+        seen = self.__dict__.setdefault("seen", set())
+        if plan.decode and plan.prefills and plan.prefill_tokens not in seen:
+            seen.add(plan.prefill_tokens)
+            seconds += self.stall_s
+        return seconds
+
+
+def test_a_first_step_that_compiles_does_not_send_the_policy_into_degraded_mode():
+    """The H200 (session 5, docs/bench/h200-concurrency-2026-12-02-s5.txt): a 20 ms calm
+    step beside 7 streams, a chunk 20 ms + 0.45 ms a token above it, and 100 ms more the
+    first time a length runs. Believing the first 64-token step (169 ms) predicted even
+    16 tokens over the floor: degraded mode, 256-token chunks, steps 2.3x the floor.
+    Read again, 64 tokens cost 69 ms (over the 66.7 ms floor) and 32 fit: every step
+    after the first reading of each length stays within the floor, none degraded."""
+    eng = FirstStepStalls(decode_s=0.020, prefill_tok_s=2000, slowdown=1.0,
+                          mixed_cost=lambda n: 0.020 + 0.45e-3 * n)
+    eng.streams()
+    during = mixed(eng.read(100, 2048))
+    sizes = [p.prefill_tokens for p, _, _ in during]
+    assert sizes[:2] == [64, 64] and set(sizes[2:-1]) == {32}, sizes
+    assert not any(a.degraded for _, _, a in during)
+    over = [sec for _, sec, _ in during if sec > FLOOR_S + 1e-9]
+    assert len(over) == 3          # each length's first step, and 64's second reading
+
+
+def test_a_length_whose_second_reading_is_lower_takes_it():
+    from engine.core.mixed_step_cost import MixedStepCost
+    cost = MixedStepCost()
+    cost.observe(64, 0.150)        # compiled its kernels
+    cost.observe(64, 0.050)
+    assert cost.line(None).extra_s(64) == 0.050
+    cost.observe(64, 0.150)        # a third reading is averaged in, not dropped
+    assert abs(cost.line(None).extra_s(64) - (0.7 * 0.050 + 0.3 * 0.150)) < 1e-12
