@@ -1,0 +1,82 @@
+"""Peak memory of one long prefill in a process that holds only one engine's model.
+
+    PYTHONPATH=. python -m engine.bench.prefill_memory --engine tandem|mlx-lm
+        [--model synthetic:qwen3.5-35b-a3b] [--prompt 16384] [--prefill-chunk 512]
+
+`python -m engine bench` measures peak memory with both models resident (mlx-lm's is
+built from our arrays, plus contiguous copies of the parts our loader joins), so its
+peaks say little about either. Here one process builds the weights, hands them to ONE
+engine (Tandem's Engine, or mlx-lm's model through engine/bench/peer.py, after which our
+model and engine are dropped), then reads one prompt of --prompt tokens to its first
+token: the weights' bytes resident, MLX's peak above them, and the seconds. Run it once
+per engine, each in its own process, for the comparison (issue 23, item 4).
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import time
+
+import mlx.core as mx
+
+from engine.bench.synthetic import SYNTHETIC_PREFIX, synthetic_in_memory
+from engine.config import EngineConfig
+from engine.core.engine import Engine
+from engine.sampling_params import SamplingParams
+
+GB = 1e9
+WARM_TOKENS = 512   # a first, shorter prompt before the measured one
+
+
+def _engine(model: str, prompt: int, chunk: int) -> Engine:
+    config = EngineConfig(max_num_seqs=1, page_size=16, num_pages=-(-(prompt + 64) // 16) + 4,
+                          prefill_chunk=chunk, max_context=prompt + 64, prefix_cache=False)
+    if model.startswith(SYNTHETIC_PREFIX):
+        return Engine.from_model(synthetic_in_memory(model.removeprefix(SYNTHETIC_PREFIX)),
+                                 config)
+    return Engine.load(model, config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m engine.bench.prefill_memory",
+                                description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--engine", choices=("tandem", "mlx-lm"), required=True)
+    p.add_argument("--model", default="synthetic:qwen3.5-35b-a3b")
+    p.add_argument("--prompt", type=int, default=16384, help="prompt tokens")
+    p.add_argument("--prefill-chunk", type=int, default=512, help="Tandem's chunk")
+    args = p.parse_args(argv)
+    engine = _engine(args.model, args.prompt, args.prefill_chunk)
+    vocab = engine.vocab_size
+    ids = [random.Random(args.prompt).randrange(10, vocab - 1) for _ in range(args.prompt)]
+    if args.engine == "mlx-lm":
+        from engine.bench.peer import Peer, peer_model
+        peer = Peer(peer_model(engine.bundle.model, engine.bundle.config))
+        engine.close()
+        del engine
+        gc.collect()
+        mx.clear_cache()
+        def run(prompt):
+            return peer.prefill_seconds(prompt)
+    else:
+        def run(prompt):
+            return engine.generate([prompt], SamplingParams(max_tokens=1))[0].stats.ttft_s
+    run(ids[:WARM_TOKENS])          # kernels compiled (a GPU's first shapes), untimed
+    resident = mx.get_active_memory()
+    mx.reset_peak_memory()
+    t0 = time.perf_counter()
+    seconds = run(ids)
+    wall = time.perf_counter() - t0
+    peak = mx.get_peak_memory()
+    print(f"{args.engine}: {args.prompt}-token prefill of {args.model} on {mx.default_device()}: "
+          f"resident before {resident / GB:.2f} GB, peak {peak / GB:.2f} GB "
+          f"(+{(peak - resident) / GB:.2f} GB above it), first token {seconds:.2f} s "
+          f"(wall {wall:.2f} s)")
+    if args.engine == "tandem":
+        engine.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
