@@ -33,8 +33,11 @@ class EngineConfig:
     # to be read gets its turn (engine/core/scheduler.py, _prefill_order).
     prefill_turn_chunks: int = 4
     # A step with decode rows and a prompt chunk runs them as one forward, reading each
-    # weight once for both (engine/models/row_groups.py); False: two forwards.
-    mixed_forward: bool = True
+    # weight once for both (engine/models/row_groups.py); False: two forwards. None:
+    # one, except where that would take the decode rows out of their compiled forward
+    # (compile_decode on, compile_chunks off): on the H200 the one mixed forward then
+    # cost 2-8 ms more than the two (docs/PERFORMANCE.md, issue 21).
+    mixed_forward: bool | None = None
     max_context: int = 8192         # prompt + generation, per sequence
     use_kernels: bool = True        # custom kernels where the self-test passed
     # Finished turns kept (pages and recurrent state) for each conversation's next turn.
@@ -94,8 +97,8 @@ class EngineConfig:
             raise ValueError("EngineConfig.cpu_weights must be 'auto', 'dense' or 'quantized'")
         if self.warm_up is not None and not isinstance(self.warm_up, bool):
             raise ValueError("EngineConfig.warm_up must be True, False or None (on a GPU)")
-        if not isinstance(self.mixed_forward, bool):
-            raise ValueError("EngineConfig.mixed_forward must be True or False")
+        if self.mixed_forward is not None and not isinstance(self.mixed_forward, bool):
+            raise ValueError("EngineConfig.mixed_forward must be True, False or None (auto)")
         if self.fixed_shapes is not None and not isinstance(self.fixed_shapes, bool):
             raise ValueError("EngineConfig.fixed_shapes must be True, False or None (on a GPU)")
         if not isinstance(self.compile_chunks, bool):

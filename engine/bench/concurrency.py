@@ -22,7 +22,9 @@ import threading
 import time
 
 from engine import Engine, EngineConfig, SamplingParams
+from engine.bench.runs import mixed_forward_arg
 from engine.bench.suite import _open_engine
+from engine.core.compiled_forward import runs_mixed_forwards
 from engine.events import StepEvent, TokenEvent
 
 STREAM_PROMPTS = (40, 120, 300)     # the streams' own prompt lengths (cycled)
@@ -134,7 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-num-seqs", type=int, default=8)
     p.add_argument("--temperature", type=float, default=0.7, help="the streams' (the app's)")
-    p.add_argument("--no-mixed-forward", action="store_true")
+    p.add_argument("--no-mixed-forward", action="store_true",
+                   help="EngineConfig.mixed_forward=False (default: the engine's choice)")
+    p.add_argument("--mixed-forward", action="store_true",
+                   help="EngineConfig.mixed_forward=True")
     p.add_argument("--compile-chunks", action="store_true",
                    help="EngineConfig.compile_chunks: prompt chunks and mixed steps compiled")
     p.add_argument("--max-decode-slowdown", type=float, default=None,
@@ -145,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     lengths = [int(n) for n in args.prompt.split(",") if n]
     config = EngineConfig(max_num_seqs=args.max_num_seqs,
                           max_context=max(lengths + [max(STREAM_PROMPTS)]) + 4096,
-                          mixed_forward=not args.no_mixed_forward,
+                          mixed_forward=mixed_forward_arg(args),
                           compile_chunks=args.compile_chunks,
                           **({} if args.max_decode_slowdown is None else
                              {"max_decode_slowdown": args.max_decode_slowdown}))
@@ -153,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         vocab = engine.vocab_size
         sampling = SamplingParams(temperature=args.temperature, top_p=0.95, max_tokens=4000)
         floor_ms = 1000 / engine.config.min_stream_tok_s
-        print(f"# {engine.model_name}, {args.streams} streams, config {config}", flush=True)
+        print(f"# {engine.model_name}, {args.streams} streams, config {config}; mixed "
+              f"forwards {'on' if runs_mixed_forwards(config) else 'off'}", flush=True)
         _ttft(engine, _prompt(max(lengths), vocab, 1))          # first-use costs out
         for length in lengths:
             rounds = [measure_round(engine, vocab, args.streams, length, 17 * r + length,

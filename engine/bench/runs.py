@@ -139,3 +139,9 @@ def ours_ttft_under_load(engine: Engine, streams: list[list[int]], prompt: list[
                   "chunk_tokens": statistics.median(e.prefill_tokens for e in mixed)
                   if mixed else None,
                   "degraded_steps": f"{sum(e.degraded for e in mixed)}/{len(mixed)}"}
+
+
+def mixed_forward_arg(args) -> bool | None:
+    """EngineConfig.mixed_forward from a bench's --no-mixed-forward / --mixed-forward
+    (neither: None, the engine's own choice)."""
+    return False if args.no_mixed_forward else True if args.mixed_forward else None

@@ -15,9 +15,16 @@ import time
 
 import mlx.core as mx
 
-from engine.bench.runs import RunLog, ours_decode, ours_prefill, ours_ttft_under_load
+from engine.bench.runs import (
+    RunLog,
+    mixed_forward_arg,
+    ours_decode,
+    ours_prefill,
+    ours_ttft_under_load,
+)
 from engine.bench.synthetic import SYNTHETIC_PREFIX, synthetic_in_memory
 from engine.config import EngineConfig
+from engine.core.compiled_forward import runs_mixed_forwards
 from engine.core.engine import Engine
 
 WARM_PREFILL_MAX = 4096     # the bench's warm-up reads prompts up to this long
@@ -39,6 +46,8 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-mixed-forward", action="store_true",
                    help="run decode rows and a prompt chunk as two forwards, not one "
                         "(EngineConfig.mixed_forward=False: the A/B of --ttft-load)")
+    p.add_argument("--mixed-forward", action="store_true",
+                   help="EngineConfig.mixed_forward=True (default: the engine's choice)")
     p.add_argument("--sustained", type=int, default=0,
                    help="repeat the longest prefill N times without rest (clock check)")
     p.add_argument("--trace-overhead", type=int, default=0, metavar="B",
@@ -67,7 +76,7 @@ def run_bench(args) -> int:
     cfg = EngineConfig(max_num_seqs=max_b, page_size=16,
                        num_pages=max_b * per_row + -(-longest // 16) + 64,
                        prefill_chunk=args.prefill_chunk, max_context=longest + 16,
-                       mixed_forward=not args.no_mixed_forward)
+                       mixed_forward=mixed_forward_arg(args))
     engine = _open_engine(args.model, cfg)
     monitor, recording = _telemetry(engine, args.trace)
     log = RunLog(monitor)
@@ -75,7 +84,7 @@ def run_bench(args) -> int:
     peer = None if args.no_peer else _make_peer(engine)
     print(f"# model: {engine.model_name}; device: {mx.default_device()}; "
           f"sampler: {monitor.sampler.source if monitor else 'none'}; "
-          f"mixed forward: {'on' if cfg.mixed_forward else 'off'}", flush=True)
+          f"mixed forward: {'on' if runs_mixed_forwards(cfg) else 'off'}", flush=True)
     _warm_up(engine, peer, vocab, batches, lengths, args)
     for _ in range(args.rounds):
         for B in batches:

@@ -40,6 +40,14 @@ def compiles_forward(setting: bool | None) -> bool:
     return mx.default_device().type == mx.DeviceType.gpu
 
 
+def runs_mixed_forwards(config) -> bool:
+    """EngineConfig.mixed_forward, or when None: one mixed forward unless the decode rows
+    would leave their compiled forward for it (compiled decode, uncompiled chunks)."""
+    if config.mixed_forward is not None:
+        return config.mixed_forward
+    return config.compile_chunks or not compiles_forward(config.compile_decode)
+
+
 class CompiledForward:
     """``model(tokens, view, cache)`` through mx.compile, one function per static view
     layout; the cache's arrays are inputs and outputs."""

@@ -11,6 +11,7 @@ import mlx.core as mx
 
 from engine.cache.cache_manager import CacheManager
 from engine.config import EngineConfig
+from engine.core.compiled_forward import runs_mixed_forwards
 from engine.core.disk_transfer import HostCopies, schema
 from engine.core.output_stream import OutputStream
 from engine.core.prefill_budget import PrefillBudget
@@ -44,6 +45,7 @@ class StepLoop:
         function of the cache schema (disk_transfer.schema) that opens one.
         make_runner: Runner's constructor or a subclass's (engine/distributed/leader.py)."""
         self.config = config
+        self.mixed_forwards = runs_mixed_forwards(config)   # one forward for a mixed step
         self.runner = (make_runner or Runner)(model, config, num_pages)
         # The pool's memory is taken now, while the model loads, not during the first
         # request (2.4 GB of zeros cost ~4 s on a CPU: a restarted conversation's TTFT).
@@ -183,8 +185,8 @@ class StepLoop:
 
     def _forwards(self, plan: StepPlan) -> tuple[mx.array | None, mx.array | None]:
         """(decode logits [n, V], prompt chunks' last-token logits [B, V]), None where the
-        plan has none: one mixed forward when it has both (config.mixed_forward)."""
-        if plan.decode and plan.prefills and self.config.mixed_forward:
+        plan has none: one mixed forward when it has both (runs_mixed_forwards)."""
+        if plan.decode and plan.prefills and self.mixed_forwards:
             return self.runner.mixed(plan.decode, plan.prefills)
         return (self.runner.decode(plan.decode) if plan.decode else None,
                 self.runner.prefill(plan.prefills) if plan.prefills else None)

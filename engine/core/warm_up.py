@@ -6,7 +6,7 @@ its recurrent state to the runner's scratch slot, so no sequence's cache changes
 CUDA the compiled kernels land in the user's cache folder (engine/kernel_cache.py),
 so a second start finds them there and the warm-up takes a few forwards' time.
 
-Mixed forwards (decode rows and a prompt chunk as one forward, EngineConfig.mixed_forward)
+Mixed forwards (decode rows and a prompt chunk as one forward, runs_mixed_forwards)
 meet shapes of their own where fixed shapes are on: their token-wise parts run on
 Bd + T tokens. The warm-up runs, for every chunk length up to prefill_chunk, one mixed
 forward beside the largest decode batch a step with a prompt can have (max_num_seqs - 1
@@ -26,6 +26,7 @@ from collections.abc import Callable
 import mlx.core as mx
 
 from engine.config import EngineConfig
+from engine.core.compiled_forward import runs_mixed_forwards
 from engine.core.runner import Runner, pads_to_fixed_shapes
 from engine.core.shapes import chunk_lengths, decode_sizes, padded_batch
 from engine.events import LoadProgress
@@ -53,7 +54,7 @@ def warm_up_shapes(config: EngineConfig) -> list[tuple]:
 def mixed_shapes(config: EngineConfig) -> list[tuple[str, int, int]]:
     """The mixed forwards' shapes a GPU meets; none without fixed shapes or mixed forwards,
     or when no decode row can run beside a prompt (max_num_seqs 1)."""
-    if not (config.mixed_forward and pads_to_fixed_shapes(config)) or config.max_num_seqs < 2:
+    if not (runs_mixed_forwards(config) and pads_to_fixed_shapes(config)) or config.max_num_seqs < 2:
         return []
     lengths = chunk_lengths(config.prefill_chunk)
     largest = padded_batch(config.max_num_seqs - 1, config.max_num_seqs)

@@ -155,6 +155,17 @@ def test_an_engine_gives_the_same_replies_with_and_without_mixed_forwards(
             assert_close(a, b, _depth(model), f"request {rid}")
 
 
-def test_mixed_forward_must_be_a_bool():
+def test_mixed_forward_must_be_a_bool_or_none():
     with pytest.raises(ValueError, match="mixed_forward"):
         EngineConfig(mixed_forward=1)
+
+
+def test_by_default_a_mixed_step_keeps_compiled_decode_rows_compiled():
+    """None: one mixed forward, except where the decode rows would leave their compiled
+    forward for an uncompiled one (the H200 measured that dearer than two forwards)."""
+    from engine.core.compiled_forward import runs_mixed_forwards
+    assert runs_mixed_forwards(EngineConfig(compile_decode=False))
+    assert not runs_mixed_forwards(EngineConfig(compile_decode=True))
+    assert runs_mixed_forwards(EngineConfig(compile_decode=True, compile_chunks=True))
+    assert not runs_mixed_forwards(EngineConfig(compile_decode=False, mixed_forward=False))
+    assert runs_mixed_forwards(EngineConfig(compile_decode=True, mixed_forward=True))

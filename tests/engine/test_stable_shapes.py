@@ -202,7 +202,8 @@ def test_mixed_shapes_are_warmed_only_where_shapes_are_fixed_and_mixed_forwards_
     """The largest decode batch beside a prompt (max_num_seqs - 1 rows, padded) times
     chunk lengths, full, and each length once padded; none on the CPU's own shapes, with
     mixed forwards off, or when no decode row can run beside a prompt."""
-    config = EngineConfig(max_num_seqs=9, prefill_chunk=32, fixed_shapes=True)
+    config = EngineConfig(max_num_seqs=9, prefill_chunk=32, fixed_shapes=True,
+                          mixed_forward=True)
     mixed = [s for s in warm_up_shapes(config) if "mixed" in s[0]]
     assert mixed == [("mixed", 8, n) for n in (16, 32)] + [
         ("padded mixed", 1, 16), ("padded mixed", 1, 32)]
