@@ -43,7 +43,7 @@ def _runner(model_arg: str | None, decode: int, longest: int,
     return runner
 
 
-def _rows(decode: int, pages_per_row: int) -> tuple[list[Sequence], Sequence]:
+def stream_rows(decode: int, pages_per_row: int) -> tuple[list[Sequence], Sequence]:
     """decode rows with CONTEXT tokens each, and a new prompt's sequence."""
     def seq(i: int, n: int) -> Sequence:
         s = Sequence(i, [10 + (i * 7 + j) % 50 for j in range(n)])
@@ -88,7 +88,7 @@ def main() -> None:
     args = p.parse_args()
     chunks = [int(c) for c in args.chunks.split(",") if c]
     runner = _runner(args.model, args.decode, max(chunks), args.compile_chunks)
-    streams, prompt = _rows(args.decode, -(-(max(CONTEXT, max(chunks)) + 16) // 16))
+    streams, prompt = stream_rows(args.decode, -(-(max(CONTEXT, max(chunks)) + 16) // 16))
     print(f"# {args.decode} decode rows + a prompt chunk; device {mx.default_device()}; "
           f"fixed shapes {runner.fixed_shapes}; compiled chunks "
           f"{runner.compiled_chunks is not None}; medians of {args.repeats}, alternating")

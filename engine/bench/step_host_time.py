@@ -19,26 +19,13 @@ import copy
 import statistics
 import time
 
+from engine.bench.mixed_step import stream_rows
 from engine.bench.synthetic import SYNTHETIC, synthetic_model_from_config
 from engine.config import EngineConfig
 from engine.core.runner import Runner
 from engine.core.scheduler import PrefillChunk
-from engine.core.sequence import Sequence
 
-CONTEXT = 64          # tokens each decode row has in its cache
 PAGES_PER_ROW = 40
-
-
-def _rows(decode: int) -> tuple[list[Sequence], Sequence]:
-    def seq(i: int, n: int) -> Sequence:
-        s = Sequence(i, [10 + (i * 7 + j) % 50 for j in range(n)])
-        s.pages = list(range(1 + i * PAGES_PER_ROW, 1 + (i + 1) * PAGES_PER_ROW))
-        s.slot, s.prefill_target = i, n
-        return s
-    streams = [seq(i, CONTEXT) for i in range(decode)]
-    for s in streams:
-        s.num_computed = CONTEXT - 1
-    return streams, seq(decode, PAGES_PER_ROW * 16 - 16)
 
 
 def _median_ms(fn, repeats: int) -> float:
@@ -64,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     config = copy.deepcopy(SYNTHETIC[args.model.removeprefix("synthetic:")])
     (config.get("text_config") or config)["num_hidden_layers"] = args.layers
     model = synthetic_model_from_config(config)
-    streams, prompt = _rows(args.decode)
+    streams, prompt = stream_rows(args.decode, PAGES_PER_ROW)
     chunks = [int(c) for c in args.chunks.split(",") if c]
     print(f"# {args.model}, first {args.layers} layers, {args.decode} decode rows; host ms "
           f"to queue a step (no evaluation), medians of {args.repeats}")
