@@ -62,13 +62,16 @@ class KernelSet:
                 for name in NAMES}
 
     # -- dispatch: the kernel's result, or None (the caller runs its plain-mx path) ----
-    def gated_delta_step(self, q, k, v, g, beta, pool, slots, fresh=None):
-        """(y [B, Hv, Dv], pool) of kernels.gated_delta_step; pool rows updated in place."""
+    def gated_delta_step(self, q, k, v, g, beta, pool, slots, fresh=None, decay=None):
+        """(y [B, Hv, Dv], pool) of kernels.gated_delta_step; pool rows updated in place.
+        decay = (A_log, dt_bias): g and beta are the raw projections a and b, turned into
+        the decay and beta inside the kernel."""
         backend = self.launches(gds.NAME)
         lanes = gds.pick_lanes(q.shape[-1], v.shape[-1])
         if backend is None or not gds.applies(q, k, v, pool, lanes):
             return None
-        y = gds.kernel(q, k, v, g, beta, pool, slots, fresh, backend=backend, lanes=lanes)
+        y = gds.kernel(q, k, v, g, beta, pool, slots, fresh, backend=backend, lanes=lanes,
+                       decay=decay)
         return y, mx.depends(pool, y)       # keep the returned pool: ordered after the write
 
     def gated_delta_chunk(self, q, k, v, g, beta, pool, slots, lengths=None, fresh=None):

@@ -58,6 +58,23 @@ def check_step(backend: str) -> float:
     return max(_err(y, ry), _err(pool[slots], rrows))
 
 
+def check_step_raw_gates(backend: str) -> float:
+    """The model's launch: raw a, b (columns of one projection row) and q/k/v as views."""
+    q, k, v, _, _, pool, slots, fresh = _gdn_inputs(mx.random.key(7), 3, 0, 2, 4, 32, 5,
+                                                    mx.bfloat16)
+    ks = mx.random.split(mx.random.key(8), 3)
+    ab = (2.0 * mx.random.normal((3, 11), key=ks[0])).astype(mx.bfloat16)
+    a, b = ab[:, 1:5], ab[:, 6:10]
+    decay = (mx.random.uniform(0.0, 2.5, (4,), key=ks[1]),
+             mx.random.normal((4,), key=ks[2]).astype(mx.bfloat16))
+    qs, ks_, vs = (mx.concatenate([x, x], axis=-1)[..., 16:48] for x in (q, k, v))
+    ry, rrows = gds.reference(qs, ks_, vs, a, b, pool, slots, fresh, decay=decay)
+    mx.eval(ry, rrows)                       # before the kernel rewrites the pool in place
+    y = gds.kernel(qs, ks_, vs, a, b, pool, slots, fresh, backend=backend, decay=decay)
+    mx.eval(y)
+    return max(_err(y, ry), _err(pool[slots], rrows))
+
+
 def check_chunk(backend: str) -> float:
     q, k, v, g, beta, pool, slots, fresh = _gdn_inputs(mx.random.key(2), 3, 5, 2, 4, 32, 4,
                                                        mx.bfloat16)
@@ -143,7 +160,8 @@ def check_conv(backend: str) -> float:
                _err(pool[slots], rows))
 
 
-CHECKS = {"gated_delta_step": check_step, "gated_delta_chunk": check_chunk,
+CHECKS = {"gated_delta_step": lambda b: max(check_step(b), check_step_raw_gates(b)),
+          "gated_delta_chunk": check_chunk,
           "paged_attention": check_paged, "moe_route": check_route,
           "moe_experts": check_experts, "gdn_conv_step": check_conv}
 

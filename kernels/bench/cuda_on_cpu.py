@@ -1,6 +1,7 @@
 """``python -m kernels.bench.cuda_on_cpu``: CUDA sources of kernels/ run on the CPU.
 
-kernels/moe_experts.py's two kernels and kernels/gdn_conv_step.py's.
+kernels/moe_experts.py's two kernels, kernels/gdn_conv_step.py's and
+kernels/gated_delta_step.py's (raw gates, strided views).
 
 Not a benchmark: a check of a CUDA source's index math where no GPU is at hand. The
 kernel bodies are compiled by g++ (C++20) as written, with a shim: each block's 256
@@ -15,6 +16,7 @@ import tempfile
 import mlx.core as mx
 import numpy as np
 
+import kernels.gated_delta_step as gds
 import kernels.gdn_conv_step as gcs
 import kernels.moe_experts as me
 
@@ -238,6 +240,93 @@ int main() {{
     return err
 
 
+def emulate_step(B, S, heads, lanes, fresh_rows, seed, gates=True):
+    """gated_delta_step: q/k/v/a/b as strided views (columns of wider rows), the pool's
+    slots out of order, raw gates (GATES=1) or ready ones."""
+    Hk, Hv, D = heads
+    rng = np.random.default_rng(seed)
+    W = 2 * D + 8                                   # q, k, v rows: [.., 4:4+D] of W
+    qw, kw = (rng.standard_normal((B, Hk, W)).astype(np.float32) for _ in range(2))
+    vw = rng.standard_normal((B, Hv, W)).astype(np.float32)
+    abw = (rng.standard_normal((B, 2 * Hv + 3)) * 2).astype(np.float32)  # a: [:, 1:1+Hv], b after
+    a_log = np.log(rng.uniform(1, 16, Hv)).astype(np.float32)
+    dt_bias = rng.standard_normal(Hv).astype(np.float32)
+    pool = (rng.standard_normal((S, Hv, D, D)) * 0.1).astype(np.float32)
+    slots = rng.permutation(S)[:B].astype(np.int32)
+    fresh = np.array([b in fresh_rows for b in range(B)], np.int32)
+    d = WORK
+    arrs = {"qw": qw, "kw": kw, "vw": vw, "abw": abw, "alog": a_log, "dtb": dt_bias,
+            "pool": pool, "slots": slots, "fresh": fresh}
+    for k, v in arrs.items():
+        v.tofile(f"{d}/{k}.bin")
+    nb = -(-(B * Hv * D * lanes) // 256)
+    src = PRE + STEP_PRE + gds._CUDA_HEADER + kfunc(
+        "step", gds._CUDA_SOURCE,
+        "const float* q, const int* q_shape, const int64_t* q_strides,"
+        " const float* k, const int64_t* k_strides, const float* v, const int64_t* v_strides,"
+        " const float* g, const int64_t* g_strides, const float* beta,"
+        " const int64_t* beta_strides, const float* pool, const int64_t* pool_strides,"
+        " const int* slots, const int64_t* slots_strides, const int* fresh,"
+        " const int64_t* fresh_strides, const float* a_log, const float* dt_bias, float* y",
+        [("OutT", "float"), ("Hk", Hk), ("Hv", Hv), ("Dk", D), ("Dv", D), ("LPR", lanes),
+         ("GATES", int(gates))])
+    AB = 2 * Hv + 3
+    src += f'''
+template <class T> std::vector<T> load(const char* n, size_t c) {{
+  std::vector<T> v(c); FILE* f = fopen(n, "rb"); fread(v.data(), sizeof(T), c, f); fclose(f); return v; }}
+std::vector<float> QW, KW, VW, ABW, ALOG, DTB, POOL, Y; std::vector<int> SL, FR;
+int QS[3] = {{{B}, {Hk}, {D}}};
+int64_t QKS[3] = {{{Hk * W}, {W}, 1}}, VS[3] = {{{Hv * W}, {W}, 1}}, ABS[2] = {{{AB}, 1}};
+int64_t PS[4] = {{{Hv * D * D}, {D * D}, {D}, 1}}, ONE[1] = {{1}};
+''' + launch("st", "step(QW.data() + 4, QS, QKS, KW.data() + 4, QKS, VW.data() + 4, VS,"
+                   " ABW.data() + 1, ABS, ABW.data() + 1 + " + str(Hv) + ", ABS, POOL.data(), PS,"
+                   " SL.data(), ONE, FR.data(), ONE, ALOG.data(), DTB.data(), Y.data())", nb) + f'''
+void save(const char* n, const std::vector<float>& v) {{
+  FILE* f = fopen(n, "wb"); fwrite(v.data(), 4, v.size(), f); fclose(f); }}
+int main() {{
+  QW = load<float>("{d}/qw.bin", {B * Hk * W}); KW = load<float>("{d}/kw.bin", {B * Hk * W});
+  VW = load<float>("{d}/vw.bin", {B * Hv * W}); ABW = load<float>("{d}/abw.bin", {B * AB});
+  ALOG = load<float>("{d}/alog.bin", {Hv}); DTB = load<float>("{d}/dtb.bin", {Hv});
+  POOL = load<float>("{d}/pool.bin", {S * Hv * D * D}); SL = load<int>("{d}/slots.bin", {B});
+  FR = load<int>("{d}/fresh.bin", {B}); Y.assign({B * Hv * D}, -1e30f);
+  run_st();
+  save("{d}/y.bin", Y); save("{d}/pool2.bin", POOL);
+}}
+'''
+    with open(f"{d}/emu.cpp", "w") as f:
+        f.write(src)
+    subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", f"{d}/emu.cpp", "-o", f"{d}/emu"],
+                   check=True)
+    subprocess.run([f"{d}/emu"], check=True)
+    y = np.fromfile(f"{d}/y.bin", np.float32).reshape(B, Hv, D)
+    got_pool = np.fromfile(f"{d}/pool2.bin", np.float32).reshape(pool.shape)
+    # float64 numpy: gates from a, b; state zero where fresh; the delta rule per head
+    q, k, v = (w[..., 4:4 + D].astype(np.float64) for w in (qw, kw, vw))
+    a, b = abw[:, 1:1 + Hv].astype(np.float64), abw[:, 1 + Hv:1 + 2 * Hv].astype(np.float64)
+    if gates:
+        g = np.exp(-np.exp(a_log.astype(np.float64)) * np.logaddexp(a + dt_bias, 0.0))
+        beta = 1 / (1 + np.exp(-b))
+    else:
+        g, beta = a, b
+    want_pool, want_y = pool.astype(np.float64).copy(), np.zeros((B, Hv, D))
+    for r in range(B):
+        for h in range(Hv):
+            st = pool[slots[r], h].astype(np.float64) * (0.0 if fresh[r] else 1.0)
+            kk, qq = k[r, h // (Hv // Hk)], q[r, h // (Hv // Hk)]
+            st = st * g[r, h]
+            st = st + np.outer((v[r, h] - st @ kk) * beta[r, h], kk)
+            want_pool[slots[r], h], want_y[r, h] = st, st @ qq
+    err = max(float(np.abs(y - want_y).max()), float(np.abs(got_pool - want_pool).max()))
+    print(f"step B={B} S={S} heads={heads} lanes={lanes} gates={gates} "
+          f"fresh={sorted(fresh_rows)}: max err {err:.2e}")
+    return err
+
+
+STEP_PRE = r'''
+struct float4 { float x, y, z, w; };
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+'''
+
 WORK = tempfile.mkdtemp(prefix="cuda_on_cpu_")
 
 if __name__ == "__main__":
@@ -250,3 +339,7 @@ if __name__ == "__main__":
     # (B, slots, (Hk, Hv, Dk, Dv), taps, fresh rows): the real head layout at 2+2+4 heads
     for case in [(3, 5, (2, 4, 128, 128), 4, {1}), (2, 4, (1, 2, 32, 64), 3, set())]:
         assert emulate_conv(*case, seed=2) < 1e-5
+    # (B, slots, (Hk, Hv, D), lanes, fresh rows): grouped heads, every lane count
+    for case, gates in [((3, 5, (2, 4, 32), 8, {1}), True), ((1, 2, (1, 2, 128), 32, set()), True),
+                        ((2, 4, (2, 2, 64), 4, {0}), False)]:
+        assert emulate_step(*case, seed=3, gates=gates) < 1e-4
