@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+import kernels.add_rms_norm as arn
 import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
 import kernels.gdn_conv_step as gcs
@@ -117,6 +118,14 @@ class KernelSet:
         if backend is None or not me.applies(x, idx, experts, shared_gate, residual):
             return None
         return me.kernel(x, idx, scores, experts, shared_gate, residual, backend=backend)
+
+
+    def add_rms_norm(self, x, r, weight, eps: float):
+        """(h = x + r, rms_norm(h) * weight) of kernels.add_rms_norm: x, r [N, D]."""
+        backend = self.launches(arn.NAME)
+        if backend is None or not arn.applies(x, r, weight):
+            return None
+        return tuple(arn.kernel(x, r, weight, eps, backend=backend))
 
 
 # What a layer holds until its model is given a kernel set (models built outside an engine).

@@ -11,6 +11,7 @@ import time
 
 import mlx.core as mx
 
+import kernels.add_rms_norm as arn
 import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
 import kernels.gdn_conv_step as gcs
@@ -160,10 +161,25 @@ def check_conv(backend: str) -> float:
                _err(pool[slots], rows))
 
 
+def check_add_rms_norm(backend: str) -> float:
+    """bf16 rows (r a strided view, D not a multiple of the block) and a float32 launch."""
+    ks = mx.random.split(mx.random.key(9), 3)
+    x = mx.random.normal((3, 200), key=ks[0]).astype(mx.bfloat16)
+    r = mx.random.normal((3, 232), key=ks[1]).astype(mx.bfloat16)[:, 16:216]
+    w = (1.0 + 0.1 * mx.random.normal((200,), key=ks[2])).astype(mx.bfloat16)
+    err = 0.0
+    for args in ((x, r, w), tuple(a.astype(mx.float32) for a in (x, r, w))):
+        rh, ry = arn.reference(*args, 1e-6)
+        h, y = arn.kernel(*args, 1e-6, backend=backend)
+        err = max(err, _err(h, rh), _err(y, ry))
+    return err
+
+
 CHECKS = {"gated_delta_step": lambda b: max(check_step(b), check_step_raw_gates(b)),
           "gated_delta_chunk": check_chunk,
           "paged_attention": check_paged, "moe_route": check_route,
-          "moe_experts": check_experts, "gdn_conv_step": check_conv}
+          "moe_experts": check_experts, "gdn_conv_step": check_conv,
+          "add_rms_norm": check_add_rms_norm}
 
 
 def run_selftest(verbose: bool = True) -> dict:

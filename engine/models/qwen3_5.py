@@ -14,7 +14,7 @@ import mlx.nn as nn
 from engine.core.batch_view import BatchView
 from engine.models.attention import grouped_paged_attention, merge_heads
 from engine.models.base import CacheSpec, ModelCache
-from engine.models.elementwise import sigmoid_gate
+from engine.models.elementwise import residual_norm, sigmoid_gate
 from engine.models.fused import fuse_linears
 from engine.models.gated_deltanet import GatedDeltaNet, NextGatedDeltaNet
 from engine.models.moe import MLP, SparseMoeBlock
@@ -97,15 +97,16 @@ class DecoderLayer(nn.Module):
                                       args.num_experts_per_tok, args.norm_topk_prob)
         else:
             self.mlp = MLP(args.hidden_size, args.intermediate_size)
+        self.kernel_set = NO_KERNELS        # the loaded model's own (engine/models/base.py)
 
     def __call__(self, x: mx.array, rows: RowGroups, cache_entry: list[mx.array]) -> mx.array:
         """x [N, H], every group's tokens: the mixer runs per group, the rest once."""
         mixer = self.linear_attn if self.is_linear else self.self_attn
-        h = x + mixer(self.input_layernorm(x), rows, cache_entry)           # [N, H]
+        mixed = mixer(self.input_layernorm(x), rows, cache_entry)            # [N, H]
+        h, normed = residual_norm(self.kernel_set, x, mixed, self.post_attention_layernorm)
         if isinstance(self.mlp, SparseMoeBlock):      # adds the residual in its last op
-            return self.mlp(self.post_attention_layernorm(h), residual=h,
-                            route_rows=rows.route_rows)
-        return h + self.mlp(self.post_attention_layernorm(h))
+            return self.mlp(normed, residual=h, route_rows=rows.route_rows)
+        return h + self.mlp(normed)
 
 
 class Backbone(nn.Module):

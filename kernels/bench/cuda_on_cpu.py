@@ -1,7 +1,7 @@
 """``python -m kernels.bench.cuda_on_cpu``: CUDA sources of kernels/ run on the CPU.
 
 kernels/moe_experts.py's two kernels, kernels/gdn_conv_step.py's and
-kernels/gated_delta_step.py's (raw gates, strided views).
+kernels/gated_delta_step.py's (raw gates, strided views), kernels/add_rms_norm.py's.
 
 Not a benchmark: a check of a CUDA source's index math where no GPU is at hand. The
 kernel bodies are compiled by g++ (C++20) as written, with a shim: each block's 256
@@ -16,6 +16,7 @@ import tempfile
 import mlx.core as mx
 import numpy as np
 
+import kernels.add_rms_norm as arn
 import kernels.gated_delta_step as gds
 import kernels.gdn_conv_step as gcs
 import kernels.moe_experts as me
@@ -322,6 +323,49 @@ int main() {{
     return err
 
 
+def emulate_add_norm(N, D, seed):
+    """add_rms_norm: r a strided view (columns 8..8+D of a wider row); D any width."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((N, D)).astype(np.float32)
+    rw = rng.standard_normal((N, D + 16)).astype(np.float32)
+    w = (1 + 0.1 * rng.standard_normal(D)).astype(np.float32)
+    d = WORK
+    for k, v in {"x": x, "rw": rw, "w": w}.items():
+        v.tofile(f"{d}/{k}.bin")
+    src = PRE + kfunc("addnorm", arn._CUDA_SOURCE,
+                      "const float* x, const int* x_shape, const int64_t* x_strides,"
+                      " const float* r, const int64_t* r_strides, const float* weight,"
+                      " const int64_t* weight_strides, const float* eps, float* h, float* y",
+                      [("HT", "float"), ("YT", "float")])
+    src += f'''
+template <class T> std::vector<T> load(const char* n, size_t c) {{
+  std::vector<T> v(c); FILE* f = fopen(n, "rb"); fread(v.data(), sizeof(T), c, f); fclose(f); return v; }}
+std::vector<float> X, RW, W, H, Y, EPS{{1e-6f}};
+int XS[2] = {{{N}, {D}}}; int64_t XST[2] = {{{D}, 1}}, RST[2] = {{{D + 16}, 1}}, WST[1] = {{1}};
+''' + launch("an", "addnorm(X.data(), XS, XST, RW.data() + 8, RST, W.data(), WST, EPS.data(),"
+                   " H.data(), Y.data())", N) + f'''
+void save(const char* n, const std::vector<float>& v) {{
+  FILE* f = fopen(n, "wb"); fwrite(v.data(), 4, v.size(), f); fclose(f); }}
+int main() {{
+  X = load<float>("{d}/x.bin", {N * D}); RW = load<float>("{d}/rw.bin", {N * (D + 16)});
+  W = load<float>("{d}/w.bin", {D}); H.assign({N * D}, -1e30f); Y.assign({N * D}, -1e30f);
+  run_an(); save("{d}/h.bin", H); save("{d}/y.bin", Y);
+}}
+'''
+    with open(f"{d}/emu.cpp", "w") as f:
+        f.write(src)
+    subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", f"{d}/emu.cpp", "-o", f"{d}/emu"],
+                   check=True)
+    subprocess.run([f"{d}/emu"], check=True)
+    h = np.fromfile(f"{d}/h.bin", np.float32).reshape(N, D)
+    y = np.fromfile(f"{d}/y.bin", np.float32).reshape(N, D)
+    want_h = x.astype(np.float64) + rw[:, 8:8 + D]
+    want_y = want_h / np.sqrt((want_h ** 2).mean(-1, keepdims=True) + 1e-6) * w
+    err = max(float(np.abs(h - want_h).max()), float(np.abs(y - want_y).max()))
+    print(f"add_rms_norm N={N} D={D}: max err {err:.2e}")
+    return err
+
+
 STEP_PRE = r'''
 struct float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
@@ -343,3 +387,5 @@ if __name__ == "__main__":
     for case, gates in [((3, 5, (2, 4, 32), 8, {1}), True), ((1, 2, (1, 2, 128), 32, set()), True),
                         ((2, 4, (2, 2, 64), 4, {0}), False)]:
         assert emulate_step(*case, seed=3, gates=gates) < 1e-4
+    for N, D in [(1, 2048), (3, 200), (2, 40)]:    # the real width; ragged; fewer than a warp
+        assert emulate_add_norm(N, D, seed=4) < 1e-5
