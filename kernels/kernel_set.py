@@ -20,6 +20,7 @@ import mlx.core as mx
 import kernels.add_rms_norm as arn
 import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
+import kernels.gated_rms_norm as grn
 import kernels.gdn_conv_step as gcs
 import kernels.moe_experts as me
 import kernels.moe_route as mr
@@ -126,6 +127,14 @@ class KernelSet:
         if backend is None or not arn.applies(x, r, weight):
             return None
         return tuple(arn.kernel(x, r, weight, eps, backend=backend))
+
+    def gated_rms_norm(self, y, z, weight, eps: float):
+        """rms_norm(y) * weight * silu(z) per head row of kernels.gated_rms_norm:
+        y, z [B, T, H, D]."""
+        backend = self.launches(grn.NAME)
+        if backend is None or not grn.applies(y, z, weight):
+            return None
+        return grn.kernel(y, z, weight, eps, backend=backend)
 
 
 # What a layer holds until its model is given a kernel set (models built outside an engine).

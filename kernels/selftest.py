@@ -14,6 +14,7 @@ import mlx.core as mx
 import kernels.add_rms_norm as arn
 import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
+import kernels.gated_rms_norm as grn
 import kernels.gdn_conv_step as gcs
 import kernels.moe_experts as me
 import kernels.moe_route as mr
@@ -175,11 +176,26 @@ def check_add_rms_norm(backend: str) -> float:
     return err
 
 
+def check_gated_rms_norm(backend: str) -> float:
+    """bf16 heads (z a strided view of a wider row, y dense; D=96: three lanes' loops),
+    and a float32 launch."""
+    ks = mx.random.split(mx.random.key(10), 3)
+    y = mx.random.normal((2, 3, 4, 96), key=ks[0]).astype(mx.bfloat16)
+    z = mx.random.normal((2, 3, 4 * 96 + 40), key=ks[1]).astype(mx.bfloat16)
+    z = z[..., 8:8 + 4 * 96].reshape(2, 3, 4, 96)
+    w = (1.0 + 0.1 * mx.random.normal((96,), key=ks[2])).astype(mx.bfloat16)
+    err = 0.0
+    for args in ((y, z, w), tuple(a.astype(mx.float32) for a in (y, z, w))):
+        exact = grn.reference(*(a.astype(mx.float32) for a in args), 1e-6)
+        err = max(err, _err_past_bf16(grn.kernel(*args, 1e-6, backend=backend), exact))
+    return err
+
+
 CHECKS = {"gated_delta_step": lambda b: max(check_step(b), check_step_raw_gates(b)),
           "gated_delta_chunk": check_chunk,
           "paged_attention": check_paged, "moe_route": check_route,
           "moe_experts": check_experts, "gdn_conv_step": check_conv,
-          "add_rms_norm": check_add_rms_norm}
+          "add_rms_norm": check_add_rms_norm, "gated_rms_norm": check_gated_rms_norm}
 
 
 def run_selftest(verbose: bool = True) -> dict:

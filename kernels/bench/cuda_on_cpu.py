@@ -1,7 +1,8 @@
 """``python -m kernels.bench.cuda_on_cpu``: CUDA sources of kernels/ run on the CPU.
 
 kernels/moe_experts.py's two kernels, kernels/gdn_conv_step.py's and
-kernels/gated_delta_step.py's (raw gates, strided views), kernels/add_rms_norm.py's.
+kernels/gated_delta_step.py's (raw gates, strided views), kernels/add_rms_norm.py's and
+kernels/gated_rms_norm.py's.
 
 Not a benchmark: a check of a CUDA source's index math where no GPU is at hand. The
 kernel bodies are compiled by g++ (C++20) as written, with a shim: each block's 256
@@ -18,6 +19,7 @@ import numpy as np
 
 import kernels.add_rms_norm as arn
 import kernels.gated_delta_step as gds
+import kernels.gated_rms_norm as grn
 import kernels.gdn_conv_step as gcs
 import kernels.moe_experts as me
 
@@ -366,6 +368,51 @@ int main() {{
     return err
 
 
+def emulate_gated_norm(B, T, H, D, seed):
+    """gated_rms_norm: z a strided view (heads of columns 8.. of a wider row), y dense."""
+    rng = np.random.default_rng(seed)
+    y = rng.standard_normal((B, T, H, D)).astype(np.float32)
+    W = H * D + 24
+    zw = rng.standard_normal((B, T, W)).astype(np.float32)
+    w = (1 + 0.1 * rng.standard_normal(D)).astype(np.float32)
+    d = WORK
+    for k, v in {"y": y, "zw": zw, "w": w}.items():
+        v.tofile(f"{d}/{k}.bin")
+    rows = B * T * H
+    src = PRE + kfunc("gnorm", grn._CUDA_SOURCE,
+                      "const float* y, const int* y_shape, const int64_t* y_strides,"
+                      " const float* z, const int64_t* z_strides, const float* weight,"
+                      " const int64_t* weight_strides, const float* eps, float* out",
+                      [("OutT", "float")])
+    src += f'''
+template <class T> std::vector<T> load(const char* n, size_t c) {{
+  std::vector<T> v(c); FILE* f = fopen(n, "rb"); fread(v.data(), sizeof(T), c, f); fclose(f); return v; }}
+std::vector<float> Y, ZW, W, O, EPS{{1e-6f}};
+int YS[4] = {{{B}, {T}, {H}, {D}}};
+int64_t YST[4] = {{{T * H * D}, {H * D}, {D}, 1}}, ZST[4] = {{{T * W}, {W}, {D}, 1}}, WST[1] = {{1}};
+''' + launch("gn", "gnorm(Y.data(), YS, YST, ZW.data() + 8, ZST, W.data(), WST, EPS.data(),"
+                   " O.data())", -(-(rows * 32) // 256)) + f'''
+int main() {{
+  Y = load<float>("{d}/y.bin", {B * T * H * D}); ZW = load<float>("{d}/zw.bin", {B * T * W});
+  W = load<float>("{d}/w.bin", {D}); O.assign({rows * D}, -1e30f);
+  run_gn();
+  FILE* f = fopen("{d}/o.bin", "wb"); fwrite(O.data(), 4, O.size(), f); fclose(f);
+}}
+'''
+    with open(f"{d}/emu.cpp", "w") as f:
+        f.write(src)
+    subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", f"{d}/emu.cpp", "-o", f"{d}/emu"],
+                   check=True)
+    subprocess.run([f"{d}/emu"], check=True)
+    got = np.fromfile(f"{d}/o.bin", np.float32).reshape(B, T, H, D)
+    yf = y.astype(np.float64)
+    z = zw[..., 8:8 + H * D].reshape(B, T, H, D).astype(np.float64)
+    want = yf / np.sqrt((yf * yf).mean(-1, keepdims=True) + 1e-6) * w * z / (1 + np.exp(-z))
+    err = float(np.abs(got - want).max())
+    print(f"gated_rms_norm B={B} T={T} H={H} D={D}: max err {err:.2e}")
+    return err
+
+
 STEP_PRE = r'''
 struct float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
@@ -389,3 +436,5 @@ if __name__ == "__main__":
         assert emulate_step(*case, seed=3, gates=gates) < 1e-4
     for N, D in [(1, 2048), (3, 200), (2, 40)]:    # the real width; ragged; fewer than a warp
         assert emulate_add_norm(N, D, seed=4) < 1e-5
+    for B, T, H, D in [(1, 1, 32, 128), (2, 3, 4, 96), (3, 1, 3, 40)]:   # the real heads; rows % 8
+        assert emulate_gated_norm(B, T, H, D, seed=5) < 1e-5
