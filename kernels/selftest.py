@@ -12,6 +12,7 @@ import time
 import mlx.core as mx
 
 import kernels.add_rms_norm as arn
+import kernels.attention_prep as ap
 import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
 import kernels.gated_rms_norm as grn
@@ -98,7 +99,11 @@ def check_paged(backend: str) -> float:
     bt = mx.array([[7, 2, 9], [1, 0, 0], [4, 8, 3]], dtype=mx.int32)
     lens = mx.array([11, 3, 12], dtype=mx.int32)
     args = (q, kp, vp, bt, lens, ps, D**-0.5)
-    return _err(pa.kernel(*args, backend=backend, kps=8), pa.reference(*args))
+    # the gated layer's launch: the gate a strided view (the second half of each q head)
+    gate = mx.random.normal((B, Hq, 2 * D), key=mx.random.key(31)).astype(mx.bfloat16)[..., D:]
+    return max(_err(pa.kernel(*args, backend=backend, kps=8), pa.reference(*args)),
+               _err(pa.kernel(*args, backend=backend, kps=8, gate=gate),
+                    pa.reference(*args, gate=gate)))
 
 
 def check_route(backend: str) -> float:
@@ -191,11 +196,36 @@ def check_gated_rms_norm(backend: str) -> float:
     return err
 
 
+def check_attention_prep(backend: str) -> float:
+    """bf16 views of one joined projection row (q with its gate per head), pools written at
+    out-of-order rows; against the unrounded float32 result past the outputs' rounding."""
+    B, Hq, Hkv, D, rd, R = 3, 4, 2, 64, 16, 9
+    heads = (Hq, Hkv, D, 2 * D)
+    ks = mx.random.split(mx.random.key(11), 4)
+    joined = mx.random.normal((B, Hq * 2 * D + 2 * Hkv * D + 8), key=ks[0]).astype(mx.bfloat16)
+    q, k = joined[:, :Hq * 2 * D], joined[:, Hq * 2 * D:Hq * 2 * D + Hkv * D]
+    v = joined[:, Hq * 2 * D + Hkv * D:Hq * 2 * D + 2 * Hkv * D]
+    qw, kw = (1.0 + 0.1 * mx.random.normal((2, D), key=ks[1])).astype(mx.bfloat16)
+    offsets = mx.array([3, 0, 37], dtype=mx.int32)
+    slots = mx.array([7, 2, 5], dtype=mx.int32)
+    k_pool, v_pool = mx.random.normal((2, R, Hkv, D), key=ks[2]).astype(mx.bfloat16)
+    mx.eval(k_pool, v_pool)
+    f32 = [a.astype(mx.float32) for a in (q, k, v, qw, kw)]
+    pools32 = [mx.zeros((1, Hkv, D), mx.float32)] * 2
+    want = ap.reference(*f32[:5], 1e-6, offsets, slots, *pools32, heads, rd, 1e7)
+    mx.eval(want)
+    got = ap.kernel(q, k, v, qw, kw, 1e-6, offsets, slots, k_pool, v_pool, heads, rd, 1e7,
+                    backend=backend)
+    mx.eval(got)
+    return max(_err_past_bf16(g, w) for g, w in zip((got, k_pool[slots], v_pool[slots]), want))
+
+
 CHECKS = {"gated_delta_step": lambda b: max(check_step(b), check_step_raw_gates(b)),
           "gated_delta_chunk": check_chunk,
           "paged_attention": check_paged, "moe_route": check_route,
           "moe_experts": check_experts, "gdn_conv_step": check_conv,
-          "add_rms_norm": check_add_rms_norm, "gated_rms_norm": check_gated_rms_norm}
+          "add_rms_norm": check_add_rms_norm, "gated_rms_norm": check_gated_rms_norm,
+          "attention_prep": check_attention_prep}
 
 
 def run_selftest(verbose: bool = True) -> dict:

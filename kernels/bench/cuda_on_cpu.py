@@ -1,8 +1,9 @@
 """``python -m kernels.bench.cuda_on_cpu``: CUDA sources of kernels/ run on the CPU.
 
 kernels/moe_experts.py's two kernels, kernels/gdn_conv_step.py's and
-kernels/gated_delta_step.py's (raw gates, strided views), kernels/add_rms_norm.py's and
-kernels/gated_rms_norm.py's.
+kernels/gated_delta_step.py's (raw gates, strided views), kernels/add_rms_norm.py's,
+kernels/gated_rms_norm.py's, kernels/attention_prep.py's and the gated pass 2 of
+kernels/paged_attention.py.
 
 Not a benchmark: a check of a CUDA source's index math where no GPU is at hand. The
 kernel bodies are compiled by g++ (C++20) as written, with a shim: each block's 256
@@ -18,10 +19,12 @@ import mlx.core as mx
 import numpy as np
 
 import kernels.add_rms_norm as arn
+import kernels.attention_prep as ap
 import kernels.gated_delta_step as gds
 import kernels.gated_rms_norm as grn
 import kernels.gdn_conv_step as gcs
 import kernels.moe_experts as me
+import kernels.paged_attention_src as pas
 
 PRE = r'''
 #include <barrier>
@@ -413,6 +416,115 @@ int main() {{
     return err
 
 
+def emulate_prep(B, heads, rd, R, seed, max_pos=64):
+    """attention_prep on the joined projection's views (q with its gate per head), pool
+    rows out of order; then the gated pass 2 of the paged attention on random partials.
+    Past a few hundred positions one ulp of an inverse frequency (glibc's exp2f here,
+    numpy's there, CUDA's on the GPU) moves the angle by ~p * 2**-24 rad."""
+    Hq, Hkv, D = heads
+    rng = np.random.default_rng(seed)
+    W = Hq * 2 * D + 2 * Hkv * D + 16
+    joined = rng.standard_normal((B, W)).astype(np.float32)
+    qw, kw = ((1 + 0.1 * rng.standard_normal(D)).astype(np.float32) for _ in range(2))
+    offsets = rng.integers(0, max_pos, B).astype(np.int32)
+    slots = rng.permutation(R)[:B].astype(np.int32)
+    kp, vp = (rng.standard_normal((R, Hkv, D)).astype(np.float32) for _ in range(2))
+    S = 3
+    acc = rng.standard_normal((B, Hq, S, D)).astype(np.float32)
+    ml = np.stack([rng.standard_normal((B, Hq, S)), rng.uniform(0.5, 2, (B, Hq, S))], -1)
+    ml[0, 0, 1, 1] = 0.0                                   # an empty split is skipped
+    ml = ml.astype(np.float32)
+    d = WORK
+    arrs = {"joined": joined, "qw": qw, "kw": kw, "off": offsets, "slots": slots, "kp": kp,
+            "vp": vp, "acc": acc, "ml": ml}
+    for k, v in arrs.items():
+        v.tofile(f"{d}/{k}.bin")
+    src = PRE + kfunc(
+        "prep", ap._CUDA_SOURCE,
+        "const float* q, const int* q_shape, const int64_t* q_strides, const float* k,"
+        " const int64_t* k_strides, const float* v, const int64_t* v_strides,"
+        " const float* q_norm, const int64_t* q_norm_strides, const float* k_norm,"
+        " const int64_t* k_norm_strides, const int* offsets, const int64_t* offsets_strides,"
+        " const int* slots, const int64_t* slots_strides, const float* k_pool,"
+        " const int64_t* k_pool_strides, const float* v_pool, const int64_t* v_pool_strides,"
+        " const float* eps, const float* log2_base, float* q_out",
+        [("OutT", "float"), ("PoolT", "float"), ("Hq", Hq), ("Hkv", Hkv), ("D", D),
+         ("QH", 2 * D), ("RD", rd)])
+    src += "#define NEG_INF (-INFINITY)\n" + kfunc(
+        "p2", pas._CUDA_PASS2,
+        "const float* part_acc, const float* part_ml, const int* part_ml_shape,"
+        " const float* gate, const int64_t* gate_strides, float* out",
+        [("OutT", "float"), ("D", D), ("GATED", 1)])
+    ko, vo = Hq * 2 * D, Hq * 2 * D + Hkv * D
+    src += f'''
+template <class T> std::vector<T> load(const char* n, size_t c) {{
+  std::vector<T> v(c); FILE* f = fopen(n, "rb"); fread(v.data(), sizeof(T), c, f); fclose(f); return v; }}
+std::vector<float> J, QW, KW, KP, VP, QO, ACC, ML, O, EPS{{1e-6f}}, LB{{{np.log2(1e7)}f}};
+std::vector<int> OFF, SL;
+int QS[2] = {{{B}, {Hq * 2 * D}}}; int64_t QST[2] = {{{W}, 1}}, ONE[1] = {{1}};
+int64_t PST[3] = {{{Hkv * D}, {D}, 1}}; int MLS[4] = {{{B}, {Hq}, {S}, 2}};
+int64_t GST[3] = {{{W}, {2 * D}, 1}};
+''' + launch("pr", f"prep(J.data(), QS, QST, J.data() + {ko}, QST, J.data() + {vo}, QST,"
+                   " QW.data(), ONE, KW.data(), ONE, OFF.data(), ONE, SL.data(), ONE,"
+                   " KP.data(), PST, VP.data(), PST, EPS.data(), LB.data(), QO.data())",
+                   -(-(B * (Hq + 2 * Hkv) * 32) // 256)) \
+        + f'''
+void run_p2() {{       // pass 2: a block of D threads per (row, head), no barriers
+  for (int b = 0; b < {B * Hq}; ++b) for (int t = 0; t < {D}; ++t) {{
+    blockIdx = {{b, 0, 0}}; threadIdx = {{t, 0, 0}};
+    p2(ACC.data(), ML.data(), MLS, J.data() + {D}, GST, O.data()); }}
+}}
+void save(const char* n, const std::vector<float>& v) {{
+  FILE* f = fopen(n, "wb"); fwrite(v.data(), 4, v.size(), f); fclose(f); }}
+int main() {{
+  J = load<float>("{d}/joined.bin", {B * W}); QW = load<float>("{d}/qw.bin", {D});
+  KW = load<float>("{d}/kw.bin", {D}); OFF = load<int>("{d}/off.bin", {B});
+  SL = load<int>("{d}/slots.bin", {B}); KP = load<float>("{d}/kp.bin", {R * Hkv * D});
+  VP = load<float>("{d}/vp.bin", {R * Hkv * D}); QO.assign({B * Hq * D}, -1e30f);
+  ACC = load<float>("{d}/acc.bin", {B * Hq * S * D}); ML = load<float>("{d}/ml.bin", {B * Hq * S * 2});
+  O.assign({B * Hq * D}, -1e30f);
+  run_pr(); run_p2();
+  save("{d}/qo.bin", QO); save("{d}/kp2.bin", KP); save("{d}/vp2.bin", VP); save("{d}/o.bin", O);
+}}
+'''
+    with open(f"{d}/emu.cpp", "w") as f:
+        f.write(src)
+    subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", f"{d}/emu.cpp", "-o", f"{d}/emu"],
+                   check=True)
+    subprocess.run([f"{d}/emu"], check=True)
+    got_q = np.fromfile(f"{d}/qo.bin", np.float32).reshape(B, Hq, D)
+    got_k, got_v = (np.fromfile(f"{d}/{n}.bin", np.float32).reshape(R, Hkv, D)
+                    for n in ("kp2", "vp2"))
+    got_o = np.fromfile(f"{d}/o.bin", np.float32).reshape(B, Hq, D)
+    x = joined.astype(np.float64)
+    pos = offsets.astype(np.float64)
+
+    def norm_rope(h, w):
+        h = h / np.sqrt((h * h).mean(-1, keepdims=True) + 1e-6) * w
+        half = rd // 2      # the angle as the kernel (and MLX's rope) rounds it, in float32
+        inv_freq = np.exp2(-(np.arange(half, dtype=np.float32) / np.float32(half))
+                           * np.float32(np.log2(1e7)))
+        theta = (pos.astype(np.float32)[:, None, None] * inv_freq).astype(np.float64)
+        a, b = h[..., :half], h[..., half:rd]
+        return np.concatenate([a * np.cos(theta) - b * np.sin(theta),
+                               a * np.sin(theta) + b * np.cos(theta), h[..., rd:]], -1)
+    want_q = norm_rope(x[:, :ko].reshape(B, Hq, 2 * D)[..., :D], qw)
+    want_k, want_v = kp.astype(np.float64).copy(), vp.astype(np.float64).copy()
+    want_k[slots] = norm_rope(x[:, ko:vo].reshape(B, Hkv, D), kw)
+    want_v[slots] = x[:, vo:vo + Hkv * D].reshape(B, Hkv, D)
+    M = ml[..., 0].max(-1, keepdims=True)
+    wgt = np.where(ml[..., 1] > 0, np.exp2(ml[..., 0] - M), 0.0)            # [B, Hq, S]
+    num = (wgt[..., None] * acc).sum(2)
+    den = (wgt * ml[..., 1]).sum(-1, keepdims=True)
+    gate = x[:, :ko].reshape(B, Hq, 2 * D)[..., D:]
+    want_o = num / den / (1 + np.exp(-gate))
+    err = max(float(np.abs(g - w).max()) for g, w in
+              ((got_q, want_q), (got_k, want_k), (got_v, want_v), (got_o, want_o)))
+    print(f"attention_prep B={B} heads={heads} rotary={rd} positions < {max_pos} "
+          f"(+ gated pass 2): max err {err:.2e}")
+    return err
+
+
 STEP_PRE = r'''
 struct float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
@@ -438,3 +550,6 @@ if __name__ == "__main__":
         assert emulate_add_norm(N, D, seed=4) < 1e-5
     for B, T, H, D in [(1, 1, 32, 128), (2, 3, 4, 96), (3, 1, 3, 40)]:   # the real heads; rows % 8
         assert emulate_gated_norm(B, T, H, D, seed=5) < 1e-5
+    for B, heads, rd, R in [(1, (16, 2, 256), 64, 7), (3, (4, 2, 64), 16, 9)]:
+        assert emulate_prep(B, heads, rd, R, seed=6) < 1e-5
+    assert emulate_prep(2, (16, 2, 256), 64, 7, seed=7, max_pos=5000) < 2e-3
