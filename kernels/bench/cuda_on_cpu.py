@@ -24,6 +24,7 @@ import kernels.gated_delta_step as gds
 import kernels.gated_rms_norm as grn
 import kernels.gdn_conv_step as gcs
 import kernels.moe_experts as me
+import kernels.moe_experts_src as mes
 import kernels.paged_attention_src as pas
 
 PRE = r'''
@@ -101,14 +102,14 @@ def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False):  # noqa: E74
     R, KK = 2 * I + pad, K + shared
     nb1 = -(-(N * KK * (I // me.RPW1) * 32) // 256)
     nb2 = N * (D // (8 * me.RPW2))
-    src = PRE + me._CUDA_HEADER
-    src += kfunc("gate_up", me._CUDA_GATE_UP,
+    src = PRE + mes._CUDA_HEADER
+    src += kfunc("gate_up", mes._CUDA_GATE_UP,
                  "const float* x, const int* x_shape, const uint32_t* idx, const uint32_t* w,"
                  " const float* scales, const float* biases, const uint32_t* sw,"
                  " const float* ss, const float* sb, float* h",
                  [("D", D), ("I", I), ("K", K), ("R", R), ("RS", R), ("GS", GS),
                   ("RPW", me.RPW1), ("SHARED", int(shared))])
-    src += kfunc("down", me._CUDA_DOWN,
+    src += kfunc("down", mes._CUDA_DOWN,
                  "const float* h, const uint32_t* idx, const int64_t* idx_strides,"
                  " const float* scores, const int64_t* scores_strides, const uint32_t* w,"
                  " const float* scales, const float* biases, const uint32_t* sw,"
