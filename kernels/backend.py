@@ -8,7 +8,8 @@ from __future__ import annotations
 import mlx.core as mx
 
 NAMES = ("gated_delta_step", "gated_delta_chunk", "paged_attention", "moe_route",
-         "moe_experts", "gdn_conv_step")
+         "moe_experts", "gdn_conv_step", "add_rms_norm", "gated_rms_norm",
+         "attention_prep")
 
 
 def gpu_backend() -> str | None:

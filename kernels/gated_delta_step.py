@@ -30,6 +30,8 @@ In-place contract (see also `gated_delta_chunk`):
 """
 from __future__ import annotations
 
+from functools import cache
+
 import mlx.core as mx
 
 from kernels.stand_in import COUNT, StandInKernel
@@ -68,14 +70,21 @@ _CUDA_SOURCE = """
   const int hk = hv / (Hv / Hk);
   const int dv = row % Dv;
   // In place: the pool is declared an input but this row is written back below.
-  float* s_io = const_cast<float*>(pool) + slots[b] * pool_strides[0] + hv * pool_strides[1]
-                + dv * pool_strides[2];
-  const auto* qp = q + (size_t(b) * Hk + hk) * Dk;
-  const auto* kp = k + (size_t(b) * Hk + hk) * Dk;
-  const float gt = static_cast<float>(g[n]);
-  const float bt = static_cast<float>(beta[n]);
-  const float vt = static_cast<float>(v[row]);
-  const bool zero = fresh[b] != 0;
+  float* s_io = const_cast<float*>(pool) + slots[b * slots_strides[0]] * pool_strides[0]
+                + hv * pool_strides[1] + dv * pool_strides[2];
+  // q, k, v, g, beta are read through their strides (views of the projections).
+  const auto* qp = q + b * q_strides[0] + hk * q_strides[1];
+  const auto* kp = k + b * k_strides[0] + hk * k_strides[1];
+  float gt = static_cast<float>(g[b * g_strides[0] + hv * g_strides[1]]);
+  float bt = static_cast<float>(beta[b * beta_strides[0] + hv * beta_strides[1]]);
+  if (GATES) {   // g holds a, beta holds b: the decay and the write strength from them
+    const float x = gt + static_cast<float>(dt_bias[hv]);
+    const float softplus = fmaxf(x, 0.f) + log1pf(expf(-fabsf(x)));
+    gt = expf(-expf(static_cast<float>(a_log[hv])) * softplus);
+    bt = 1.f / (1.f + expf(-bt));
+  }
+  const float vt = static_cast<float>(v[b * v_strides[0] + hv * v_strides[1] + dv * v_strides[2]]);
+  const bool zero = fresh[b * fresh_strides[0]] != 0;
 
   float st[E];
   float kk[E];
@@ -86,7 +95,7 @@ _CUDA_SOURCE = """
                      : *reinterpret_cast<const float4*>(s_io + e0);
     st[4 * c + 0] = s4.x; st[4 * c + 1] = s4.y; st[4 * c + 2] = s4.z; st[4 * c + 3] = s4.w;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) kk[4 * c + j] = static_cast<float>(kp[e0 + j]);
+    for (int j = 0; j < 4; ++j) kk[4 * c + j] = static_cast<float>(kp[(e0 + j) * k_strides[2]]);
   }
   float kv = 0.f;
 #pragma unroll
@@ -104,7 +113,7 @@ _CUDA_SOURCE = """
     for (int j = 0; j < 4; ++j) {
       const int i = 4 * c + j;
       st[i] += kk[i] * delta;
-      o += st[i] * static_cast<float>(qp[e0 + j]);
+      o += st[i] * static_cast<float>(qp[(e0 + j) * q_strides[2]]);
     }
     *reinterpret_cast<float4*>(s_io + e0) =
         make_float4(st[4 * c], st[4 * c + 1], st[4 * c + 2], st[4 * c + 3]);
@@ -128,14 +137,20 @@ _METAL_SOURCE = """
   const int b = n / Hv;
   const int hk = hv / (Hv / Hk);
   const int dv = row % Dv;
-  auto s_io = const_cast<device float*>(pool) + slots[b] * pool_strides[0]
+  auto s_io = const_cast<device float*>(pool) + slots[b * slots_strides[0]] * pool_strides[0]
               + hv * pool_strides[1] + dv * pool_strides[2];
-  auto qp = q + (size_t(b) * Hk + hk) * Dk;
-  auto kp = k + (size_t(b) * Hk + hk) * Dk;
-  const float gt = static_cast<float>(g[n]);
-  const float bt = static_cast<float>(beta[n]);
-  const float vt = static_cast<float>(v[row]);
-  const bool zero = fresh[b] != 0;
+  auto qp = q + b * q_strides[0] + hk * q_strides[1];
+  auto kp = k + b * k_strides[0] + hk * k_strides[1];
+  float gt = static_cast<float>(g[b * g_strides[0] + hv * g_strides[1]]);
+  float bt = static_cast<float>(beta[b * beta_strides[0] + hv * beta_strides[1]]);
+  if (GATES) {
+    const float x = gt + static_cast<float>(dt_bias[hv]);
+    const float softplus = metal::max(x, 0.0f) + metal::log(1.0f + metal::exp(-metal::abs(x)));
+    gt = metal::exp(-metal::exp(static_cast<float>(a_log[hv])) * softplus);
+    bt = 1.0f / (1.0f + metal::exp(-bt));
+  }
+  const float vt = static_cast<float>(v[b * v_strides[0] + hv * v_strides[1] + dv * v_strides[2]]);
+  const bool zero = fresh[b * fresh_strides[0]] != 0;
 
   float st[E];
   float kk[E];
@@ -143,7 +158,7 @@ _METAL_SOURCE = """
     const int e0 = (c * LPR + lane) * 4;
     for (int j = 0; j < 4; ++j) {
       st[4 * c + j] = zero ? 0.0f : s_io[e0 + j];
-      kk[4 * c + j] = static_cast<float>(kp[e0 + j]);
+      kk[4 * c + j] = static_cast<float>(kp[(e0 + j) * k_strides[2]]);
     }
   }
   float kv = 0.0f;
@@ -159,7 +174,7 @@ _METAL_SOURCE = """
     for (int j = 0; j < 4; ++j) {
       const int i = 4 * c + j;
       st[i] += kk[i] * delta;
-      o += st[i] * static_cast<float>(qp[e0 + j]);
+      o += st[i] * static_cast<float>(qp[(e0 + j) * q_strides[2]]);
       s_io[e0 + j] = st[i];
     }
   }
@@ -167,7 +182,7 @@ _METAL_SOURCE = """
   if (lane == 0) y[row] = static_cast<OutT>(o);
 """
 
-_INPUTS = ["q", "k", "v", "g", "beta", "pool", "slots", "fresh"]
+_INPUTS = ["q", "k", "v", "g", "beta", "pool", "slots", "fresh", "a_log", "dt_bias"]
 _OUTPUTS = ["y"]
 _built: dict[str, object] = {}
 
@@ -199,6 +214,16 @@ def _fresh_flags(fresh: mx.array | None, batch: int) -> mx.array:
     return fresh.astype(mx.int32)
 
 
+def raw_gates(a, b, decay):
+    """float32 (g, beta) [B, Hv] from the raw projections a, b [B, Hv] and decay =
+    (A_log, dt_bias) [Hv]: g = exp(-exp(A_log) * softplus(a + dt_bias)), beta = sigmoid(b)
+    (engine/models/elementwise.decay_and_beta)."""
+    a_log, dt_bias = decay
+    x = a.astype(mx.float32) + dt_bias.astype(mx.float32)
+    g = mx.exp(-mx.exp(a_log.astype(mx.float32)) * mx.logaddexp(x, 0.0))
+    return g, mx.sigmoid(b.astype(mx.float32))
+
+
 def step_math(st, q, k, v, g, beta):
     """One recurrence update in float32 on gathered states.
 
@@ -223,8 +248,11 @@ def gather_states(pool, slots, fresh=None):
     return st
 
 
-def reference(q, k, v, g, beta, pool, slots, fresh=None):
-    """Plain-mx float32 step. Returns (y [B, Hv, Dv] in q.dtype, rows [B, Hv, Dv, Dk] f32)."""
+def reference(q, k, v, g, beta, pool, slots, fresh=None, decay=None):
+    """Plain-mx float32 step. Returns (y [B, Hv, Dv] in q.dtype, rows [B, Hv, Dv, Dk] f32).
+    decay = (A_log, dt_bias): g and beta are the raw projections a and b (raw_gates)."""
+    if decay is not None:
+        g, beta = raw_gates(g, beta, decay)
     y, st = step_math(gather_states(pool, slots, fresh), q, k, v, g, beta)
     return y.astype(q.dtype), st
 
@@ -246,19 +274,30 @@ def applies(q, k, v, pool, lanes: int | None) -> bool:
             and pool.shape[1:] == (Hv, Dv, Dk))
 
 
-def kernel(q, k, v, g, beta, pool, slots, fresh=None, *, backend: str, lanes: int | None = None):
+@cache
+def _no_decay() -> tuple[mx.array, mx.array]:
+    """Placeholders for the decay inputs when g and beta come ready (GATES=0: unread)."""
+    a = (mx.zeros((1,), mx.float32), mx.zeros((1,), mx.float32))
+    mx.eval(*a)
+    return a
+
+
+def kernel(q, k, v, g, beta, pool, slots, fresh=None, *, backend: str, lanes: int | None = None,
+           decay=None):
     """Launch on `backend` ('cuda' | 'metal'): returns y [B, Hv, Dv] in q.dtype and
-    rewrites pool[slots] in place when evaluated (see the module's contract)."""
+    rewrites pool[slots] in place when evaluated (see the module's contract).
+    decay = (A_log, dt_bias) [Hv]: g and beta are the raw a, b [B, Hv] (reference says how
+    they become the decay and beta; the kernel does it in registers, no launch of its own).
+    Every input but the pool is read through its strides (views, no copies)."""
     B, Hk, Dk = q.shape
     Hv, Dv = v.shape[1], v.shape[2]
     lanes = lanes or pick_lanes(Dk, Dv)
-    # the kernel indexes everything but the pool as dense row-major
-    dense = [mx.contiguous(x) for x in (q, k, v, g, beta, slots.astype(mx.int32),
-                                         _fresh_flags(fresh, B))]
+    a_log, dt_bias = _no_decay() if decay is None else decay
     (y,) = _get(backend)(
-        inputs=dense[:5] + [pool] + dense[5:],
+        inputs=[q, k, v, g, beta, pool, slots.astype(mx.int32), _fresh_flags(fresh, B),
+                a_log, dt_bias],
         template=[("OutT", q.dtype), ("Hk", Hk), ("Hv", Hv), ("Dk", Dk), ("Dv", Dv),
-                  ("LPR", lanes)],
+                  ("LPR", lanes), ("GATES", int(decay is not None))],
         grid=(B * Hv * Dv * lanes, 1, 1), threadgroup=(128, 1, 1),
         output_shapes=[(B, Hv, Dv)], output_dtypes=[q.dtype])
     return y

@@ -17,8 +17,11 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+import kernels.add_rms_norm as arn
+import kernels.attention_prep as ap
 import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
+import kernels.gated_rms_norm as grn
 import kernels.gdn_conv_step as gcs
 import kernels.moe_experts as me
 import kernels.moe_route as mr
@@ -62,13 +65,16 @@ class KernelSet:
                 for name in NAMES}
 
     # -- dispatch: the kernel's result, or None (the caller runs its plain-mx path) ----
-    def gated_delta_step(self, q, k, v, g, beta, pool, slots, fresh=None):
-        """(y [B, Hv, Dv], pool) of kernels.gated_delta_step; pool rows updated in place."""
+    def gated_delta_step(self, q, k, v, g, beta, pool, slots, fresh=None, decay=None):
+        """(y [B, Hv, Dv], pool) of kernels.gated_delta_step; pool rows updated in place.
+        decay = (A_log, dt_bias): g and beta are the raw projections a and b, turned into
+        the decay and beta inside the kernel."""
         backend = self.launches(gds.NAME)
         lanes = gds.pick_lanes(q.shape[-1], v.shape[-1])
         if backend is None or not gds.applies(q, k, v, pool, lanes):
             return None
-        y = gds.kernel(q, k, v, g, beta, pool, slots, fresh, backend=backend, lanes=lanes)
+        y = gds.kernel(q, k, v, g, beta, pool, slots, fresh, backend=backend, lanes=lanes,
+                       decay=decay)
         return y, mx.depends(pool, y)       # keep the returned pool: ordered after the write
 
     def gated_delta_chunk(self, q, k, v, g, beta, pool, slots, lengths=None, fresh=None):
@@ -82,13 +88,14 @@ class KernelSet:
         return y, mx.depends(pool, y)
 
     def paged_decode_attention(self, q, k_pool, v_pool, block_tables, context_lens,
-                               page_size: int, scale: float):
-        """out [B, Hq, D] of kernels.paged_attention (one new token per row)."""
+                               page_size: int, scale: float, gate=None):
+        """out [B, Hq, D] of kernels.paged_attention (one new token per row); times
+        sigmoid(gate [B, Hq, D]) when given (the gated attention's output gate)."""
         backend = self.launches(pa.NAME)
-        if backend is None or not pa.applies(q, k_pool, v_pool):
+        if backend is None or not pa.applies(q, k_pool, v_pool, gate):
             return None
         return pa.kernel(q, k_pool, v_pool, block_tables, context_lens, page_size, scale,
-                         backend=backend)
+                         backend=backend, gate=gate)
 
     def moe_route(self, logits, k: int, normalize: bool = True):
         """(indices [N, k] int32, weights [N, k] float32) of kernels.moe_route."""
@@ -114,6 +121,36 @@ class KernelSet:
         if backend is None or not me.applies(x, idx, experts, shared_gate, residual):
             return None
         return me.kernel(x, idx, scores, experts, shared_gate, residual, backend=backend)
+
+
+    def add_rms_norm(self, x, r, weight, eps: float):
+        """(h = x + r, rms_norm(h) * weight) of kernels.add_rms_norm: x, r [N, D]."""
+        backend = self.launches(arn.NAME)
+        if backend is None or not arn.applies(x, r, weight):
+            return None
+        return tuple(arn.kernel(x, r, weight, eps, backend=backend))
+
+    def attention_prep(self, q, k, v, q_norm, k_norm, eps: float, offsets, slots, k_pool,
+                       v_pool, heads, rotary_dim: int, base: float):
+        """(q [B, Hq, D], (k_pool, v_pool)) of kernels.attention_prep: decode's q/k norms and
+        rotary, the new K/V written into the pools at slots in place. q [B, Hq*QH],
+        k, v [B, Hkv*D]; heads (Hq, Hkv, D, QH)."""
+        backend = self.launches(ap.NAME)
+        if backend is None or not ap.applies(q, k, v, q_norm, k_norm, k_pool, v_pool, heads,
+                                             rotary_dim):
+            return None
+        out = ap.kernel(q, k, v, q_norm, k_norm, eps, offsets, slots, k_pool, v_pool, heads,
+                        rotary_dim, base, backend=backend)
+        # keep the returned pools: ordered after the write
+        return out, tuple(mx.depends([k_pool, v_pool], [out]))
+
+    def gated_rms_norm(self, y, z, weight, eps: float):
+        """rms_norm(y) * weight * silu(z) per head row of kernels.gated_rms_norm:
+        y, z [B, T, H, D]."""
+        backend = self.launches(grn.NAME)
+        if backend is None or not grn.applies(y, z, weight):
+            return None
+        return grn.kernel(y, z, weight, eps, backend=backend)
 
 
 # What a layer holds until its model is given a kernel set (models built outside an engine).

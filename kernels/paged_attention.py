@@ -3,7 +3,8 @@
 q [B, Hq, D]; k_pool, v_pool [num_pages * page_size, Hkv, D]; block_tables
 [B, P] int32 (page ids, any order); context_lens [B] int32 (keys 0..len-1
 are live; len >= 1); grouped heads: query head h reads KV head h // (Hq // Hkv).
-Output [B, Hq, D] in q.dtype.
+Output [B, Hq, D] in q.dtype; with gate [B, Hq, D] (any strides: a view of the gated
+attention's q projection), times sigmoid(gate), inside pass 2.
 
 Flash-decoding in two launches: pass 1 gives each warp one split of KPS keys
 of one (row, KV head) and all G = Hq/Hkv query heads of that group (K/V are
@@ -44,7 +45,8 @@ def _get(backend: str):
                 output_names=["part_acc", "part_ml"])
             p2 = mx.fast.cuda_kernel(
                 name="tandem_paged_attn_p2", header=_CUDA_HEADER, source=_CUDA_PASS2,
-                input_names=["part_acc", "part_ml"], output_names=["out"])
+                input_names=["part_acc", "part_ml", "gate"], output_names=["out"],
+                ensure_row_contiguous=False)
         else:
             p1 = mx.fast.metal_kernel(
                 name="tandem_paged_attn_p1", source=_METAL_PASS1,
@@ -52,13 +54,16 @@ def _get(backend: str):
                 output_names=["part_acc", "part_ml"])
             p2 = mx.fast.metal_kernel(
                 name="tandem_paged_attn_p2", source=_METAL_PASS2,
-                input_names=["part_acc", "part_ml"], output_names=["out"])
+                input_names=["part_acc", "part_ml", "gate"], output_names=["out"],
+                ensure_row_contiguous=False)
         _built[backend] = (p1, p2)
     return _built[backend]
 
 
-def reference(q, k_pool, v_pool, block_tables, context_lens, page_size: int, scale: float):
-    """Plain-mx float32: gather every row's pages, mask keys >= len, softmax."""
+def reference(q, k_pool, v_pool, block_tables, context_lens, page_size: int, scale: float,
+              gate=None):
+    """Plain-mx float32: gather every row's pages, mask keys >= len, softmax; times
+    sigmoid(gate) when given."""
     B, Hq, D = q.shape
     Hkv = k_pool.shape[1]
     G = Hq // Hkv
@@ -71,13 +76,16 @@ def reference(q, k_pool, v_pool, block_tables, context_lens, page_size: int, sca
     live = mx.arange(idx.shape[1])[None, :] < context_lens[:, None]     # [B, L]
     scores = mx.where(live[:, None, None, :], scores, -mx.inf)
     probs = mx.softmax(scores, axis=-1)
-    return (probs @ vals).reshape(B, Hq, D).astype(q.dtype)
+    out = (probs @ vals).reshape(B, Hq, D)
+    if gate is not None:
+        out = out * mx.sigmoid(gate.astype(mx.float32))
+    return out.astype(q.dtype)
 
 
-def applies(q, k_pool, v_pool) -> bool:
+def applies(q, k_pool, v_pool, gate=None) -> bool:
     B, Hq, D = q.shape
     Hkv = k_pool.shape[1]
-    return (Hq % Hkv == 0 and D % 32 == 0 and D <= 1024 and k_pool.shape == v_pool.shape
+    return ((gate is None or gate.shape == q.shape) and Hq % Hkv == 0 and D % 32 == 0 and D <= 1024 and k_pool.shape == v_pool.shape
             and k_pool.dtype == v_pool.dtype and (Hq // Hkv) * D * 4 <= 32768
             and k_pool.shape[2] == D)
 
@@ -88,9 +96,23 @@ def keys_per_split(batch: int, num_kv_heads: int, capacity: int) -> int:
     return min(4096, max(32, 1 << max(0, want - 1).bit_length()))
 
 
+_no_gate: list[mx.array] = []
+
+
+def _gate_input(gate):
+    """The gate, or a placeholder pass 2 does not read (GATED=0)."""
+    if gate is not None:
+        return gate
+    if not _no_gate:
+        _no_gate.append(mx.zeros((1, 1, 1), mx.float32))
+        mx.eval(_no_gate[0])
+    return _no_gate[0]
+
+
 def kernel(q, k_pool, v_pool, block_tables, context_lens, page_size: int, scale: float, *,
-           backend: str, kps: int | None = None):
-    """Launch both passes on `backend`. Returns [B, Hq, D] in q.dtype."""
+           backend: str, kps: int | None = None, gate=None):
+    """Launch both passes on `backend`. Returns [B, Hq, D] in q.dtype (times sigmoid(gate)
+    when a gate [B, Hq, D] is given)."""
     B, Hq, D = q.shape
     Hkv = k_pool.shape[1]
     G = Hq // Hkv
@@ -107,7 +129,8 @@ def kernel(q, k_pool, v_pool, block_tables, context_lens, page_size: int, scale:
         output_shapes=[(B, Hq, S, D), (B, Hq, S, 2)],
         output_dtypes=[mx.float32, mx.float32])
     (out,) = p2(
-        inputs=[part_acc, part_ml], template=[("OutT", q.dtype), ("D", D)],
+        inputs=[part_acc, part_ml, _gate_input(gate)],
+        template=[("OutT", q.dtype), ("D", D), ("GATED", int(gate is not None))],
         grid=(B * Hq * D, 1, 1), threadgroup=(D, 1, 1),
         output_shapes=[(B, Hq, D)], output_dtypes=[q.dtype])
     return out

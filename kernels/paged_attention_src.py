@@ -161,7 +161,14 @@ _CUDA_PASS2 = """
       den += w * l;
     }
   }
-  out[bh * D + d] = static_cast<OutT>(den > 0.f ? num / den : 0.f);
+  float o = den > 0.f ? num / den : 0.f;
+  if (GATED) {     // the output gate: o * sigmoid(gate[b, h, d]), gate read through its strides
+    const int Hq = part_ml_shape[1];
+    const float gt = static_cast<float>(
+        gate[(bh / Hq) * gate_strides[0] + (bh % Hq) * gate_strides[1] + d * gate_strides[2]]);
+    o = o / (1.f + __expf(-gt));
+  }
+  out[bh * D + d] = static_cast<OutT>(o);
 """
 
 # Metal: same two passes, same partial layout; simdgroups of 32 stand in for warps.
@@ -265,5 +272,12 @@ _METAL_PASS2 = """
       den += w * l;
     }
   }
-  out[bh * D + d] = static_cast<OutT>(den > 0.0f ? num / den : 0.0f);
+  float o = den > 0.0f ? num / den : 0.0f;
+  if (GATED) {
+    const int Hq = part_ml_shape[1];
+    const float gt = static_cast<float>(
+        gate[(bh / Hq) * gate_strides[0] + (bh % Hq) * gate_strides[1] + d * gate_strides[2]]);
+    o = o / (1.0f + metal::exp(-gt));
+  }
+  out[bh * D + d] = static_cast<OutT>(o);
 """

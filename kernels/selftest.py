@@ -11,8 +11,11 @@ import time
 
 import mlx.core as mx
 
+import kernels.add_rms_norm as arn
+import kernels.attention_prep as ap
 import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
+import kernels.gated_rms_norm as grn
 import kernels.gdn_conv_step as gcs
 import kernels.moe_experts as me
 import kernels.moe_route as mr
@@ -58,6 +61,26 @@ def check_step(backend: str) -> float:
     return max(_err(y, ry), _err(pool[slots], rrows))
 
 
+def check_step_raw_gates(backend: str) -> float:
+    """The model's launch: raw a, b (columns of one projection row) and q/k/v as views."""
+    q, k, v, _, _, pool, slots, fresh = _gdn_inputs(mx.random.key(7), 3, 0, 2, 4, 32, 5,
+                                                    mx.bfloat16)
+    ks = mx.random.split(mx.random.key(8), 3)
+    ab = (2.0 * mx.random.normal((3, 11), key=ks[0])).astype(mx.bfloat16)
+    a, b = ab[:, 1:5], ab[:, 6:10]
+    decay = (mx.random.uniform(0.0, 2.5, (4,), key=ks[1]),
+             mx.random.normal((4,), key=ks[2]).astype(mx.bfloat16))
+    qs, ks_, vs = (mx.concatenate([x, x], axis=-1)[..., 16:48] for x in (q, k, v))
+    # y against the unrounded float32 result (q in float32: the same values), past its
+    # bf16 rounding: the kernel's gates round apart from the reference's
+    ry, rrows = gds.reference(qs.astype(mx.float32), ks_, vs, a, b, pool, slots, fresh,
+                              decay=decay)
+    mx.eval(ry, rrows)                       # before the kernel rewrites the pool in place
+    y = gds.kernel(qs, ks_, vs, a, b, pool, slots, fresh, backend=backend, decay=decay)
+    mx.eval(y)
+    return max(_err_past_bf16(y, ry), _err(pool[slots], rrows))
+
+
 def check_chunk(backend: str) -> float:
     q, k, v, g, beta, pool, slots, fresh = _gdn_inputs(mx.random.key(2), 3, 5, 2, 4, 32, 4,
                                                        mx.bfloat16)
@@ -79,7 +102,11 @@ def check_paged(backend: str) -> float:
     bt = mx.array([[7, 2, 9], [1, 0, 0], [4, 8, 3]], dtype=mx.int32)
     lens = mx.array([11, 3, 12], dtype=mx.int32)
     args = (q, kp, vp, bt, lens, ps, D**-0.5)
-    return _err(pa.kernel(*args, backend=backend, kps=8), pa.reference(*args))
+    # the gated layer's launch: the gate a strided view (the second half of each q head)
+    gate = mx.random.normal((B, Hq, 2 * D), key=mx.random.key(31)).astype(mx.bfloat16)[..., D:]
+    exact = pa.reference(q.astype(mx.float32), *args[1:], gate=gate)   # unrounded
+    return max(_err(pa.kernel(*args, backend=backend, kps=8), pa.reference(*args)),
+               _err_past_bf16(pa.kernel(*args, backend=backend, kps=8, gate=gate), exact))
 
 
 def check_route(backend: str) -> float:
@@ -143,9 +170,68 @@ def check_conv(backend: str) -> float:
                _err(pool[slots], rows))
 
 
-CHECKS = {"gated_delta_step": check_step, "gated_delta_chunk": check_chunk,
+def check_add_rms_norm(backend: str) -> float:
+    """bf16 rows (r a strided view, D not a multiple of the block) and a float32 launch."""
+    ks = mx.random.split(mx.random.key(9), 3)
+    x = mx.random.normal((3, 200), key=ks[0]).astype(mx.bfloat16)
+    r = mx.random.normal((3, 232), key=ks[1]).astype(mx.bfloat16)[:, 16:216]
+    w = (1.0 + 0.1 * mx.random.normal((200,), key=ks[2])).astype(mx.bfloat16)
+    err = 0.0
+    for args in ((x, r, w), tuple(a.astype(mx.float32) for a in (x, r, w))):
+        rh, _ = arn.reference(*args, 1e-6)         # h: the same rounding both ways
+        # y: from the rounded h, unrounded (float32), against the kernel's past its rounding
+        exact = arn.reference(rh.astype(mx.float32), mx.zeros(rh.shape), w.astype(mx.float32),
+                              1e-6)[1]
+        h, y = arn.kernel(*args, 1e-6, backend=backend)
+        err = max(err, _err(h, rh), _err_past_bf16(y, exact))
+    return err
+
+
+def check_gated_rms_norm(backend: str) -> float:
+    """bf16 heads (z a strided view of a wider row, y dense; D=96: three lanes' loops),
+    and a float32 launch."""
+    ks = mx.random.split(mx.random.key(10), 3)
+    y = mx.random.normal((2, 3, 4, 96), key=ks[0]).astype(mx.bfloat16)
+    z = mx.random.normal((2, 3, 4 * 96 + 40), key=ks[1]).astype(mx.bfloat16)
+    z = z[..., 8:8 + 4 * 96].reshape(2, 3, 4, 96)
+    w = (1.0 + 0.1 * mx.random.normal((96,), key=ks[2])).astype(mx.bfloat16)
+    err = 0.0
+    for args in ((y, z, w), tuple(a.astype(mx.float32) for a in (y, z, w))):
+        exact = grn.reference(*(a.astype(mx.float32) for a in args), 1e-6)
+        err = max(err, _err_past_bf16(grn.kernel(*args, 1e-6, backend=backend), exact))
+    return err
+
+
+def check_attention_prep(backend: str) -> float:
+    """bf16 views of one joined projection row (q with its gate per head), pools written at
+    out-of-order rows; against the unrounded float32 result past the outputs' rounding."""
+    B, Hq, Hkv, D, rd, R = 3, 4, 2, 64, 16, 9
+    heads = (Hq, Hkv, D, 2 * D)
+    ks = mx.random.split(mx.random.key(11), 4)
+    joined = mx.random.normal((B, Hq * 2 * D + 2 * Hkv * D + 8), key=ks[0]).astype(mx.bfloat16)
+    q, k = joined[:, :Hq * 2 * D], joined[:, Hq * 2 * D:Hq * 2 * D + Hkv * D]
+    v = joined[:, Hq * 2 * D + Hkv * D:Hq * 2 * D + 2 * Hkv * D]
+    qw, kw = (1.0 + 0.1 * mx.random.normal((2, D), key=ks[1])).astype(mx.bfloat16)
+    offsets = mx.array([3, 0, 37], dtype=mx.int32)
+    slots = mx.array([7, 2, 5], dtype=mx.int32)
+    k_pool, v_pool = mx.random.normal((2, R, Hkv, D), key=ks[2]).astype(mx.bfloat16)
+    mx.eval(k_pool, v_pool)
+    f32 = [a.astype(mx.float32) for a in (q, k, v, qw, kw)]
+    pools32 = [mx.zeros((1, Hkv, D), mx.float32)] * 2
+    want = ap.reference(*f32[:5], 1e-6, offsets, slots, *pools32, heads, rd, 1e7)
+    mx.eval(want)
+    got = ap.kernel(q, k, v, qw, kw, 1e-6, offsets, slots, k_pool, v_pool, heads, rd, 1e7,
+                    backend=backend)
+    mx.eval(got)
+    return max(_err_past_bf16(g, w) for g, w in zip((got, k_pool[slots], v_pool[slots]), want))
+
+
+CHECKS = {"gated_delta_step": lambda b: max(check_step(b), check_step_raw_gates(b)),
+          "gated_delta_chunk": check_chunk,
           "paged_attention": check_paged, "moe_route": check_route,
-          "moe_experts": check_experts, "gdn_conv_step": check_conv}
+          "moe_experts": check_experts, "gdn_conv_step": check_conv,
+          "add_rms_norm": check_add_rms_norm, "gated_rms_norm": check_gated_rms_norm,
+          "attention_prep": check_attention_prep}
 
 
 def run_selftest(verbose: bool = True) -> dict:

@@ -45,3 +45,14 @@ def moe_output(experts: mx.array, shared: mx.array, shared_gate: mx.array,
     """residual + (experts + shared * sigmoid(shared_gate)): a MoE block's output and the
     layer's residual add in one kernel."""
     return residual + (experts + shared * mx.sigmoid(shared_gate))
+
+
+def residual_norm(kernels, x: mx.array, r: mx.array, norm) -> tuple[mx.array, mx.array]:
+    """(h = x + r, norm(h)): a layer's residual add and the RMSNorm after it, one launch
+    where the kernel set has kernels/add_rms_norm for it, else the add and the norm.
+    x, r [N, D]; norm an nn.RMSNorm."""
+    out = kernels.add_rms_norm(x, r, norm.weight, norm.eps)
+    if out is not None:
+        return out
+    h = x + r
+    return h, norm(h)

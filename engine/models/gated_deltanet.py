@@ -21,14 +21,20 @@ from kernels.kernel_set import NO_KERNELS
 
 
 class GatedRMSNorm(nn.Module):
-    """RMSNorm of the recurrence output, gated by SiLU(z) (computed in float32)."""
+    """RMSNorm of the recurrence output, gated by SiLU(z) (computed in float32): one
+    launch where the kernel set has kernels/gated_rms_norm, else the norm and the gate."""
 
     def __init__(self, dims: int, eps: float):
         super().__init__()
         self.eps = eps
         self.weight = mx.ones((dims,))
+        self.kernel_set = NO_KERNELS        # the loaded model's own (engine/models/base.py)
 
     def __call__(self, x: mx.array, z: mx.array) -> mx.array:
+        """x, z [B, T, Hv, Dv] -> [B, T, Hv, Dv] in x's dtype."""
+        out = self.kernel_set.gated_rms_norm(x, z, self.weight, self.eps)
+        if out is not None:
+            return out
         return silu_gated_norm(mx.fast.rms_norm(x, self.weight, self.eps), z, x)
 
 
@@ -107,8 +113,10 @@ class GatedDeltaNet(nn.Module):
             q, k, v = qkv_heads                                              # [B, 1, H, D]
         else:
             q, k, v = self._conv(qkv, view, states, writes[0])
-        g, beta = decay_and_beta(self.A_log, a, self.dt_bias, b)             # [B, T, Hv] x2
-        y = self._recurrence(q, k, v, g, beta, view, states, writes[1])      # [B, T, Hv, Dv]
+        y = self._kernel_step(q, k, v, a, b, view, states) if T == 1 else None
+        if y is None:
+            g, beta = decay_and_beta(self.A_log, a, self.dt_bias, b)         # [B, T, Hv] x2
+            y = self._recurrence(q, k, v, g, beta, view, states, writes[1])  # [B, T, Hv, Dv]
 
         y = self.norm(y, z)                                                  # [B, T, Hv, Dv]
         return y.reshape(B, T, -1)                                           # [B, T, Hv*Dv]
@@ -166,13 +174,25 @@ class GatedDeltaNet(nn.Module):
         writes.append((slots, new_state))
         return y
 
+    def _kernel_step(self, q, k, v, a, b, view: BatchView, states: list[mx.array]):
+        """Decode: y [B, 1, Hv, Dv] from this model's step kernel, which turns the raw a, b
+        into the decay and beta itself and updates each row's state in the pool in place
+        (kernels/gated_delta_step.py); None: no kernel for this call."""
+        fresh = (view.offsets == 0) if view.any_fresh else None               # [B] or None
+        out = self.kernel_set.gated_delta_step(q[:, 0], k[:, 0], v[:, 0], a[:, 0], b[:, 0],
+                                               states[1], view.state_slots, fresh,
+                                               decay=(self.A_log, self.dt_bias))
+        if out is None:
+            return None
+        y, states[1] = out
+        return y[:, None]
+
     def _kernel_recurrence(self, q, k, v, g, beta, view: BatchView, pool: mx.array, fresh):
-        """(y [B, T, Hv, Dv], pool) from this model's kernel, which gathers, updates and
-        writes each row's state in the pool itself; None: no kernel for this call."""
+        """(y [B, T, Hv, Dv], pool) from this model's chunk kernel, which gathers, updates
+        and writes each row's state in the pool itself; None: no kernel for this call
+        (decode's step kernel is tried before, in _kernel_step)."""
         if view.num_tokens == 1:
-            out = self.kernel_set.gated_delta_step(q[:, 0], k[:, 0], v[:, 0], g[:, 0],
-                                                   beta[:, 0], pool, view.state_slots, fresh)
-            return None if out is None else (out[0][:, None], out[1])
+            return None
         lengths = view.lengths if view.ragged else None
         return self.kernel_set.gated_delta_chunk(q, k, v, g, beta, pool, view.state_slots,
                                                  lengths, fresh)

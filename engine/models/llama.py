@@ -9,7 +9,7 @@ import mlx.nn as nn
 from engine.core.batch_view import BatchView
 from engine.models.attention import grouped_paged_attention, merge_heads
 from engine.models.base import CacheSpec, ModelCache
-from engine.models.elementwise import swiglu
+from engine.models.elementwise import residual_norm, swiglu
 from engine.models.fused import fuse_linears
 from engine.models.rope import RoPE
 from engine.models.row_groups import RowGroups
@@ -133,10 +133,12 @@ class Block(nn.Module):
         self.mlp = MLP(a.hidden_size, a.intermediate_size)
         self.input_layernorm = nn.RMSNorm(a.hidden_size, eps=a.rms_norm_eps)
         self.post_attention_layernorm = nn.RMSNorm(a.hidden_size, eps=a.rms_norm_eps)
+        self.kernel_set = NO_KERNELS        # the loaded model's own (engine/models/base.py)
 
     def __call__(self, x: mx.array, rows: RowGroups, kv: list[mx.array]) -> mx.array:
-        h = x + self.self_attn(self.input_layernorm(x), rows, kv)    # [N, H]
-        return h + self.mlp(self.post_attention_layernorm(h))
+        mixed = self.self_attn(self.input_layernorm(x), rows, kv)      # [N, H]
+        h, normed = residual_norm(self.kernel_set, x, mixed, self.post_attention_layernorm)
+        return h + self.mlp(normed)
 
 
 class LlamaModel(nn.Module):

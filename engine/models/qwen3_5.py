@@ -12,9 +12,9 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from engine.core.batch_view import BatchView
-from engine.models.attention import grouped_paged_attention, merge_heads
+from engine.models.attention import attend, grouped_paged_attention, merge_heads
 from engine.models.base import CacheSpec, ModelCache
-from engine.models.elementwise import sigmoid_gate
+from engine.models.elementwise import residual_norm, sigmoid_gate
 from engine.models.fused import fuse_linears
 from engine.models.gated_deltanet import GatedDeltaNet, NextGatedDeltaNet
 from engine.models.moe import MLP, SparseMoeBlock
@@ -55,12 +55,37 @@ class Attention(nn.Module):
             qg, k, v = self.qkv_proj(x)                              # [N, 2*Hq*D], [N, Hkv*D]
         else:
             qg, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if len(rows.views) == 1 and rows.views[0].num_tokens == 1:
+            out = self._kernel_decode(qg, k, v, rows.views[0], kv)           # [B, Hq*D]
+            if out is not None:
+                return self.o_proj(out)
         groups = [self._rotated(*p, view) for view, *p
                   in zip(rows.views, rows.split(qg), rows.split(k), rows.split(v))]
         out = grouped_paged_attention([g[:3] for g in groups], kv, rows.views, self.scale,
                                       self.kernel_set)                # per group [B, Hq, T, D]
         return self.o_proj(rows.join([sigmoid_gate(merge_heads(o), gate)
                                       for o, (*_, gate) in zip(out, groups)]))  # [N, H]
+
+    def _kernel_decode(self, qg, k, v, view: BatchView, kv: list[mx.array]):
+        """Decode of one group through the kernel set: q/k norms, rotary and the K/V pool
+        writes in one launch (kernels/attention_prep.py), then the paged attention with
+        the output gate inside its second pass. qg [B, 2*Hq*D], k, v [B, Hkv*D] ->
+        gated output [B, Hq*D]; None: no prep kernel for this call (nothing written)."""
+        ks = self.kernel_set
+        out = ks.attention_prep(qg, k, v, self.q_norm.weight, self.k_norm.weight,
+                                self.q_norm.eps, view.offsets, view.slot_mapping.reshape(-1),
+                                kv[0], kv[1], (self.hq, self.hkv, self.d, 2 * self.d),
+                                self.rotary_dim, self.theta)
+        if out is None:
+            return None
+        q, (kv[0], kv[1]) = out                                              # [B, Hq, D]
+        B = q.shape[0]
+        gate = qg.reshape(B, self.hq, 2 * self.d)[..., self.d:]              # [B, Hq, D]
+        o = ks.paged_decode_attention(q, kv[0], kv[1], view.block_tables, view.context_lens,
+                                      view.page_size, self.scale, gate=gate)
+        if o is None:      # the pools already hold this token: attend over them as they are
+            o = sigmoid_gate(attend(q[:, :, None], kv, view, self.scale, ks)[:, :, 0], gate)
+        return o.reshape(B, -1)
 
     def _rotated(self, qg, k, v, view: BatchView) -> tuple[mx.array, ...]:
         """One group's projections [B, T, *] -> (q [B, Hq, T, D], k/v [B, Hkv, T, D]
@@ -97,15 +122,16 @@ class DecoderLayer(nn.Module):
                                       args.num_experts_per_tok, args.norm_topk_prob)
         else:
             self.mlp = MLP(args.hidden_size, args.intermediate_size)
+        self.kernel_set = NO_KERNELS        # the loaded model's own (engine/models/base.py)
 
     def __call__(self, x: mx.array, rows: RowGroups, cache_entry: list[mx.array]) -> mx.array:
         """x [N, H], every group's tokens: the mixer runs per group, the rest once."""
         mixer = self.linear_attn if self.is_linear else self.self_attn
-        h = x + mixer(self.input_layernorm(x), rows, cache_entry)           # [N, H]
+        mixed = mixer(self.input_layernorm(x), rows, cache_entry)            # [N, H]
+        h, normed = residual_norm(self.kernel_set, x, mixed, self.post_attention_layernorm)
         if isinstance(self.mlp, SparseMoeBlock):      # adds the residual in its last op
-            return self.mlp(self.post_attention_layernorm(h), residual=h,
-                            route_rows=rows.route_rows)
-        return h + self.mlp(self.post_attention_layernorm(h))
+            return self.mlp(normed, residual=h, route_rows=rows.route_rows)
+        return h + self.mlp(normed)
 
 
 class Backbone(nn.Module):

@@ -1,6 +1,8 @@
 """``python -m kernels.bench.cuda_on_cpu``: CUDA sources of kernels/ run on the CPU.
 
-kernels/moe_experts.py's two kernels and kernels/gdn_conv_step.py's.
+kernels/moe_experts.py's two kernels and kernels/gdn_conv_step.py's here; the decode
+step's others (gated_delta_step, add_rms_norm, gated_rms_norm, attention_prep and the
+gated pass 2 of paged_attention) in kernels/bench/cuda_on_cpu_decode.py, run after them.
 
 Not a benchmark: a check of a CUDA source's index math where no GPU is at hand. The
 kernel bodies are compiled by g++ (C++20) as written, with a shim: each block's 256
@@ -17,6 +19,7 @@ import numpy as np
 
 import kernels.gdn_conv_step as gcs
 import kernels.moe_experts as me
+import kernels.moe_experts_src as mes
 
 PRE = r'''
 #include <barrier>
@@ -93,14 +96,14 @@ def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False):  # noqa: E74
     R, KK = 2 * I + pad, K + shared
     nb1 = -(-(N * KK * (I // me.RPW1) * 32) // 256)
     nb2 = N * (D // (8 * me.RPW2))
-    src = PRE + me._CUDA_HEADER
-    src += kfunc("gate_up", me._CUDA_GATE_UP,
+    src = PRE + mes._CUDA_HEADER
+    src += kfunc("gate_up", mes._CUDA_GATE_UP,
                  "const float* x, const int* x_shape, const uint32_t* idx, const uint32_t* w,"
                  " const float* scales, const float* biases, const uint32_t* sw,"
                  " const float* ss, const float* sb, float* h",
                  [("D", D), ("I", I), ("K", K), ("R", R), ("RS", R), ("GS", GS),
                   ("RPW", me.RPW1), ("SHARED", int(shared))])
-    src += kfunc("down", me._CUDA_DOWN,
+    src += kfunc("down", mes._CUDA_DOWN,
                  "const float* h, const uint32_t* idx, const int64_t* idx_strides,"
                  " const float* scores, const int64_t* scores_strides, const uint32_t* w,"
                  " const float* scales, const float* biases, const uint32_t* sw,"
@@ -250,3 +253,5 @@ if __name__ == "__main__":
     # (B, slots, (Hk, Hv, Dk, Dv), taps, fresh rows): the real head layout at 2+2+4 heads
     for case in [(3, 5, (2, 4, 128, 128), 4, {1}), (2, 4, (1, 2, 32, 64), 3, set())]:
         assert emulate_conv(*case, seed=2) < 1e-5
+    from kernels.bench.cuda_on_cpu_decode import main as decode_main
+    decode_main()

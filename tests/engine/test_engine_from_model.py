@@ -15,6 +15,7 @@ import kernels.moe_route as mr
 from engine import Engine, EngineConfig
 from engine.loading.model_bundle import InMemoryModel
 from engine.tokenization.tokenizer import Tokenizer
+from kernels.backend import NAMES
 from kernels.kernel_set import KernelSet
 
 CFG = EngineConfig(num_pages=64, page_size=4, prefill_chunk=8, max_context=200)
@@ -58,10 +59,7 @@ def test_each_engine_keeps_its_own_kernel_set(tmp_path, monkeypatch):
         launches.append(logits.shape[0])
         return mr.reference(logits, k, normalize)       # the kernel's float32 contract
     monkeypatch.setattr(mr, "kernel", router_kernel)
-    only_router = KernelSet("cuda", tuple((n, "test") for n in
-                                          ("gated_delta_step", "gated_delta_chunk",
-                                           "paged_attention", "moe_experts",
-                                           "gdn_conv_step")))
+    only_router = KernelSet("cuda", tuple((n, "test") for n in NAMES if n != "moe_route"))
     monkeypatch.setattr(model_bundle, "select_kernels", lambda use: only_router)
     # No warm-up (a GPU's default): its forwards would route through A's kernel at load.
     a = Engine.from_model(_moe_model(tmp_path / "a"), replace(CFG, warm_up=False))

@@ -47,9 +47,13 @@ def test_a_qwen_block_on_the_gpu_path_launches_the_kernels():
     assert ops["[gated_delta_step]"] == ops["[gdn_conv_step]"] == 3
     assert ops["[moe_route]"] == 4 and ops["[moe_experts]"] == 2 * 4
     assert ops["[paged_attention_p1]"] == ops["[paged_attention_p2]"] == 1
-    # layer norms, GDN (q/k inside the conv kernel: the gated norm), attention, final
-    assert ops["[rms_norm]"] == 3 * 2 + 3 * 1 + 1 * 4 + 1
-    for op in ("RMSNorm", "Softmax", "ArgPartition", "Rsqrt", "Full"):
+    # input norms and the final one (GDN q/k inside the conv kernel, its gated norm one
+    # gated_rms_norm; attention q/k norms, rotary and the K/V writes one attention_prep);
+    # each layer's residual add and post-mixer norm one add_rms_norm
+    assert ops["[rms_norm]"] == 4 * 1 + 1
+    assert ops["[add_rms_norm]"] == 4 and ops["[gated_rms_norm]"] == 3
+    assert ops["[attention_prep]"] == 1 and ops["[rope]"] == ops["Scatter"] == 0
+    for op in ("RMSNorm", "Softmax", "ArgPartition", "Rsqrt", "Full", "Contiguous"):
         assert ops[op] == 0, op
     assert ops == profile_ops.ours(profile_ops.qwen3_5_layout(4), 1, 32, "gpu")
 

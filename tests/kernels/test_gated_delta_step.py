@@ -100,3 +100,101 @@ def test_picked_lanes_fit_the_shape(shape):
     lanes = gds.pick_lanes(D, D)
     assert gds.applies(mx.zeros((B, Hk, D)), mx.zeros((B, Hk, D)), mx.zeros((B, Hv, D)),
                        mx.zeros((S, Hv, D, D)), lanes)
+
+
+# -- raw gates (decay = (A_log, dt_bias)) and strided views, as the model hands them --
+
+def _raw_gates(seed, B, Hv, dtype):
+    """a, b [B, Hv] as columns of a wider projection row (strided views), A_log, dt_bias
+    [Hv]; numpy float64 g, beta from the values the kernel sees."""
+    rng = np.random.default_rng(seed)
+    wide = mx.array(rng.standard_normal((B, 2 * Hv + 5)) * 2.0, dtype)
+    a, b = wide[:, 3:3 + Hv], wide[:, 3 + Hv:3 + 2 * Hv]
+    a_log = mx.array(np.log(rng.uniform(1.0, 16.0, Hv)), mx.float32)
+    dt_bias = mx.array(rng.standard_normal(Hv), dtype)
+    x = to_np(a).astype(np.float64) + to_np(dt_bias)
+    g = np.exp(-np.exp(to_np(a_log).astype(np.float64)) * np.logaddexp(x, 0.0))
+    beta = 1.0 / (1.0 + np.exp(-to_np(b).astype(np.float64)))
+    return (a, b, (a_log, dt_bias)), (g, beta)
+
+
+def _raw_step_args(seed, shape, dtype):
+    """Step inputs with raw gates and q/k/v as views of wider arrays (strided rows)."""
+    B, Hk, Hv, D, S = shape
+    m, n = gdn_cases.make(seed, B, 1, Hk, Hv, D, S, dtype=dtype)
+    (a, b, decay), (g, beta) = _raw_gates(seed + 100, B, Hv, dtype)
+    n["g"], n["beta"] = g[:, None], beta[:, None]
+    q, k, v = (mx.concatenate([m[x][:, 0], m[x][:, 0]], axis=-1)[..., :D] for x in "qkv")
+    return (q, k, v, a, b, m["pool"], m["slots"], m["fresh"]), decay, m, n
+
+
+@pytest.mark.parametrize("shape", GRID)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reference_with_raw_gates_matches_numpy(shape, dtype, cpu_stream):
+    args, decay, _, n = _raw_step_args(6, shape, dtype)
+    _check(*gds.reference(*args, decay=decay), n, dtype)
+
+
+@pytest.mark.parametrize("shape", GRID)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kernel_with_raw_gates_on_strided_views_matches_numpy(backend, shape, dtype):
+    args, decay, m, n = _raw_step_args(7, shape, dtype)
+    y = gds.kernel(*args, backend=backend, decay=decay)
+    mx.eval(y)
+    _check(y, m["pool"][m["slots"]], n, dtype)
+
+
+def test_planted_fault_in_the_gates_is_caught(cpu_stream):
+    args, decay, _, n = _raw_step_args(8, GRID[1], mx.float32)
+    bad = (decay[0], decay[1] + 0.05)                 # dt_bias read 0.05 off
+    with pytest.raises(AssertionError):
+        _check(*gds.reference(*args, decay=bad), n, mx.float32)
+
+
+class _StepByReference(KernelSet):
+    """The step kernel's contract on any machine: its reference, the pool rows scattered."""
+    calls = []
+
+    def gated_delta_step(self, q, k, v, g, beta, pool, slots, fresh=None, decay=None):
+        if not gds.applies(q, k, v, pool, gds.pick_lanes(q.shape[-1], v.shape[-1])):
+            return None
+        self.calls.append(decay is not None)
+        y, rows = gds.reference(q, k, v, g, beta, pool, slots, fresh, decay=decay)
+        pool = mx.array(pool)
+        pool[slots] = rows
+        return y, pool
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_5_moe", "qwen3_next"])
+def test_the_layer_hands_the_step_kernel_its_raw_gates_as_its_plain_path_reads_them(model_type):
+    """Wiring: decode steps (a fresh row among them) through the step kernel's contract,
+    fed the raw a, b and the layer's A_log, dt_bias, give the plain path's logits and
+    recurrent states."""
+    from float32_tolerance import assert_close, model_depth
+    from qwen_fixtures import Rows
+    from test_gdn_conv_step import _model
+
+    from engine.models.base import use_kernels
+    from kernels.backend import NAMES
+    from kernels.kernel_set import NO_KERNELS
+    model = _model(model_type)
+    runs = {}
+    others = tuple((n, "test") for n in NAMES if n != gds.NAME)
+    for name, kernels in (("plain", NO_KERNELS), ("kernel", _StepByReference("cuda", others))):
+        use_kernels(model, kernels)
+        rows = Rows(model)
+        for s in (0, 1):
+            rows.start(s)
+        out = [rows.forward({0: [5, 6, 7, 8], 1: [9, 10]})]
+        rows.start(2)
+        for step in range(3):       # seq 2 starts with a one-token prompt: a fresh decode row
+            out.append(rows.forward({0: [11 + step], 1: [20 + step], 2: [30 + step]}))
+        runs[name] = ([np.array(o) for o in out],
+                      [np.array(layer[1]) for layer in rows.cache.states])
+    # 3 decode steps x the tiny model's Gated DeltaNet layers, each given the raw gates
+    assert _StepByReference.calls and all(_StepByReference.calls)
+    depth = model_depth(model, 4 + 3)
+    for i, (got, want) in enumerate(zip(runs["kernel"][0], runs["plain"][0])):
+        assert_close(got, want, depth, f"logits of forward {i}")
+    for i, (got, want) in enumerate(zip(runs["kernel"][1], runs["plain"][1])):
+        assert_close(got, want, depth, f"recurrent states of layer {i}")

@@ -1,0 +1,107 @@
+"""``python -m kernels.bench.nvcc_check --mlx-src DIR``: CUDA sources compiled by nvcc, no GPU.
+
+Each kernel's CUDA body wrapped as MLX 0.32's ``mx.fast.cuda_kernel`` wraps it
+(mlx/backend/cuda/custom_kernel.cpp ``build_kernel``: the default header, the signature
+with ``Shape``/``Strides``/``ndim`` for the names the source uses, the template
+constants), at the real model's shapes, in bf16 and float32, then ``nvcc -arch=sm_90a
+-c -Xptxas -v``: compile errors, warnings, registers and spills. DIR is an MLX source
+tree of the installed version (its ``mlx/backend/cuda/device/*.cuh``), e.g.
+``git archive v0.32.1 mlx | tar -x -C DIR`` in a clone of ml-explore/mlx. Not a run:
+kernels/bench/cuda_on_cpu.py runs the bodies on the CPU; only the GPU says they are fast.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import tempfile
+
+import kernels.add_rms_norm as arn
+import kernels.attention_prep as ap
+import kernels.gated_delta_step as gds
+import kernels.gated_rms_norm as grn
+import kernels.paged_attention_src as pas
+
+TYPES = {"float32": "float", "bfloat16": "__nv_bfloat16", "int32": "int32_t"}
+HEADER = '\n#include "mlx/backend/cuda/device/utils.cuh"\n\n#include <cooperative_groups.h>\n\n'
+
+
+def wrap(name: str, header: str, source: str, inputs, outputs, template) -> str:
+    """The source MLX JIT-compiles: inputs (name, dtype, ndim), outputs (name, dtype)."""
+    s = HEADER + header + "namespace mlx::core::cu {\n\nnamespace cg = cooperative_groups;\n\n"
+    s += f"__global__ void {name}(\n"
+    for n, dt, ndim in inputs:
+        s += f"    const {TYPES[dt]}* {n},\n"
+        for suffix, kind in (("shape", "Shape"), ("strides", "Strides"), ("ndim", "int")):
+            if ndim > 0 and f"{n}_{suffix}" in source:
+                s += f"    const __grid_constant__ {kind} {n}_{suffix},\n"
+    s += ",\n".join(f"    {TYPES[dt]}* {n}" for n, dt in outputs) + ") {\n"
+    for k, v in template:
+        s += f"  using {k} = {TYPES[v]};\n" if isinstance(v, str) else f"  constexpr int {k} = {v};\n"
+    return s + "\n" + source + "\n}\n\n} // namespace mlx::core::cu\n"
+
+
+def cases(dt: str):
+    """(what, wrapped source) at the Qwen3.5-35B-A3B shapes."""
+    f32, i32 = "float32", "int32"
+    yield "gated_delta_step GATES=1", wrap(
+        "step", gds._CUDA_HEADER, gds._CUDA_SOURCE,
+        [("q", dt, 3), ("k", dt, 3), ("v", dt, 3), ("g", dt, 2), ("beta", dt, 2),
+         ("pool", f32, 4), ("slots", i32, 1), ("fresh", i32, 1), ("a_log", f32, 1),
+         ("dt_bias", dt, 1)], [("y", dt)],
+        [("OutT", dt), ("Hk", 16), ("Hv", 32), ("Dk", 128), ("Dv", 128), ("LPR", 32),
+         ("GATES", 1)])
+    yield "add_rms_norm", wrap(
+        "addnorm", "", arn._CUDA_SOURCE,
+        [("x", dt, 2), ("r", dt, 2), ("weight", dt, 1), ("eps", f32, 1)],
+        [("h", dt), ("y", dt)], [("HT", dt), ("YT", dt)])
+    yield "gated_rms_norm", wrap(
+        "gnorm", "", grn._CUDA_SOURCE,
+        [("y", dt, 4), ("z", dt, 4), ("weight", dt, 1), ("eps", f32, 1)], [("out", dt)],
+        [("OutT", dt)])
+    yield "attention_prep", wrap(
+        "prep", "", ap._CUDA_SOURCE,
+        [("q", dt, 2), ("k", dt, 2), ("v", dt, 2), ("q_norm", dt, 1), ("k_norm", dt, 1),
+         ("offsets", i32, 1), ("slots", i32, 1), ("k_pool", dt, 3), ("v_pool", dt, 3),
+         ("eps", f32, 1), ("log2_base", f32, 1)], [("q_out", dt)],
+        [("OutT", dt), ("PoolT", dt), ("Hq", 16), ("Hkv", 2), ("D", 256), ("QH", 512),
+         ("RD", 64)])
+    for gated in (1, 0):
+        yield f"paged_attention pass 2 GATED={gated}", wrap(
+            "p2", pas._CUDA_HEADER, pas._CUDA_PASS2,
+            [("part_acc", f32, 4), ("part_ml", f32, 4), ("gate", dt if gated else f32, 3)],
+            [("out", dt)], [("OutT", dt), ("D", 256), ("GATED", gated)])
+
+
+def compile_one(what: str, source: str, mlx_src: str, work: str) -> bool:
+    path = f"{work}/k.cu"
+    with open(path, "w") as f:
+        f.write(source)
+    r = subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90a", f"-I{mlx_src}", "-c",
+                        "-Xptxas", "-v", path, "-o", f"{work}/k.o"],
+                       capture_output=True, text=True)
+    out = (r.stdout + r.stderr).splitlines()
+    keep = [ln.strip() for ln in out if any(w in ln for w in ("error", "warning", "registers",
+                                                                  "spill"))]
+    print(f"{what}: {'ok' if r.returncode == 0 else 'FAILED'}")
+    for ln in keep[:20]:
+        print(f"    {ln[:160]}")
+    return r.returncode == 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mlx-src", required=True, help="an MLX source tree (its mlx/ folder inside)")
+    args = p.parse_args(argv)
+    if shutil.which("nvcc") is None:
+        print("nvcc not found")
+        return 2
+    work = tempfile.mkdtemp(prefix="nvcc_check_")
+    ok = [compile_one(f"{what} ({dt})", src, args.mlx_src, work)
+          for dt in ("bfloat16", "float32") for what, src in cases(dt)]
+    return 0 if all(ok) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
