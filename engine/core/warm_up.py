@@ -18,6 +18,9 @@ cache (docs/bench/HISTORY.md), and MLX's CUDA kernels are compiled per kind of s
 rank, tile class), not per row count, so the other sizes mostly find them compiled. Not
 yet measured: whether a first mixed step at another decode size still stalls. Several
 prompts in one step (a [Bp > 1, T] chunk group) are not warmed, as for plain prefills.
+Where no mixed forward runs (the default on a GPU with compiled decode and uncompiled
+chunks: runs_mixed_forwards) none is warmed: 16 shapes instead of 28 for
+max_num_seqs=8, prefill_chunk=512 (tests/engine/test_stable_shapes.py).
 """
 from __future__ import annotations
 

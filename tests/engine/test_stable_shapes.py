@@ -238,3 +238,12 @@ def test_on_the_cpu_nothing_is_padded_by_default():
     seqs = _prefilled(runner)                          # one chunk of 6, 4 and 8 tokens
     mx.eval(runner.decode(seqs), runner.cache_arrays())
     assert shapes_run == [(3, 8), (3, 1)]
+
+
+def test_a_gpus_default_warm_up_has_no_mixed_shapes_where_no_mixed_forward_runs():
+    """Compiled decode, uncompiled chunks (a GPU's defaults): steps run two forwards, so
+    the warm-up compiles 16 shapes, not 28 (a shorter first start, issue 23 item 5)."""
+    gpu = dict(max_num_seqs=8, prefill_chunk=512, fixed_shapes=True, compile_decode=True)
+    assert len(warm_up_shapes(EngineConfig(**gpu))) == 16
+    assert len(warm_up_shapes(EngineConfig(**gpu, mixed_forward=True))) == 28
+    assert len(warm_up_shapes(EngineConfig(**gpu, compile_chunks=True))) == 28
