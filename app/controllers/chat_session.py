@@ -146,7 +146,13 @@ class ChatSession(QObject, HistoryEdits):
         return True
 
     def _submit(self, upto: int | None) -> int:
-        return self._bridge.submit(self._prompt(upto), self.conversation.sampling_params())
+        return self._bridge.submit(self._prompt(upto), self._params())
+
+    def _params(self, answer: str = ""):
+        """The conversation's sampling, constrained to its JSON schema when it has one
+        (`answer`: the start of a reply being continued)."""
+        return self._bridge.with_json_schema(self.conversation.sampling_params(),
+                                             self.conversation.schema, answer)
 
     def _place_reply(self, row: int | None) -> int:
         """The streaming reply's row: a new message, or a new version of the one at `row`."""
