@@ -155,3 +155,24 @@ def test_a_schema_constrained_reply_parses_validates_and_shares_the_batch(make_w
                   if p.session.conversation.id == conv.id]
     assert reopened.session.conversation.schema == SCHEMA
     assert not reopened.schema_badge.isHidden()
+
+
+@pytest.mark.skipif(not REAL_ENGINE, reason="needs the real engine (the grammar's mask)")
+def test_continue_keeps_a_cut_reply_inside_its_schema(make_window, wait_until):
+    # 12 tokens a turn cannot hold the object: each Continue goes on under the grammar,
+    # which has read the answer so far.
+    window = make_window(max_tokens=12)
+    pane = window.panes.panes()[0]
+    session = pane.session
+    session.update_conversation(session.conversation.copy(json_schema=json.dumps(SCHEMA)))
+    assert session.send("Where is the fox?")
+    wait_until(lambda: not session.busy)
+    assert _reply(pane).state == MessageState.LENGTH
+    for _ in range(20):
+        if _reply(pane).state != MessageState.LENGTH:
+            break
+        assert session.continue_reply(session.model.last_row())
+        wait_until(lambda: not session.busy)
+    reply = _reply(pane)
+    assert reply.state == MessageState.DONE, reply.content
+    jsonschema.validate(json.loads(reply.content), SCHEMA)
