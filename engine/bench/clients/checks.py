@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import traceback
+from importlib import metadata
 
 URL = os.environ["TANDEM_URL"]                    # http://127.0.0.1:PORT/v1
 MODEL = os.environ["TANDEM_MODEL"]
@@ -31,8 +32,9 @@ HISTORY = [{"role": "user", "content": "Weather in Paris?"},
 
 
 class Checks:
-    def __init__(self, client: str, version: str):
-        self.client, self.version = client, version
+    def __init__(self, client: str, distribution: str):
+        """distribution: the package's name on PyPI (its installed version is reported)."""
+        self.client, self.version = client, metadata.version(distribution)
 
     def run(self, name: str, fn, needs_tools: bool = False) -> None:
         if needs_tools and not TOOLS_URL:

@@ -75,18 +75,18 @@ const checks = [
     return r.choices[0].message.content;
   }],
   ["tool_choice required", true, async () => {
-    const r = await t.chat.completions.create({ model: TOOLS_MODEL, messages: ASK, max_tokens: 80, temperature: 0, ...REQUIRED });
+    const r = await t.chat.completions.create({ model: TOOLS_MODEL, messages: ASK, max_tokens: 200, temperature: 0, ...REQUIRED });
     expect(r.choices[0].finish_reason === "tool_calls", r.choices[0]);
     return checkArgs(r.choices[0].message.tool_calls[0].function.arguments);
   }],
   ["tool call streamed (stream helper)", true, async () => {
-    const s = t.chat.completions.stream({ model: TOOLS_MODEL, messages: ASK, max_tokens: 80, temperature: 0, ...REQUIRED });
+    const s = t.chat.completions.stream({ model: TOOLS_MODEL, messages: ASK, max_tokens: 200, temperature: 0, ...REQUIRED });
     const final = (await s.finalChatCompletion()).choices[0];
     expect(final.finish_reason === "tool_calls", final);
     return checkArgs(final.message.tool_calls[0].function.arguments);
   }],
   ["tool_calls round trip", true, async () => {
-    const r = await t.chat.completions.create({ model: TOOLS_MODEL, messages: ASK, max_tokens: 80, temperature: 0, ...REQUIRED });
+    const r = await t.chat.completions.create({ model: TOOLS_MODEL, messages: ASK, max_tokens: 200, temperature: 0, ...REQUIRED });
     const msg = r.choices[0].message, call = msg.tool_calls[0];
     const again = await t.chat.completions.create({ model: TOOLS_MODEL, max_tokens: 16, temperature: 0,
       messages: [...ASK, msg, { role: "tool", tool_call_id: call.id, content: '{"temp_c": 21}' }],
@@ -112,7 +112,7 @@ const checks = [
     return checkCity(r.output_text);
   }],
   ["responses function_call", true, async () => {
-    const r = await t.responses.create({ model: TOOLS_MODEL, input: "Weather in Paris?", max_output_tokens: 80,
+    const r = await t.responses.create({ model: TOOLS_MODEL, input: "Weather in Paris?", max_output_tokens: 200,
       temperature: 0, tools: [{ type: "function", ...WEATHER.function }], tool_choice: "required" });
     const call = r.output.find((o) => o.type === "function_call");
     expect(call && call.name === "get_weather", r.output);
