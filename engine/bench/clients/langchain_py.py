@@ -1,6 +1,8 @@
 """langchain-openai's ChatOpenAI against the server (see checks.py)."""
 from __future__ import annotations
 
+import json
+
 import openai
 from checks import (
     ASK,
@@ -55,7 +57,6 @@ def stream_usage():
 def structured():
     out = llm(100).with_structured_output(CITY | {"title": "City"}, method="json_schema",
                                           strict=True).invoke(QUESTION)
-    import json
     return check_city(json.dumps(out))
 
 
@@ -99,6 +100,22 @@ def tool_round_trip():
     return f"call {call['id']} answered"
 
 
+def structured_tool():
+    """method="function_calling": a forced call of a tool named after the schema."""
+    out = ChatOpenAI(model=TOOLS_MODEL, base_url=TOOLS_URL, api_key="none", temperature=0,
+                     max_tokens=200, max_retries=0).with_structured_output(
+        WEATHER["function"]["parameters"] | {"title": "get_weather"},
+        method="function_calling").invoke(QUESTION)
+    return check_args(json.dumps(out))
+
+
+def responses_stream():
+    chunks = list(llm(use_responses_api=True).stream(QUESTION))
+    whole = sum(chunks[1:], chunks[0])
+    expect(text_of(whole), whole)
+    return f"{len(chunks)} chunks: {text_of(whole)}"
+
+
 def responses_api():
     r = llm(use_responses_api=True).invoke(QUESTION)
     expect(text_of(r), r)
@@ -112,5 +129,7 @@ for name, fn, tools in [("invoke", invoke, False), ("stream + stream_usage", str
                         ("bind_tools tool_choice required", tool_call, True),
                         ("tool call streamed (chunks summed)", tool_stream, True),
                         ("tool_calls round trip (ToolMessage)", tool_round_trip, True),
-                        ("use_responses_api=True", responses_api, False)]:
+                        ("use_responses_api=True", responses_api, False),
+                        ("use_responses_api stream", responses_stream, False),
+                        ("with_structured_output function_calling", structured_tool, True)]:
     checks.run(name, fn, needs_tools=tools)

@@ -118,6 +118,26 @@ const checks = [
     expect(call && call.name === "get_weather", r.output);
     return checkArgs(call.arguments);
   }],
+  ["logprobs + top_logprobs", false, async () => {
+    const r = await c.chat.completions.create({ model: MODEL, messages: ASK, max_tokens: 4, temperature: 0,
+      logprobs: true, top_logprobs: 2 });
+    const content = r.choices[0].logprobs.content;
+    expect(content.length === r.usage.completion_tokens && content[0].top_logprobs.length === 2, content);
+    return `${content.length} tokens, first ${JSON.stringify(content[0].token)} ${content[0].logprob.toFixed(3)}`;
+  }],
+  ["responses.stream helper", false, async () => {
+    const s = c.responses.stream({ model: MODEL, input: "Say hello.", max_output_tokens: 64 });
+    const kinds = [];
+    s.on("event", (e) => kinds.push(e.type));
+    try {
+      const final = await s.finalResponse();
+      expect(final.output_text, final);
+      return `${kinds.length} events, ${final.status}`;
+    } catch (e) {   // cut at max_output_tokens: OpenAI's response.incomplete, not completed
+      expect(kinds.at(-1) === "response.incomplete", [String(e), kinds.slice(-3)]);
+      return `${kinds.length} events, response.incomplete (${String(e).slice(0, 60)})`;
+    }
+  }],
 ];
 
 (async () => {

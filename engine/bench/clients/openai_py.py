@@ -147,6 +147,60 @@ def responses_tool():
     return check_args(calls[0].arguments)
 
 
+def logprobs():
+    r = c.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4, temperature=0,
+                                  logprobs=True, top_logprobs=2)
+    content = r.choices[0].logprobs.content
+    expect(len(content) == r.usage.completion_tokens and len(content[0].top_logprobs) == 2,
+           r.choices[0].logprobs)
+    expect(content[0].logprob <= 0 and content[0].token == content[0].top_logprobs[0].token,
+           content[0])
+    return f"{len(content)} tokens, first {content[0].token!r} {content[0].logprob:.3f}"
+
+
+def n_refused():
+    try:
+        c.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4, n=2)
+    except openai.BadRequestError as e:
+        expect(e.param == "n", e.body)
+        return "400, param n"
+    raise AssertionError("n=2 accepted")
+
+
+def raw_headers():
+    raw = c.chat.completions.with_raw_response.create(model=MODEL, messages=ASK, max_tokens=4)
+    r = raw.parse()
+    expect(raw.headers.get("x-request-id") and r.system_fingerprint, raw.headers)
+    return f"x-request-id {raw.headers['x-request-id']}, {r.system_fingerprint}"
+
+
+def legacy_completion():
+    r = c.completions.create(model=MODEL, prompt="Once upon a time", max_tokens=8,
+                             temperature=0)
+    expect(r.choices[0].text and r.usage.completion_tokens > 0, r)
+    return r.choices[0].text
+
+
+def responses_parse():
+    r = c.responses.parse(model=MODEL, input="Name a city.", max_output_tokens=100,
+                          temperature=0, text_format=City)
+    expect(isinstance(r.output_parsed, City), r)
+    return r.output_parsed.model_dump_json()
+
+
+def responses_round_trip():
+    tool = {"type": "function", **WEATHER["function"]}
+    r = t.responses.create(model=TOOLS_MODEL, input="Weather in Paris?", tools=[tool],
+                           tool_choice="required", max_output_tokens=200, temperature=0)
+    call = next(o for o in r.output if o.type == "function_call")
+    items = [{"role": "user", "content": "Weather in Paris?"}, *r.output,
+             {"type": "function_call_output", "call_id": call.call_id, "output": '{"temp_c": 21}'}]
+    again = t.responses.create(model=TOOLS_MODEL, input=items, tools=[tool], tool_choice="none",
+                               max_output_tokens=16, temperature=0)
+    expect(again.status in ("completed", "incomplete") and again.output_text is not None, again)
+    return f"call {call.call_id} answered"
+
+
 for name, fn, tools in [("models.list/retrieve", models, False), ("chat", chat, False),
                         ("stream + include_usage", stream_usage, False),
                         ("json_schema", json_schema, False),
@@ -159,5 +213,12 @@ for name, fn, tools in [("models.list/retrieve", models, False), ("chat", chat, 
                         ("responses.create", responses, False),
                         ("responses.stream", responses_stream, False),
                         ("responses json_schema", responses_json, False),
-                        ("responses function_call", responses_tool, True)]:
+                        ("responses function_call", responses_tool, True),
+                        ("logprobs + top_logprobs", logprobs, False),
+                        ("n=2: 400", n_refused, False),
+                        ("x-request-id, system_fingerprint", raw_headers, False),
+                        ("completions (legacy)", legacy_completion, False),
+                        ("responses.parse (pydantic)", responses_parse, False),
+                        ("responses function_call_output round trip",
+                         responses_round_trip, True)]:
     checks.run(name, fn, needs_tools=tools)
