@@ -11,7 +11,9 @@ max_tokens: "digits" (an array of >= 500 digits: few tokens allowed, a cheap mas
 costliest mask). Every row bans EOS (logit_bias), so all run the whole max_tokens.
 Rounds alternate plain / digits / text; the figure is the median step period (end to
 end of consecutive full-batch decode steps: what every row's stream waits per token)
-and its ratio to plain. A constrained batch pays the mask (host), its transfer and the
+and its ratio to plain, pooled and as the median of each round's own ratio (a load
+that drifts over the run hits the three setups of one round alike), and the host
+time llguidance spends filling the mask per step (timed around fill_mask). A constrained batch pays the mask (host), its transfer and the
 masked `where` (device), and reads each step's token before the next step is queued
 (the grammar needs it), so it loses the host/device overlap plain batches have.
 
@@ -31,6 +33,7 @@ import random
 import shlex
 import statistics
 import sys
+import time
 
 from engine.server import grammar
 
@@ -83,8 +86,30 @@ def _tokenizer_json(size: int, seed: int) -> dict:
         "model": {"type": "BPE", "vocab": vocab, "merges": []}}
 
 
+class TimedGrammar:
+    """A Grammar whose fill_mask is timed (host seconds, summed); the rest delegated."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.num_masks = 0
+        self.mask_s = 0.0
+
+    def fill_mask(self, bitmask_row) -> None:
+        t = time.perf_counter()
+        self.inner.fill_mask(bitmask_row)
+        self.mask_s += time.perf_counter() - t
+        self.num_masks += 1
+
+    def accept(self, token_id: int) -> None:
+        self.inner.accept(token_id)
+
+    def rollback(self, num_tokens: int) -> None:
+        self.inner.rollback(num_tokens)
+
+
 def run_round(engine, prompts, vocab_source, setup: str, batch: int, max_tokens: int):
-    """(step periods ms, step durations ms) of the full-batch decode steps of one round."""
+    """(step periods ms, step durations ms, mask ms per step) of the full-batch decode
+    steps of one round."""
     from engine import SamplingParams
     from engine.events import StepEvent
     eos = tuple((t, -100.0) for t in engine.tokenizer.eos_token_ids)
@@ -93,12 +118,14 @@ def run_round(engine, prompts, vocab_source, setup: str, batch: int, max_tokens:
     engine.add_listener(steps.append)
     try:
         handles = []
+        timed = None
         for i in range(batch):
             params = plain
             if setup != "plain" and i == 0:
                 rule = grammar.json_schema_grammar(SCHEMAS[setup])
-                params = dataclasses.replace(plain, constraint=grammar.build_grammar(
-                    vocab_source, engine.vocab_size, rule))
+                timed = TimedGrammar(grammar.build_grammar(vocab_source, engine.vocab_size,
+                                                           rule))
+                params = dataclasses.replace(plain, constraint=timed)
             handles.append(engine.submit(prompts[i % len(prompts)], params))
         for h in handles:
             h.result()
@@ -107,7 +134,8 @@ def run_round(engine, prompts, vocab_source, setup: str, batch: int, max_tokens:
     full = [s for s in steps if isinstance(s, StepEvent) and s.kind == "decode"
             and s.batch_size == batch]
     periods = [(b.t_end - a.t_end) * 1e3 for a, b in zip(full, full[1:]) if b.step == a.step + 1]
-    return periods, [s.duration * 1e3 for s in full]
+    mask_ms = 1e3 * timed.mask_s / max(timed.num_masks, 1) if timed else 0.0
+    return periods, [s.duration * 1e3 for s in full], mask_ms
 
 
 def _open(model: str | None, batch: int):
@@ -147,29 +175,33 @@ def main(argv=None) -> int:
             prompts = [[{"role": "user", "content": text}] for text in PROMPTS]
         for setup in SETUPS:                                   # first-use costs out
             run_round(engine, prompts, vocab_source, setup, args.batch, 8)
-        periods = {s: [] for s in SETUPS}
-        durations = {s: [] for s in SETUPS}
+        rounds = []                      # per round: setup -> (periods, durations, mask)
         for _ in range(args.rounds):
-            for setup in SETUPS:
-                a, b = run_round(engine, prompts, vocab_source, setup, args.batch,
-                                 args.max_tokens)
-                periods[setup] += a
-                durations[setup] += b
-        _report(engine.model_name, args, periods, durations, synthetic)
+            rounds.append({setup: run_round(engine, prompts, vocab_source, setup,
+                                            args.batch, args.max_tokens) for setup in SETUPS})
+        _report(engine.model_name, args, rounds, synthetic)
     return 0
 
 
-def _report(model: str, args, periods: dict, durations: dict, synthetic: bool) -> None:
+def _report(model: str, args, rounds: list[dict], synthetic: bool) -> None:
     med = statistics.median
-    base = med(periods["plain"])
+    pooled = {s: [p for r in rounds for p in r[s][0]] for s in SETUPS}
+    base = med(pooled["plain"])
     print(f"{model}, B={args.batch}, {args.max_tokens} tokens x {args.rounds} rounds "
           f"(alternating {' / '.join(SETUPS)}); vocabulary for the grammar: "
           f"{'synthetic (SyntheticVocab)' if synthetic else 'the model tokenizer'}")
     for setup in SETUPS:
-        period, duration = med(periods[setup]), med(durations[setup])
+        period = med(pooled[setup])
+        duration = med(d for r in rounds for d in r[setup][1])
         label = "no constrained row" if setup == "plain" else f"1 row '{setup}'"
-        print(f"  {label:<22} step period median {period:8.3f} ms ({period / base:.3f}x plain)"
-              f"  step duration median {duration:8.3f} ms  [{len(periods[setup])} periods]")
+        line = (f"  {label:<22} step period median {period:8.3f} ms ({period / base:.3f}x "
+                f"plain), step duration median {duration:8.3f} ms")
+        if setup != "plain":
+            ratios = sorted(med(r[setup][0]) / med(r["plain"][0]) for r in rounds)
+            mask = med(r[setup][2] for r in rounds)
+            line += (f"; per-round ratio median {med(ratios):.3f}x (range {ratios[0]:.3f}-"
+                     f"{ratios[-1]:.3f}); llguidance mask {mask:.3f} ms a step")
+        print(line + f"  [{len(pooled[setup])} periods]")
 
 
 if __name__ == "__main__":
