@@ -9,7 +9,9 @@ Grammar the server's response_format builds. Two schemas, both too long to end i
 max_tokens: "digits" (an array of >= 500 digits: few tokens allowed, a cheap mask) and
 "text" (a string of >= 4000 characters: nearly every token allowed, llguidance's
 costliest mask). Every row bans EOS (logit_bias), so all run the whole max_tokens.
-Rounds alternate plain / digits / text; the figure is the median step period (end to
+A fourth setup, "text-sync", is "text" with the sampler as it was before 53606c0
+(the step's forward not queued before the host waits for the previous token), so the
+fix's effect is measured in the same run. Rounds alternate the four setups; the figure is the median step period (end to
 end of consecutive full-batch decode steps: what every row's stream waits per token)
 and its ratio to plain, pooled and as the median of each round's own ratio (a load
 that drifts over the run hits the three setups of one round alike), and the host
@@ -46,7 +48,21 @@ SCHEMAS = {
 PROMPTS = ["Write the digits of pi.", "Count from one.", "List some numbers.",
            "Tell me a story.", "What is 2+2?", "Name the planets.", "Say hello.",
            "Describe the sea.", "Explain gravity.", "Write a poem."]
-SETUPS = ("plain", *SCHEMAS)
+SETUPS = ("plain", *SCHEMAS, "text-sync")
+
+
+class _SamplerMxWithoutEarlyForward:
+    """mlx.core as engine/core/sampler.py sees it in the "text-sync" setup: its one
+    async_eval (queue the forward before feed_early waits) does nothing."""
+
+    def __init__(self, mx):
+        self._mx = mx
+
+    def __getattr__(self, name):
+        return getattr(self._mx, name)
+
+    def async_eval(self, *arrays) -> None:
+        pass
 
 
 class SyntheticVocab:
@@ -110,6 +126,17 @@ class TimedGrammar:
 def run_round(engine, prompts, vocab_source, setup: str, batch: int, max_tokens: int):
     """(step periods ms, step durations ms, mask ms per step) of the full-batch decode
     steps of one round."""
+    from engine.core import sampler
+    real = sampler.mx
+    if setup.endswith("-sync"):       # swapped while the engine is idle (between rounds)
+        sampler.mx = _SamplerMxWithoutEarlyForward(real)
+    try:
+        return _run_round(engine, prompts, vocab_source, setup, batch, max_tokens)
+    finally:
+        sampler.mx = real
+
+
+def _run_round(engine, prompts, vocab_source, setup: str, batch: int, max_tokens: int):
     from engine import SamplingParams
     from engine.events import StepEvent
     eos = tuple((t, -100.0) for t in engine.tokenizer.eos_token_ids)
@@ -122,7 +149,7 @@ def run_round(engine, prompts, vocab_source, setup: str, batch: int, max_tokens:
         for i in range(batch):
             params = plain
             if setup != "plain" and i == 0:
-                rule = grammar.json_schema_grammar(SCHEMAS[setup])
+                rule = grammar.json_schema_grammar(SCHEMAS[setup.removesuffix("-sync")])
                 timed = TimedGrammar(grammar.build_grammar(vocab_source, engine.vocab_size,
                                                            rule))
                 params = dataclasses.replace(plain, constraint=timed)
