@@ -45,7 +45,7 @@ class ChatPane(QFrame):
         self.settings_button = QToolButton(text="⚙", objectName="paneButton",
                                            toolTip="Conversation settings")
         # Shown while the conversation's replies are constrained to its JSON schema.
-        self.schema_badge = QToolButton(text="{ } JSON schema", objectName="schemaBadge")
+        self.schema_badge = QToolButton(text="{ } JSON", objectName="schemaBadge")
         self.menu_button = pane_menu_button(self)
         self.close_button = QToolButton(text="✕", objectName="paneButton", toolTip="Close pane")
         self.context = ContextMeter()
