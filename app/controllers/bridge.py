@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import threading
 
 from PySide6.QtCore import QObject, Signal, Slot
 
@@ -224,6 +225,16 @@ class EngineBridge(QObject):
         for token in tokenizer.encode(answer) if answer else ():
             constraint.accept(token)
         return dataclasses.replace(params, constraint=constraint)
+
+    def warm_json_schema(self) -> None:
+        """Build the loaded model's grammar vocabulary on a worker thread (it is cached),
+        so a conversation's first schema-constrained send does not freeze the window."""
+        if self.engine is None:
+            return
+        from engine.server import grammar
+        if grammar.available():
+            threading.Thread(target=grammar.warm, daemon=True, name="grammar-warm",
+                             args=(self.engine.tokenizer, self.engine.vocab_size)).start()
 
     def cancel(self, request_id: int) -> None:
         handle = self._handles.get(request_id)
