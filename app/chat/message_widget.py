@@ -20,6 +20,8 @@ from app.chat.elided_label import ElidedLabel
 from app.chat.markdown_view import MarkdownView
 from app.chat.think_block import ThinkBlock
 from app.chat.think_text import split_think
+from app.chat.tool_call_block import ToolCallList
+from app.chat.tool_call_text import split_tool_calls
 from app.chat.version_switcher import VersionSwitcher
 from app.storage.message import CONTINUABLE, Message, MessageState
 from app.storage.message_versions import num_versions
@@ -74,6 +76,7 @@ class MessageWidget(QWidget):
                                  objectName="roleLabel")
         self.think = ThinkBlock()
         self.body = MarkdownView()
+        self.calls = ToolCallList()      # tool calls the reply wrote, each its own block
         self.editor = EditBox()
         # Narrow panes: one elided line (all of it in the tooltip), never a wider bubble.
         self.stats = ElidedLabel(objectName="statsLabel")
@@ -114,9 +117,10 @@ class MessageWidget(QWidget):
         inner.setContentsMargins(12, 8, 12, 6)
         inner.setSpacing(4)
         inner.addWidget(self.role_label)
-        for widget in (self.think, self.body, self.editor):
+        for widget in (self.think, self.body, self.calls, self.editor):
             inner.addWidget(widget)
         self.editor.hide()
+        self.calls.hide()
         footer = QHBoxLayout()
         footer.setSpacing(2)
         footer.addWidget(self.versions)
@@ -143,7 +147,10 @@ class MessageWidget(QWidget):
         if msg.role == "user":
             self.body.set_plain(msg.content)      # as typed: line breaks kept, no Markdown
         else:
-            self.body.set_markdown(self._answer(msg, parts.answer if parts else msg.content))
+            calls = split_tool_calls(parts.answer, msg.is_streaming)
+            self.calls.set_calls(calls.calls, calls.pending)
+            self.body.setVisible(bool(calls.text.strip()) or not (calls.calls or calls.pending))
+            self.body.set_markdown(self._answer(msg, calls.text))
         stats = stats_text(msg)
         if self.waiting_text:      # not reading its prompt yet: the body says what it waits on
             stats = stats.replace("reading prompt…", "waiting…")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import threading
 
 from PySide6.QtCore import QObject, Signal, Slot
 
@@ -186,15 +187,18 @@ class EngineBridge(QObject):
     # requests
     def submit(self, prompt, params) -> int:
         """Returns the request id; raises TandemError (e.g. prompt too long)."""
+        self._require_engine()
+        # The bridge follows requests through its listener: the handle keeps only the end.
+        handle = self.engine.submit(prompt, params, stream=False)
+        self._handles[handle.request_id] = handle
+        return handle.request_id
+
+    def _require_engine(self) -> None:
         if self.engine is None:
             from engine.errors import EngineClosedError
             if self.loading:
                 raise EngineClosedError("The model is loading; send again when it is ready.")
             raise EngineClosedError("No model is loaded: open one from the Model menu.")
-        # The bridge follows requests through its listener: the handle keeps only the end.
-        handle = self.engine.submit(prompt, params, stream=False)
-        self._handles[handle.request_id] = handle
-        return handle.request_id
 
     def submit_continuation(self, prompt: list[dict], answer: str, params) -> int:
         """Like submit, for an answer cut short: the prompt as the model's chat template
@@ -204,6 +208,33 @@ class EngineBridge(QObject):
             return self.submit(prompt, params)      # raises, saying why
         tokenizer = self.engine.tokenizer
         return self.submit(tokenizer.encode_prompt(prompt) + tokenizer.encode(answer), params)
+
+    def with_json_schema(self, params, schema: dict | None, answer: str = ""):
+        """`params` constrained to replies that follow `schema` (None: as they are), by the
+        loaded model's grammar over its vocabulary: the same llguidance per-row token mask
+        the API's response_format uses (engine/server/grammar.py). `answer`: a reply cut
+        short that the model continues (its tokens are fed to the grammar first).
+        Raises ValueError if the schema cannot be built, EngineClosedError with no model."""
+        if schema is None:
+            return params
+        self._require_engine()
+        from engine.server import grammar  # late: llguidance loads on first use
+        tokenizer = self.engine.tokenizer
+        constraint = grammar.build_grammar(tokenizer, self.engine.vocab_size,
+                                           grammar.json_schema_grammar(schema))
+        for token in tokenizer.encode(answer) if answer else ():
+            constraint.accept(token)
+        return dataclasses.replace(params, constraint=constraint)
+
+    def warm_json_schema(self) -> None:
+        """Build the loaded model's grammar vocabulary on a worker thread (it is cached),
+        so a conversation's first schema-constrained send does not freeze the window."""
+        if self.engine is None:
+            return
+        from engine.server import grammar
+        if grammar.available():
+            threading.Thread(target=grammar.warm, daemon=True, name="grammar-warm",
+                             args=(self.engine.tokenizer, self.engine.vocab_size)).start()
 
     def cancel(self, request_id: int) -> None:
         handle = self._handles.get(request_id)

@@ -49,6 +49,7 @@ class ChatSession(QObject, HistoryEdits):
         self._save.timeout.connect(self._on_save_timeout)
         for signal, slot in self._bridge_slots():
             signal.connect(slot)
+        self._warm_schema()
 
     @property
     def busy(self) -> bool:
@@ -89,7 +90,12 @@ class ChatSession(QObject, HistoryEdits):
     def update_conversation(self, conversation: Conversation) -> None:
         self.conversation = conversation
         self._store.update_conversation(conversation)
+        self._warm_schema()
         self.conversation_changed.emit()
+
+    def _warm_schema(self) -> None:
+        if self.conversation.json_schema:
+            self._bridge.warm_json_schema()
 
     def close(self) -> None:
         self._abandon()
@@ -146,7 +152,14 @@ class ChatSession(QObject, HistoryEdits):
         return True
 
     def _submit(self, upto: int | None) -> int:
-        return self._bridge.submit(self._prompt(upto), self.conversation.sampling_params())
+        return self._bridge.submit(self._prompt(upto), self._params())
+
+    def _params(self, answer: str = ""):
+        """The conversation's sampling, constrained to its JSON schema when it has one
+        (`answer`: the start of a reply being continued)."""
+        params, schema = self.conversation.sampling_params(), self.conversation.schema
+        return params if schema is None else self._bridge.with_json_schema(params, schema,
+                                                                           answer)
 
     def _place_reply(self, row: int | None) -> int:
         """The streaming reply's row: a new message, or a new version of the one at `row`."""
@@ -237,6 +250,7 @@ class ChatSession(QObject, HistoryEdits):
 
     def _on_bridge_model_loaded(self, _name: str) -> None:
         self.max_context_changed.emit()
+        self._warm_schema()
         if not self.waiting_for_model:
             return
         self.waiting_for_model = False

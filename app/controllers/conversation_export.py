@@ -30,6 +30,8 @@ def to_json(conv: Conversation, messages: list[Message]) -> str:
         "settings": conv.settings,
         "messages": [_message_dict(m) for m in messages],
     }
+    if conv.json_schema:            # the schema its replies followed, as written
+        data["json_schema"] = conv.json_schema
     return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
 
 

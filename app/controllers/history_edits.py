@@ -23,7 +23,7 @@ class HistoryEdits:
             return False
         try:
             rid = self._bridge.submit_continuation(
-                self._prompt(row), msg.content, self.conversation.sampling_params())
+                self._prompt(row), msg.content, self._params(msg.content))
         except (TandemError, ValueError) as exc:
             self.error.emit(str(exc))
             return False

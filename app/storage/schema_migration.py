@@ -5,7 +5,8 @@ add_missing_message_columns: messages written before a column was added get it:
 keep earlier answers (each old message keeps its one answer as it was), and
 `cached_tokens` (prompt tokens reused from the prompt cache; NULL: not known).
 
-add_missing_conversation_columns: conversations get `pinned` (0: not pinned).
+add_missing_conversation_columns: conversations get `pinned` (0: not pinned) and
+`json_schema` (the schema replies follow; '': none).
 
 migrate_settings_column: moves conversations written before the JSON settings column into it.
 
@@ -42,7 +43,8 @@ def add_missing_message_columns(db: sqlite3.Connection) -> list[str]:
     return added
 
 
-_ADDED_CONVERSATION_COLUMNS = {"pinned": "INTEGER NOT NULL DEFAULT 0"}
+_ADDED_CONVERSATION_COLUMNS = {"pinned": "INTEGER NOT NULL DEFAULT 0",
+                               "json_schema": "TEXT NOT NULL DEFAULT ''"}
 
 
 def add_missing_conversation_columns(db: sqlite3.Connection) -> list[str]:

@@ -21,7 +21,8 @@ from engine.settings_spec import settings_or_defaults
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
     id INTEGER PRIMARY KEY, title TEXT NOT NULL, settings TEXT NOT NULL DEFAULT '{}',
-    created_at REAL NOT NULL, updated_at REAL NOT NULL, pinned INTEGER NOT NULL DEFAULT 0);
+    created_at REAL NOT NULL, updated_at REAL NOT NULL, pinned INTEGER NOT NULL DEFAULT 0,
+    json_schema TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
     conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
@@ -35,7 +36,7 @@ CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 # A conversation's settings (engine/settings_spec.py) are one JSON object: a new
 # setting needs no schema change; a stored one the spec no longer has is ignored.
-_CONV_COLS = "title, settings, created_at, updated_at, pinned"
+_CONV_COLS = "title, settings, created_at, updated_at, pinned, json_schema"
 _MSG_COLS = ("role, content, state, ttft_s, decode_tok_s, num_tokens, prompt_tokens, model, "
              "error, created_at, versions, version, cached_tokens")
 
@@ -109,7 +110,7 @@ class Store:
     def create_conversation(self, conv: Conversation) -> Conversation:
         with self._db:
             cur = self._db.execute(
-                f"INSERT INTO conversations ({_CONV_COLS}) VALUES (?,?,?,?,?)",
+                f"INSERT INTO conversations ({_CONV_COLS}) VALUES (?,?,?,?,?,?)",
                 _conv_values(conv))
         return conv.copy(id=cur.lastrowid)
 
@@ -200,12 +201,14 @@ class Store:
 
 
 def _conv_values(c: Conversation) -> tuple:
-    return (c.title, json.dumps(c.settings), c.created_at, c.updated_at, int(c.pinned))
+    return (c.title, json.dumps(c.settings), c.created_at, c.updated_at, int(c.pinned),
+            c.json_schema)
 
 
 def _conv_from_row(row) -> Conversation:
     return Conversation(id=row[0], title=row[1], settings=_settings_from_json(row[2]),
-                        created_at=row[3], updated_at=row[4], pinned=bool(row[5]))
+                        created_at=row[3], updated_at=row[4], pinned=bool(row[5]),
+                        json_schema=row[6] or "")
 
 
 def _settings_from_json(text: str) -> dict:

@@ -44,6 +44,8 @@ class ChatPane(QFrame):
             label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.settings_button = QToolButton(text="⚙", objectName="paneButton",
                                            toolTip="Conversation settings")
+        # Shown while the conversation's replies are constrained to its JSON schema.
+        self.schema_badge = QToolButton(text="{ } JSON", objectName="schemaBadge")
         self.menu_button = pane_menu_button(self)
         self.close_button = QToolButton(text="✕", objectName="paneButton", toolTip="Close pane")
         self.context = ContextMeter()
@@ -68,6 +70,7 @@ class ChatPane(QFrame):
         titles.addWidget(self.title)
         titles.addWidget(self.subtitle)
         header.addLayout(titles, 1)
+        header.addWidget(self.schema_badge)
         header.addWidget(self.context)
         header.addSpacing(6)
         header.addWidget(self.settings_button)
@@ -95,6 +98,7 @@ class ChatPane(QFrame):
         s = self.session
         self.close_button.clicked.connect(self.close_requested)
         self.settings_button.clicked.connect(self.settings_requested)
+        self.schema_badge.clicked.connect(self.settings_requested)
         self.composer.submitted.connect(self._on_composer_submitted)
         self.composer.installEventFilter(self)
         self.send_button.clicked.connect(self._on_send_button_clicked)
@@ -139,6 +143,10 @@ class ChatPane(QFrame):
     def _on_session_conversation_changed(self) -> None:
         c = self.session.conversation
         self.title.setToolTip(c.title)
+        self.schema_badge.setVisible(bool(c.json_schema))
+        self.schema_badge.setToolTip(
+            "Every reply follows this conversation's JSON schema (click to change it):\n"
+            + _shortened(c.json_schema))
         self._elide()
 
     def _elide(self) -> None:
@@ -161,3 +169,7 @@ class ChatPane(QFrame):
     def mousePressEvent(self, event):
         self.activated.emit()
         super().mousePressEvent(event)
+
+
+def _shortened(text: str, limit: int = 400) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"

@@ -1,78 +1,235 @@
 """What one grammar-constrained row costs the other rows of its batch, per decode step.
 
-    PYTHONPATH=. python -m engine.bench.grammar_cost [--model PATH] [--batch 8]
-        [--max-tokens 64] [--rounds 3]
+    PYTHONPATH=. python -m engine.bench.grammar_cost [--model PATH|synthetic:NAME]
+        [--batch 8] [--max-tokens 64] [--rounds 5]
 
-B greedy streams decode together, either all plain or with one of them constrained by
-a JSON schema (an array of 500 digits, so it never ends early); every row bans EOS
-(logit_bias) so all run the whole max_tokens. Rounds alternate the two setups; the
-figure is the median duration of the full-batch decode steps (StepEvent), and the
-ratio constrained / plain. The constrained batch pays the llguidance mask (host) plus
-its transfer and the masked where (device), and the engine reads each step's token
-before sampling the next for that batch (the grammar needs it), which takes away the
-overlap of host and device work that plain batches get.
+B greedy streams decode together through the public engine API (Engine.submit, step
+events): all plain, or with row 0 constrained by a JSON schema through the same
+Grammar the server's response_format builds. Two schemas, both too long to end inside
+max_tokens: "digits" (an array of >= 500 digits: few tokens allowed, a cheap mask) and
+"text" (a string of >= 4000 characters: nearly every token allowed, llguidance's
+costliest mask). Every row bans EOS (logit_bias), so all run the whole max_tokens.
+A fourth setup, "text-sync", is "text" with the sampler as it was before 53606c0
+(the step's forward not queued before the host waits for the previous token), so the
+fix's effect is measured in the same run. Rounds alternate the four setups; the figure is the median step period (end to
+end of consecutive full-batch decode steps: what every row's stream waits per token)
+and its ratio to plain, pooled and as the median of each round's own ratio (a load
+that drifts over the run hits the three setups of one round alike), and the host
+time llguidance spends filling the mask per step (timed around fill_mask). A constrained batch pays the mask (host), its transfer and the
+masked `where` (device), and reads each step's token before the next step is queued
+(the grammar needs it), so it loses the host/device overlap plain batches have.
+
+Synthetic models (token-id prompts, no tokenizer) get a grammar over a generated
+byte-level vocabulary of the model's size (SyntheticVocab): 256 byte tokens and random
+words. The mask's size and the device work are the real ones; llguidance's host time
+is a proxy for the model's own vocabulary.
+
+Needs llguidance: without it there is no mask to measure, and it says so and exits 2.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import random
+import shlex
 import statistics
+import sys
+import time
 
-from engine import Engine, SamplingParams
-from engine.events import StepEvent
-from engine.server.grammar import json_schema_grammar, make_grammar
+from engine.server import grammar
 
-SCHEMA = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
-          "minItems": 500}
+SCHEMAS = {
+    "digits": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
+               "minItems": 500},
+    "text": {"type": "object", "properties": {"text": {"type": "string", "minLength": 4000}},
+             "required": ["text"]},
+}
 PROMPTS = ["Write the digits of pi.", "Count from one.", "List some numbers.",
            "Tell me a story.", "What is 2+2?", "Name the planets.", "Say hello.",
            "Describe the sea.", "Explain gravity.", "Write a poem."]
+SETUPS = ("plain", *SCHEMAS, "text-sync")
 
 
-def run_round(engine, batch: int, max_tokens: int, constrained: bool) -> list[float]:
+class _SamplerMxWithoutEarlyForward:
+    """mlx.core as engine/core/sampler.py sees it in the "text-sync" setup: its one
+    async_eval (queue the forward before feed_early waits) does nothing."""
+
+    def __init__(self, mx):
+        self._mx = mx
+
+    def __getattr__(self, name):
+        return getattr(self._mx, name)
+
+    def async_eval(self, *arrays) -> None:
+        pass
+
+
+class SyntheticVocab:
+    """A byte-level BPE vocabulary of `size` ids for llguidance (what build_grammar reads
+    of a tokenizer): the 256 bytes, random words, and an end-of-text id last."""
+
+    def __init__(self, size: int, seed: int = 0):
+        self.size = size
+        self.eos_token_ids = frozenset({size - 1})
+        self._json = json.dumps(_tokenizer_json(size, seed))
+
+    def backend_json(self) -> str:
+        return self._json
+
+
+def _byte_chars() -> list[str]:
+    """GPT-2's printable stand-in for each byte (the ByteLevel pre-tokenizer's)."""
+    keep = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    extra = iter(range(256, 512))
+    return [chr(b) if b in keep else chr(next(extra)) for b in range(256)]
+
+
+def _tokenizer_json(size: int, seed: int) -> dict:
+    rng = random.Random(seed)
+    vocab = {c: i for i, c in enumerate(_byte_chars())}
+    while len(vocab) < size - 1:
+        word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9)))
+        vocab.setdefault(("Ġ" if rng.random() < 0.5 else "") + word, len(vocab))
+    eos = "<|endoftext|>"
+    vocab[eos] = size - 1
+    level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+             "use_regex": True}
+    return {"version": "1.0", "added_tokens": [
+        {"id": size - 1, "content": eos, "single_word": False, "lstrip": False,
+         "rstrip": False, "normalized": False, "special": True}],
+        "normalizer": None, "pre_tokenizer": level, "post_processor": None, "decoder": level,
+        "model": {"type": "BPE", "vocab": vocab, "merges": []}}
+
+
+class TimedGrammar:
+    """A Grammar whose fill_mask is timed (host seconds, summed); the rest delegated."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.num_masks = 0
+        self.mask_s = 0.0
+
+    def fill_mask(self, bitmask_row) -> None:
+        t = time.perf_counter()
+        self.inner.fill_mask(bitmask_row)
+        self.mask_s += time.perf_counter() - t
+        self.num_masks += 1
+
+    def accept(self, token_id: int) -> None:
+        self.inner.accept(token_id)
+
+    def rollback(self, num_tokens: int) -> None:
+        self.inner.rollback(num_tokens)
+
+
+def run_round(engine, prompts, vocab_source, setup: str, batch: int, max_tokens: int):
+    """(step periods ms, step durations ms, mask ms per step) of the full-batch decode
+    steps of one round."""
+    from engine.core import sampler
+    real = sampler.mx
+    if setup.endswith("-sync"):       # swapped while the engine is idle (between rounds)
+        sampler.mx = _SamplerMxWithoutEarlyForward(real)
+    try:
+        return _run_round(engine, prompts, vocab_source, setup, batch, max_tokens)
+    finally:
+        sampler.mx = real
+
+
+def _run_round(engine, prompts, vocab_source, setup: str, batch: int, max_tokens: int):
+    from engine import SamplingParams
+    from engine.events import StepEvent
     eos = tuple((t, -100.0) for t in engine.tokenizer.eos_token_ids)
     plain = SamplingParams(max_tokens=max_tokens, temperature=0, logit_bias=eos)
-    steps: list[StepEvent] = []
-    listener = steps.append
-    engine.add_listener(listener)
+    steps: list = []
+    engine.add_listener(steps.append)
     try:
         handles = []
+        timed = None
         for i in range(batch):
             params = plain
-            if constrained and i == 0:
-                grammar = make_grammar(engine.tokenizer, engine.vocab_size,
-                                       json_schema_grammar(SCHEMA), "bench")
-                params = dataclasses.replace(plain, constraint=grammar)
-            messages = [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]
-            handles.append(engine.submit(messages, params))
+            if setup != "plain" and i == 0:
+                rule = grammar.json_schema_grammar(SCHEMAS[setup.removesuffix("-sync")])
+                timed = TimedGrammar(grammar.build_grammar(vocab_source, engine.vocab_size,
+                                                           rule))
+                params = dataclasses.replace(plain, constraint=timed)
+            handles.append(engine.submit(prompts[i % len(prompts)], params))
         for h in handles:
             h.result()
     finally:
-        engine.remove_listener(listener)
-    return [s.duration * 1e3 for s in steps
-            if isinstance(s, StepEvent) and s.kind == "decode" and s.batch_size == batch]
+        engine.remove_listener(steps.append)
+    full = [s for s in steps if isinstance(s, StepEvent) and s.kind == "decode"
+            and s.batch_size == batch]
+    periods = [(b.t_end - a.t_end) * 1e3 for a, b in zip(full, full[1:]) if b.step == a.step + 1]
+    mask_ms = 1e3 * timed.mask_s / max(timed.num_masks, 1) if timed else 0.0
+    return periods, [s.duration * 1e3 for s in full], mask_ms
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default=None)
+def _open(model: str | None, batch: int):
+    from engine import Engine, EngineConfig
+    from engine.bench.synthetic import SYNTHETIC_PREFIX, synthetic_in_memory
+    config = EngineConfig(max_num_seqs=max(batch, 1))
+    if model and model.startswith(SYNTHETIC_PREFIX):
+        return Engine.from_model(synthetic_in_memory(model.removeprefix(SYNTHETIC_PREFIX)),
+                                 config), True
+    return Engine.load(model, config), False
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m engine.bench.grammar_cost",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=None, help="a model path, synthetic:NAME, or the built-in")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args(argv)
-    with Engine.load(args.model) as engine:
-        run_round(engine, args.batch, 8, True)                 # warm up both paths
-        times = {False: [], True: []}
+    print("# python -m engine.bench.grammar_cost "
+          + shlex.join(sys.argv[1:] if argv is None else argv), flush=True)
+    if not grammar.available():
+        print("grammar_cost: llguidance is not installed, so there is no grammar mask to "
+              "measure; nothing was run. Install it (pip install llguidance) and run again.",
+              file=sys.stderr)
+        return 2
+    engine, synthetic = _open(args.model, args.batch)
+    with engine:
+        if synthetic:
+            vocab_source = SyntheticVocab(engine.vocab_size)
+            rng = random.Random(0)
+            prompts = [[rng.randrange(10, engine.vocab_size - 1) for _ in range(32)]
+                       for _ in range(args.batch)]
+        else:
+            vocab_source = engine.tokenizer
+            prompts = [[{"role": "user", "content": text}] for text in PROMPTS]
+        for setup in SETUPS:                                   # first-use costs out
+            run_round(engine, prompts, vocab_source, setup, args.batch, 8)
+        rounds = []                      # per round: setup -> (periods, durations, mask)
         for _ in range(args.rounds):
-            for constrained in (False, True):
-                times[constrained] += run_round(engine, args.batch, args.max_tokens,
-                                                constrained)
-        plain, masked = (statistics.median(times[k]) for k in (False, True))
-        print(f"{engine.model_name}, B={args.batch}, {args.max_tokens} tokens x "
-              f"{args.rounds} rounds: decode step median {plain:.2f} ms plain, "
-              f"{masked:.2f} ms with one constrained row: {masked / plain:.3f}x "
-              f"({len(times[False])} / {len(times[True])} steps)")
+            rounds.append({setup: run_round(engine, prompts, vocab_source, setup,
+                                            args.batch, args.max_tokens) for setup in SETUPS})
+        _report(engine.model_name, args, rounds, synthetic)
+    return 0
+
+
+def _report(model: str, args, rounds: list[dict], synthetic: bool) -> None:
+    med = statistics.median
+    pooled = {s: [p for r in rounds for p in r[s][0]] for s in SETUPS}
+    base = med(pooled["plain"])
+    print(f"{model}, B={args.batch}, {args.max_tokens} tokens x {args.rounds} rounds "
+          f"(alternating {' / '.join(SETUPS)}); vocabulary for the grammar: "
+          f"{'synthetic (SyntheticVocab)' if synthetic else 'the model tokenizer'}")
+    for setup in SETUPS:
+        period = med(pooled[setup])
+        duration = med(d for r in rounds for d in r[setup][1])
+        label = "no constrained row" if setup == "plain" else f"1 row '{setup}'"
+        line = (f"  {label:<22} step period median {period:8.3f} ms ({period / base:.3f}x "
+                f"plain), step duration median {duration:8.3f} ms")
+        if setup != "plain":
+            ratios = sorted(med(r[setup][0]) / med(r["plain"][0]) for r in rounds)
+            mask = med(r[setup][2] for r in rounds)
+            line += (f"; per-round ratio median {med(ratios):.3f}x (range {ratios[0]:.3f}-"
+                     f"{ratios[-1]:.3f}); llguidance mask {mask:.3f} ms a step")
+        print(line + f"  [{len(pooled[setup])} periods]")
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -77,9 +77,14 @@ def sample_batch(logits: mx.array, states: Sequence[RowSampler]) -> mx.array:
     if logits.ndim == 3:
         logits = logits[:, -1, :]
     model_logits = logits = _float32(logits)                           # [B, V]
-    for s in states:
-        if s.tracker is not None and s.params.constraint is not None:
-            s.tracker.feed_early()
+    grammar_rows = [s for s in states if s.tracker is not None and s.params.constraint is not None]
+    if grammar_rows:
+        # feed_early waits for the previous step's tokens: queue this step's forward
+        # first, so the device runs it while the host waits and fills the masks (else
+        # the whole batch loses its host/device overlap; engine/bench/grammar_cost.py).
+        mx.async_eval(logits)
+    for s in grammar_rows:
+        s.tracker.feed_early()
     logits = apply_constraints(apply_logit_bias(logits, params), params)
     ids = _sample_batch(logits, states, params)
     _track_samples(model_logits, ids, states)

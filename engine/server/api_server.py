@@ -22,10 +22,6 @@ from engine.server.limits import CONFIG_KEY, key_matches, limit_send_buffer
 from engine.server.routes import Routes
 from engine.server.server_config import ServerConfig
 
-_ENDPOINTS = ("GET /v1/models, GET /v1/models/{id}, POST /v1/chat/completions, "
-              "POST /v1/completions, POST /tokenize, POST /detokenize, GET /health "
-              "(the /v1 paths also without /v1)")
-
 
 class ApiServer:
     """`await start()` listens and returns the base URL; `await stop()` closes it.
@@ -119,10 +115,21 @@ class ApiServer:
                            code="invalid_api_key", kind="invalid_request_error")
 
 
+def endpoints(app: web.Application) -> str:
+    """The routes the app serves, read from its router (so the list never goes stale):
+    "GET /v1/models, POST /v1/chat/completions, ... (the /v1 paths also without /v1)"."""
+    seen = {(r.method, r.resource.canonical) for r in app.router.routes()
+            if r.method not in ("HEAD", "OPTIONS", "*")}
+    both = {(m, p) for m, p in seen if p.startswith("/v1/") and (m, p[3:]) in seen}
+    shown = [(m, p) for m, p in seen if (m, "/v1" + p) not in both]
+    listed = ", ".join(f"{m} {p}" for m, p in sorted(shown, key=lambda mp: (mp[1], mp[0])))
+    return listed + (" (the /v1 paths also without /v1)" if both else "")
+
+
 def _http_error(request: web.Request, e: web.HTTPException) -> ApiError:
     if e.status == 404:
         return ApiError(404, f"No endpoint {request.method} {request.path}; this server has "
-                        f"{_ENDPOINTS}.")
+                        f"{endpoints(request.app)}.")
     if e.status == 405:
         return ApiError(405, f"{request.method} is not allowed on {request.path}.")
     if e.status == 413:

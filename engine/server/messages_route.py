@@ -1,4 +1,6 @@
-"""POST /v1/messages: Anthropic's Messages API (text, streaming, tools) on the chat path.
+"""POST /v1/messages: Anthropic's Messages API (text, streaming, tools) on the chat path;
+POST /v1/messages/count_tokens: the prompt's length in tokens, rendered the same way
+(the anthropic SDK's `messages.count_tokens`; agents call it to size their context).
 
 The body becomes the OpenAI chat request it is equivalent to (anthropic_request.py), is
 checked and submitted exactly as /v1/chat/completions is, and the reply is written in
@@ -10,12 +12,14 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from engine.errors import InvalidRequestError, ModelLoadError
 from engine.events import TokenEvent
 from engine.server.anthropic_reply import AnthropicReply, error_body, event
 from engine.server.anthropic_request import to_chat_body
 from engine.server.api_error import ApiError
 from engine.server.api_request import parse_chat
 from engine.server.limits import send
+from engine.server.prepare import chat_ids
 
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                 "X-Accel-Buffering": "no"}
@@ -28,6 +32,22 @@ class MessagesRoute:
     def install(self, app: web.Application) -> None:
         for prefix in ("/v1", ""):
             app.router.add_post(prefix + "/messages", self.messages)
+            app.router.add_post(prefix + "/messages/count_tokens", self.count_tokens)
+
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        """The body of a Messages request without max_tokens: {"input_tokens": n}."""
+        try:
+            body = await self.routes.read_body(request)
+            if isinstance(body, dict):
+                body = {**body, "max_tokens": 1, "stream": False}   # not asked for here
+            req = parse_chat({**to_chat_body(body), "model": None})
+            engine = self.routes.engine_for(None)
+            ids = chat_ids(engine.tokenizer, req)
+        except ApiError as e:
+            return web.json_response(error_body(e.status, e.message), status=e.status)
+        except (InvalidRequestError, ModelLoadError) as e:     # the template refused them
+            return web.json_response(error_body(400, str(e)), status=400)
+        return web.json_response({"input_tokens": len(ids)})
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         try:

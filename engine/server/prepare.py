@@ -29,7 +29,7 @@ class Prepared:
 
 def prepare(engine, req) -> Prepared:
     tok = engine.tokenizer
-    ids = _chat_ids(tok, req) if req.kind == "chat" else text_ids(tok, req.prompt)
+    ids = chat_ids(tok, req) if req.kind == "chat" else text_ids(tok, req.prompt)
     max_context = engine.config.max_context
     sampling = req.sampling_for(max_context)
     check_context(len(ids), sampling.max_tokens if req.max_tokens_given else None,
@@ -63,7 +63,8 @@ def _grammar(tok, extras, thinking: bool) -> str | None:
     return grammar.lark_grammar(call_grammar(tools.forced, tools.parallel, style, thinking))
 
 
-def _chat_ids(tok, req) -> list[int]:
+def chat_ids(tok, req) -> list[int]:
+    """The prompt's ids: the chat template with the tools it can show (400 if none)."""
     tools = req.extras.tools
     rendered = tools.rendered if tools else None
     if rendered and not template_support(tok.chat_template).tools:

@@ -84,6 +84,11 @@ class ToolCallStream:
         self._inside = False
         self.num_calls = 0
 
+    @property
+    def in_call(self) -> bool:
+        """A `<tool_call>` is open: its body is held until it closes (or the reply ends)."""
+        return self._inside
+
     def feed(self, delta: str) -> list:
         self._buf += delta
         out: list = []

@@ -51,7 +51,8 @@ def test_old_columns_move_into_the_settings_json(tmp_path):
     assert [m.content for m in store.messages(3)] == ["a river poem"]      # not cascaded away
     assert store.get_setting("last_model") == "m.gguf"
     columns = [r[1] for r in store._db.execute("PRAGMA table_info(conversations)")]
-    assert columns == ["id", "title", "settings", "created_at", "updated_at", "pinned"]
+    assert columns == ["id", "title", "settings", "created_at", "updated_at", "pinned",
+                       "json_schema"]
 
 
 def test_migrated_database_works_and_reopens(tmp_path):

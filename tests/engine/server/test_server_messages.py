@@ -1,7 +1,10 @@
 """POST /v1/messages through the official `anthropic` client: text, streaming, tools."""
 from __future__ import annotations
 
+import json
+
 import pytest
+from server_harness import post_raw
 
 anthropic = pytest.importorskip("anthropic")
 pytest.importorskip("llguidance")
@@ -89,3 +92,17 @@ def test_x_api_key_is_accepted(serve, engine):
     assert _client(server, "sekrit").messages.create(model="x", max_tokens=2, messages=ASK)
     with pytest.raises(anthropic.AuthenticationError):
         _client(server, "wrong").messages.create(model="x", max_tokens=2, messages=ASK)
+
+
+def test_count_tokens_is_the_prompt_the_messages_request_reads(server, engine):
+    # anthropic's messages.count_tokens (agents size their context with it): the same
+    # rendering as POST /v1/messages, so the same count as /tokenize on that chat.
+    a = _client(server)
+    counted = a.messages.count_tokens(model="claude-any", messages=ASK, system="be brief")
+    chat = [{"role": "system", "content": "be brief"}, *ASK]
+    status, body = post_raw(server.url[:-len("/v1")], "/tokenize",
+                            json.dumps({"messages": chat}).encode())
+    assert status == 200 and counted.input_tokens == body["count"] > 0
+    with pytest.raises(anthropic.BadRequestError) as e:
+        a.messages.count_tokens(model="x", messages=[])
+    assert e.value.body["type"] == "error" and "messages" in e.value.body["error"]["message"]
