@@ -40,14 +40,17 @@ class ServerController(QObject):
         return [Activity(rid, f"API request {rid}", READING)
                 for rid in sorted(self.server.routes.active)]
 
-    async def apply(self, enabled: bool, port: int) -> bool:
-        """Start, stop or move the server to match the settings; False if it cannot listen."""
-        if self.server is not None and (not enabled or self.server.config.port != port):
+    async def apply(self, enabled: bool, port: int, cors_origin: str = "") -> bool:
+        """Start, stop or move the server to match the settings (cors_origin: the one
+        browser origin allowed, "" none); False if it cannot listen."""
+        origins = (cors_origin,) if cors_origin else ()
+        if self.server is not None and (not enabled or self.server.config.port != port
+                                        or self.server.config.cors_origins != origins):
             await self.stop()
         if enabled and self.server is None:
             from engine.errors import ServerStartError
             from engine.server import ApiServer, ServerConfig
-            server = ApiServer(self._bridge, ServerConfig(port=port))
+            server = ApiServer(self._bridge, ServerConfig(port=port, cors_origins=origins))
             try:
                 await server.start()
             except ServerStartError as e:

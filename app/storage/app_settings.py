@@ -10,6 +10,7 @@ from typing import Any
 
 from engine.cache.kv_budget import MIB, machine_ram_bytes
 from engine.config import EngineConfig
+from engine.http_origin import check_origin
 from engine.settings_spec import BY_NAME, chat_defaults, check_settings, settings_or_defaults
 
 ENGINE_LIMITS = ("max_num_seqs", "kv_budget_mb", "prefill_chunk", "disk_cache_mb")
@@ -18,7 +19,7 @@ ENGINE_LIVE = ("min_stream_tok_s",)
 # The reading-pace floor the Settings offer, tokens/s per streaming chat: past a few
 # dozen it only delays new chats (a step of 1/100 s is already below most models' step).
 MAX_STREAM_TOK_S = 100
-API_SETTINGS = ("serve_api", "api_port")
+API_SETTINGS = ("serve_api", "api_port", "api_cors_origin")
 # A smaller KV cache holds a few pages: replies get cut after a few dozen tokens and
 # prompts refused (issue 17 item 3), so the Settings never offer it.
 MIN_KV_BUDGET_MB = 64
@@ -46,6 +47,8 @@ class AppSettings:
     # the local OpenAI-compatible API (127.0.0.1 only)
     serve_api: bool = False
     api_port: int = 8000
+    # A browser front-end's origin the API answers (CORS; "*" any, "" none: the default)
+    api_cors_origin: str = ""
 
     def __post_init__(self):
         self.engine_config()        # the limits must make a valid EngineConfig
@@ -60,6 +63,10 @@ class AppSettings:
                              "(0: read new prompts as fast as possible).")
         if not isinstance(self.serve_api, bool) or not 1 <= self.api_port <= 65535:
             raise ValueError("serve_api is a bool and 1 <= api_port <= 65535")
+        if not isinstance(self.api_cors_origin, str):
+            raise ValueError("api_cors_origin is a string")
+        if self.api_cors_origin:
+            object.__setattr__(self, "api_cors_origin", check_origin(self.api_cors_origin))
         if self.theme not in THEME_CHOICES:
             raise ValueError(f"theme must be one of {', '.join(THEME_CHOICES)}, "
                              f"not {self.theme!r}")

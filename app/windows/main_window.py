@@ -189,7 +189,8 @@ class MainWindow(QMainWindow):
 
     async def apply_server_settings(self) -> bool:
         """Start or stop the local API as Settings say; False if it cannot listen."""
-        return await self.api.apply(self.settings.serve_api, self.settings.api_port)
+        return await self.api.apply(self.settings.serve_api, self.settings.api_port,
+                                    self.settings.api_cors_origin)
 
     def _activity(self) -> list:
         """Every reply in flight, for the status panel: the chats', then the API's."""

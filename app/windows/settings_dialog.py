@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QPushButton,
     QVBoxLayout,
 )
@@ -146,13 +147,34 @@ class SettingsDialog(QDialog):
         self.serve_api.setChecked(s.serve_api)
         self.api_port = spin(1, 65535, s.api_port)
         self.api_port.setObjectName("apiPort")
+        self.api_cors_origin = QLineEdit(s.api_cors_origin, objectName="apiCorsOrigin")
+        self.api_cors_origin.setPlaceholderText("none (e.g. http://localhost:3000, or *)")
+        self.api_cors_origin.setToolTip(
+            "A web page at this origin (a browser front-end such as Open WebUI) may call "
+            "the API; * lets any page on this computer's browser call it.")
+        self.api_error = QLabel(objectName="apiError", wordWrap=True)
+        self.api_error.hide()
         form = QFormLayout()
         form.addRow(self.serve_api)
         form.addRow("Port", self.api_port)
+        form.addRow("Browser origin", self.api_cors_origin)
+        form.addRow(self.api_error)
         form.addRow(QLabel("An OpenAI-compatible API at http://127.0.0.1:PORT/v1 for editors, "
                            "agents and scripts; its requests decode in the same batch as "
-                           "your chats.", objectName="hint", wordWrap=True))
+                           "your chats. Browser pages cannot call it unless their origin is "
+                           "allowed above.", objectName="hint", wordWrap=True))
         return form
+
+    def accept(self) -> None:
+        """OK keeps the dialog open, saying why, while a field cannot be kept."""
+        try:
+            self.settings()
+        except ValueError as e:
+            self.api_error.setText(str(e))
+            self.api_error.show()
+            self.api_cors_origin.setFocus()
+            return
+        super().accept()
 
     def show_disk_usage(self) -> None:
         used = folder_usage(self.cache_dir)
@@ -173,5 +195,6 @@ class SettingsDialog(QDialog):
                            min_stream_tok_s=self._pace(),
                            serve_api=self.serve_api.isChecked(),
                            api_port=self.api_port.value(),
+                           api_cors_origin=self.api_cors_origin.text().strip(),
                            theme=self.theme.currentData(), font_size=self.font_size.value(),
                            chat=self.fields.values())

@@ -4,6 +4,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from engine.http_origin import check_origin
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 DEFAULT_CLIENT_TIMEOUT_S = 30.0
@@ -28,7 +30,8 @@ class ServerConfig:
             raise ValueError("ServerConfig.host must not be empty")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"ServerConfig.port must be 0..65535, got {self.port}")
-        object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
+        object.__setattr__(self, "cors_origins",
+                           tuple(check_origin(o) for o in self.cors_origins))
         if self.api_key == "":
             object.__setattr__(self, "api_key", None)
         if self.max_body_bytes < 1024 or self.shutdown_timeout_s < 0:

@@ -13,6 +13,7 @@ import sys
 
 from engine.config import EngineConfig
 from engine.errors import TandemError
+from engine.http_origin import check_origin
 from engine.server.api_server import ApiServer
 from engine.server.engine_source import EngineHolder
 from engine.server.server_config import (
@@ -32,6 +33,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", default=None,
                    help="require 'Authorization: Bearer KEY' on every request")
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   type=_origin,
                    help="let web pages from ORIGIN (e.g. http://localhost:3000; '*' for any) "
                         "call the API from a browser; repeatable (default: CORS off)")
     p.add_argument("--insecure", action="store_true",
@@ -107,3 +109,10 @@ async def serve(model: str | None, config: ServerConfig,
 def _load_engine(model: str | None, engine_config: EngineConfig | None):
     from engine.core.engine import Engine
     return Engine.load(model, engine_config)
+
+
+def _origin(value: str) -> str:
+    try:
+        return check_origin(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
