@@ -148,7 +148,7 @@ class SettingsDialog(QDialog):
         self.api_port = spin(1, 65535, s.api_port)
         self.api_port.setObjectName("apiPort")
         self.api_cors_origin = QLineEdit(s.api_cors_origin, objectName="apiCorsOrigin")
-        self.api_cors_origin.setPlaceholderText("none (e.g. http://localhost:3000, or *)")
+        self.api_cors_origin.setPlaceholderText("off")
         self.api_cors_origin.setToolTip(
             "A web page at this origin (a browser front-end such as Open WebUI) may call "
             "the API; * lets any page on this computer's browser call it.")
@@ -161,8 +161,9 @@ class SettingsDialog(QDialog):
         form.addRow(self.api_error)
         form.addRow(QLabel("An OpenAI-compatible API at http://127.0.0.1:PORT/v1 for editors, "
                            "agents and scripts; its requests decode in the same batch as "
-                           "your chats. Browser pages cannot call it unless their origin is "
-                           "allowed above.", objectName="hint", wordWrap=True))
+                           "your chats. A web page can call it only from the browser origin "
+                           "set above (e.g. http://localhost:3000; * for any).",
+                           objectName="hint", wordWrap=True))
         return form
 
     def accept(self) -> None:
