@@ -24,12 +24,9 @@ def _doomed_follower(group, folder, how: str) -> None:
     import os
     import signal
 
-    from engine.distributed import cluster as dist
     from engine.distributed.follower import Follower
-    from engine.distributed.heartbeat import Heartbeat, heartbeat_address
     from engine.distributed.sharding import shard_model
     from engine.loading.model_bundle import _in_memory_bundle
-    Heartbeat(group.rank(), group.size(), heartbeat_address(), dist._follower_lost).start()
     model = _in_memory("llama", folder / f"tok{group.rank()}")
     model = type(model)(shard_model(model.model, group), model.tokenizer, {}, model.name)
     bundle = _in_memory_bundle(model, CONFIG, lambda p: None)
