@@ -287,7 +287,7 @@ def run_follower(model, config: EngineConfig, cluster: Cluster) -> int:
     bundle = load_shard_bundle(model, config, cluster.group)
     code = follow(bundle.model, config, cluster.group)
     cluster.done()
-    return code
+    return EXIT_LOST if code else 0       # the backend raised: the group is lost
 
 
 def _follower_lost(why: str) -> None:

@@ -20,7 +20,7 @@ def _long_request(engine) -> None:
 
 
 def _doomed_follower(group, folder, how: str) -> None:
-    """Rank 1 follows 30 messages, then ends (how="exit") or freezes (how="stop")."""
+    """A follower that follows 30 messages, then ends (how="exit") or freezes (how="stop")."""
     import os
     import signal
 
@@ -42,13 +42,15 @@ def _doomed_follower(group, folder, how: str) -> None:
 
 
 def engine_kill(group, folder) -> None:
-    if group.rank() != 0:
+    """The last rank exits mid-reply; any others follow as usual (and must end once
+    rank 0 has)."""
+    if group.rank() == group.size() - 1:
         return _doomed_follower(group, folder, "exit")
     return _serve(group, "llama", folder, _long_request)
 
 
 def engine_hang(group, folder) -> None:
-    """Rank 1 freezes (SIGSTOP): its heartbeat falls silent too."""
-    if group.rank() != 0:
+    """The last rank freezes (SIGSTOP): its heartbeat falls silent too."""
+    if group.rank() == group.size() - 1:
         return _doomed_follower(group, folder, "stop")
     return _serve(group, "llama", folder, _long_request)

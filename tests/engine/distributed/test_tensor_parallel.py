@@ -91,28 +91,34 @@ def test_disk_prompt_cache_holds_every_ranks_part(tmp_path):
     _same(ref, got)
 
 
-def test_cancel_mid_stream_frees_pages_then_they_serve_again(tmp_path):
+@pytest.mark.parametrize("n", [2, 4])
+def test_cancel_mid_stream_frees_pages_then_they_serve_again(tmp_path, n):
     """Rank 0's pool is empty once the rest finish, and a new batch in the freed pages
-    (every rank's shard of them) gives one process's tokens."""
+    (every rank's shard of them) gives one process's tokens. Followers allocate nothing:
+    their pages are the ones rank 0's messages name."""
     ref = scenarios.engine_cancel(None, tmp_path / "one")
-    got = _ranks(tmp_path, 2, "engine_cancel")
+    got = _ranks(tmp_path, n, "engine_cancel")
     _same(ref, got)
     assert got["cancel_reason"] and got["used_after"] == 0
 
 
-@pytest.mark.parametrize("scenario, bound_s", [("engine_kill", 45.0), ("engine_hang", 60.0)])
-def test_lost_rank_ends_requests_with_an_error_within_a_bound(tmp_path, scenario, bound_s):
-    """Rank 1 exits (or freezes) mid-reply: the reply ends as an error naming the lost
-    machine, new requests are refused, and rank 0 ends with EXIT_LOST, all in bound_s
-    (start-up included; the heartbeat's silence limit is 10 s)."""
+@pytest.mark.parametrize("n, scenario, bound_s", [(2, "engine_kill", 45.0),
+                                                  (2, "engine_hang", 60.0),
+                                                  (4, "engine_kill", 60.0)])
+def test_lost_rank_ends_requests_with_an_error_within_a_bound(tmp_path, n, scenario, bound_s):
+    """The last rank exits (or freezes) mid-reply: the reply ends as an error naming the
+    lost machine, new requests are refused, and rank 0 ends with EXIT_LOST, all in
+    bound_s (start-up included; the heartbeat's silence limit is 10 s); the other
+    followers end on their own once rank 0 has (within run_local's 10 s)."""
     from engine.distributed.cluster import EXIT_LOST
-    run = run_ranks(2, scenario, tmp_path / scenario, bound_s + 30)
+    run = run_ranks(n, scenario, tmp_path / scenario, bound_s + 30)
     out, logs = run.output(0), every_log(run)
     # EXIT_LOST, or 1 from the C backstop (cluster._exit_soon) had os._exit not run.
     assert run.codes[0] in (EXIT_LOST, 1), logs
     assert run.wall_s < bound_s, logs
     assert "first: error after" in out and "stopped answering" in out, logs
     assert "second: refused: EngineClosedError" in out, logs
+    assert all(code == EXIT_LOST for code in run.codes[1:-1]), logs
 
 
 def test_a_rank_that_never_joins_ends_the_start_up_within_the_join_bound(tmp_path):
