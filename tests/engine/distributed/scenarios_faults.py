@@ -10,8 +10,8 @@ def _long_request(engine) -> None:
     import time
     t0 = time.monotonic()
     first = engine.submit(PROMPT, _greedy(190)).result()
-    print(f"first: {first.finish_reason} after {time.monotonic() - t0:.1f} s: "
-          f"{first.message}", flush=True)
+    print(f"first: {first.finish_reason} after {time.monotonic() - t0:.1f} s "
+          f"(at {time.monotonic():.3f}): {first.message}", flush=True)
     try:
         engine.submit(PROMPT[:3], _greedy(5))
     except Exception as e:          # EngineClosedError
@@ -23,6 +23,7 @@ def _doomed_follower(group, folder, how: str) -> None:
     """A follower that follows 30 messages, then ends (how="exit") or freezes (how="stop")."""
     import os
     import signal
+    import time
 
     from engine.distributed.follower import Follower
     from engine.distributed.sharding import shard_model
@@ -35,6 +36,7 @@ def _doomed_follower(group, folder, how: str) -> None:
         header = follower.wire.receive_header()
         follower.num_messages += 1
         if follower.num_messages == 30:
+            print(f"doomed: {how} at {time.monotonic():.3f}", flush=True)
             if how == "exit":
                 os._exit(1)
             os.kill(os.getpid(), signal.SIGSTOP)
