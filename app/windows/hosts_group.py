@@ -19,12 +19,10 @@ from PySide6.QtWidgets import (
 from engine.distributed.hosts_file import HostCheck, HostsFile, HostsFileError, check_hosts
 
 NO_FILE = "None (this machine only)"
-USE_HINT = ("Tandem's window runs its model on this machine only. To split one model over "
-            "the machines of this file (the format of mlx.launch --hostfile; "
-            "docs/DISTRIBUTED.md), run in a terminal, in Tandem's folder, on the first "
-            "machine:")
-NEEDS = ("Every machine needs passwordless ssh from this one, the same Python, Tandem and "
-         "model paths. Editors and scripts then use its API at http://127.0.0.1:8000/v1.")
+USE_HINT = ("This window runs its model on this machine only. To run one model over "
+            "the machines of an mlx.launch hosts file (docs/DISTRIBUTED.md), run in "
+            "Tandem's folder here: {command}  (every machine: passwordless ssh from this "
+            "one, the same Python, Tandem and model paths; it serves the API on port 8000)")
 
 
 def _check_file(path: str) -> list[HostCheck] | str:
@@ -53,8 +51,8 @@ class HostsGroup(QObject):
         self.choose_button = QPushButton("Choose…", clicked=self._on_choose_clicked)
         self.check_button = QPushButton("Check hosts", objectName="checkHosts",
                                         clicked=self._on_check_clicked)
-        self.result = QLabel(objectName="hint", wordWrap=True)
-        self.command = QLabel(objectName="hostsCommand", wordWrap=True)
+        self.result = QLabel(objectName="hostsResult", wordWrap=True, visible=False)
+        self.command = QLabel(objectName="hint", wordWrap=True)
         self.command.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self._asked = ""                # the path of the check in flight
         self.path.textChanged.connect(self._on_path_textChanged)
@@ -68,10 +66,8 @@ class HostsGroup(QObject):
         row.addWidget(self.check_button)
         form = QFormLayout()
         form.addRow("Hosts file", row)
-        form.addRow("", self.result)
-        form.addRow(QLabel(USE_HINT, objectName="hint", wordWrap=True))
+        form.addRow(self.result)
         form.addRow(self.command)
-        form.addRow(QLabel(NEEDS, objectName="hint", wordWrap=True))
         return form
 
     def value(self) -> str:
@@ -94,7 +90,7 @@ class HostsGroup(QObject):
             return
         self._asked = path
         self.check_button.setEnabled(False)
-        self.result.setText(f"Asking each host in {path}…")
+        self._show(f"Asking each host in {path}…")
         self.checkStarted.emit()
         threading.Thread(target=self._run_check, args=(path,), name="tandem-hosts-check",
                          daemon=True).start()
@@ -115,14 +111,18 @@ class HostsGroup(QObject):
         if self.value() != asked:             # another file was chosen meanwhile
             return
         if isinstance(outcome, str):
-            self.result.setText(outcome)
-            return
+            return self._show(outcome)
         failed = sum(not c.ok for c in outcome)
         head = (f"All {len(outcome)} hosts answer." if not failed
                 else f"{failed} of {len(outcome)} hosts failed:")
-        self.result.setText("\n".join([head] + [c.line() for c in outcome]))
+        self._show("\n".join([head] + [c.line() for c in outcome]))
+
+    def _show(self, text: str) -> None:
+        """The check's state (hidden while there is none: the group stays short)."""
+        self.result.setText(text)
+        self.result.setVisible(bool(text))
 
     def _on_path_textChanged(self, text: str) -> None:
         self.check_button.setEnabled(bool(text.strip()) and not self._checking())
-        self.command.setText(self.command_line())
-        self.result.setText("")
+        self.command.setText(USE_HINT.format(command=self.command_line()))
+        self._show("")

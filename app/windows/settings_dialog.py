@@ -55,9 +55,9 @@ class SettingsDialog(QDialog):
         # Two columns: in one, the dialog was taller than 2/3 of a 1080p screen (the
         # most Qt gives a new window), and the layout squeezed the wrapped hints.
         columns = QHBoxLayout()
-        for groups in ((("Appearance", self._looks_form(s)), ("Engine", self._engine_form(s))),
-                       (("New conversations", defaults), ("Local API", self._api_form(s)),
-                        ("Several machines", self.hosts.form()))):
+        for groups in ((("Appearance", self._looks_form(s)), ("Engine", self._engine_form(s)),
+                        ("Several machines", self.hosts.form())),
+                       (("New conversations", defaults), ("Local API", self._api_form(s)))):
             column = QVBoxLayout()
             for title, form in groups:
                 group = QGroupBox(title)
