@@ -32,6 +32,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -179,9 +180,12 @@ class Cluster:
             self.runner.broken = message
         print(f"tandem: {message} This process stops (exit {EXIT_LOST}).", file=sys.stderr,
               flush=True)
+        _exit_soon()            # first: a failing reader below must not keep us alive
         if self._abandon is not None:
-            self._abandon(message)
-        _exit_soon()
+            try:
+                self._abandon(message)
+            except Exception:
+                traceback.print_exc()
 
     def failed(self, error: BaseException) -> bool:
         """After a step raised: True when the group is broken (a lost rank), and then
