@@ -116,9 +116,10 @@ ERROR_TO_EXIT_S = EXIT_GRACE_S + BACKSTOP_S + 5.0
 
 
 def _stamp(out: str, prefix: str) -> float:
-    """The time.monotonic() a rank printed on its line starting with prefix."""
-    line = next(ln for ln in out.splitlines() if ln.startswith(prefix))
-    return float(re.search(r"at (\d+\.\d+)", line).group(1))
+    """The time.monotonic() a rank printed after prefix. Searched, not matched at a line's
+    start: the ring's C++ log writes its "[ring]" and its message apart, and a Python
+    line can land between the two."""
+    return float(re.search(re.escape(prefix) + r"[^\n]*?at (\d+\.\d+)", out).group(1))
 
 
 @pytest.mark.parametrize("n, scenario", [(2, "engine_kill"), (2, "engine_hang"),
