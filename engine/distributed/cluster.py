@@ -101,7 +101,9 @@ def _meet() -> Heartbeat | None:
     except OSError as e:
         _lost_while_joining(f"rank 0 cannot listen on port {address[1]} ({e})")
     beat.start()
-    beat.ready.wait()      # or the heartbeat ends the process (_lost_while_joining)
+    # The heartbeat ends the process if the meeting fails (bounded by its join_s).
+    if not beat.ready.wait(beat.join_s + 30):
+        _lost_while_joining("the meeting on the heartbeat did not end")
     return beat
 
 

@@ -123,10 +123,10 @@ class Heartbeat(threading.Thread):
                 self._meet_followers()
             else:
                 self._meet_leader()
-        except OSError as e:
-            return self._lost(f"the group could not meet ({e})")
         except _Lost as e:
             return self._lost(str(e))
+        except Exception as e:      # OSError, or anything: the waiting rank must hear it
+            return self._lost(f"the group could not meet ({type(e).__name__}: {e})")
         self.ready.set()
         try:
             self._watch()
