@@ -21,7 +21,7 @@ import json
 import shutil
 import socket
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,11 +97,19 @@ class HostCheck:
 
 def check_hosts(hosts: HostsFile, timeout_s: float = 2.0,
                 ssh_port: int | None = None) -> list[HostCheck]:
-    """One HostCheck per host, in rank order, all hosts asked at once.
-    ssh_port: the port to try instead of ssh's own setting (tests)."""
-    with ThreadPoolExecutor(max_workers=min(16, len(hosts.hosts))) as pool:
-        return list(pool.map(lambda rh: _check(rh[0], rh[1], hosts, timeout_s, ssh_port),
-                             enumerate(hosts.hosts)))
+    """One HostCheck per host, in rank order, all hosts asked at once. Bounded: ssh -G
+    and each address take at most timeout_s; a name lookup has no timeout of its own,
+    so a host still not done after all of those is reported as such. ssh_port: the
+    port to try instead of ssh's own setting (tests)."""
+    limit = timeout_s * (2 + max(len(h.ips) for h in hosts.hosts)) + 1
+    pool = ThreadPoolExecutor(max_workers=min(16, len(hosts.hosts)))
+    futures = [pool.submit(_check, r, h, hosts, timeout_s, ssh_port)
+               for r, h in enumerate(hosts.hosts)]
+    wait(futures, timeout=limit)
+    pool.shutdown(wait=False)
+    return [f.result() if f.done() else
+            HostCheck(r, h.ssh, (f"no answer within {limit:g} s (name lookup?)",))
+            for r, (f, h) in enumerate(zip(futures, hosts.hosts))]
 
 
 def _check(rank: int, host: Host, hosts: HostsFile, timeout_s: float,
