@@ -24,6 +24,9 @@ API_SETTINGS = ("serve_api", "api_port", "api_cors_origin")
 # prompts refused (issue 17 item 3), so the Settings never offer it.
 MIN_KV_BUDGET_MB = 64
 APPEARANCE = ("theme", "font_size")
+# The mlx.launch hosts file the Settings check (engine/distributed/hosts_file.py); the
+# app itself runs on this machine only: the Settings show the command that uses it.
+DISTRIBUTED = ("hosts_file",)
 THEME_CHOICES = ("system", "light", "dark")     # system: follow the OS's light/dark setting
 FONT_SIZES = range(10, 23)                      # px; 13 is the default
 
@@ -49,6 +52,8 @@ class AppSettings:
     api_port: int = 8000
     # A browser front-end's origin the API answers (CORS; "*" any, "" none: the default)
     api_cors_origin: str = ""
+    # an mlx.launch hosts file ("" = none), for `python -m engine serve --hosts`
+    hosts_file: str = ""
 
     def __post_init__(self):
         self.engine_config()        # the limits must make a valid EngineConfig
@@ -73,6 +78,8 @@ class AppSettings:
         if not isinstance(self.font_size, int) or self.font_size not in FONT_SIZES:
             raise ValueError(f"font_size must be {FONT_SIZES.start}-{FONT_SIZES.stop - 1} px, "
                              f"not {self.font_size!r}")
+        if not isinstance(self.hosts_file, str):
+            raise ValueError(f"hosts_file must be a path, not {self.hosts_file!r}")
         object.__setattr__(self, "chat", {**chat_defaults(), **check_settings(self.chat)})
 
     def engine_config(self, cache_dir: str | None = None) -> EngineConfig:
@@ -89,7 +96,7 @@ class AppSettings:
 
     def to_dict(self) -> dict:
         return {**{k: getattr(self, k) for k in
-                   ENGINE_LIMITS + ENGINE_LIVE + API_SETTINGS + APPEARANCE},
+                   ENGINE_LIMITS + ENGINE_LIVE + API_SETTINGS + APPEARANCE + DISTRIBUTED},
                 "chat": dict(self.chat)}
 
     @classmethod
@@ -103,7 +110,7 @@ class AppSettings:
             chat.update(data["chat"])
         limits = {f.name: data[f.name] for f in fields(cls)
                   if f.name in ENGINE_LIMITS + API_SETTINGS and f.name in data}
-        looks = {k: data[k] for k in ENGINE_LIVE + APPEARANCE
+        looks = {k: data[k] for k in ENGINE_LIVE + APPEARANCE + DISTRIBUTED
                  if k in data and _valid(k, data[k])}
         try:
             return cls(**limits, **looks, chat=settings_or_defaults(chat))

@@ -170,7 +170,8 @@ class MainWindow(QMainWindow):
     @asyncSlot()
     async def open_settings_dialog(self) -> None:
         from app.windows.settings_dialog import SettingsDialog
-        dialog = SettingsDialog(self.settings, self, cache_dir=self.prompt_cache)
+        dialog = SettingsDialog(self.settings, self, cache_dir=self.prompt_cache,
+                                model_path=self.bridge.model_path)
         if dialog.exec():
             old, self.settings = self.settings, dialog.settings()
             self.store.set_setting("settings", self.settings.to_dict())

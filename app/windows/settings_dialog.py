@@ -1,5 +1,5 @@
 """Settings: appearance, engine limits (the prompt cache on disk included), defaults
-for new conversations and the local API."""
+for new conversations, the local API and the hosts file for several machines."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,6 +25,7 @@ from app.storage.app_settings import (
     AppSettings,
     max_kv_budget_mb,
 )
+from app.windows.hosts_group import HostsGroup
 from app.windows.sampling_fields import SamplingFields, ok_cancel, spin
 from engine.cache.disk_cache import clear_folder, folder_usage
 
@@ -37,9 +38,14 @@ PACE_TIP = ("Keep other chats streaming at least this many tokens per second whi
 
 
 class SettingsDialog(QDialog):
-    def __init__(self, settings: AppSettings, parent=None, cache_dir: Path | None = None):
-        """cache_dir: the prompt cache folder whose use is shown (None: not shown)."""
+    def __init__(self, settings: AppSettings, parent=None, cache_dir: Path | None = None,
+                 model_path: str | None = None, hosts: HostsGroup | None = None):
+        """cache_dir: the prompt cache folder whose use is shown (None: not shown);
+        model_path: the loaded model (in the several-machines command); hosts: the
+        hosts file's rows (tests give one with their own check)."""
         super().__init__(parent)
+        self.hosts = hosts or HostsGroup(settings.hosts_file, model_path)
+        self.hosts.setParent(self)
         self.cache_dir = cache_dir
         self.setWindowTitle("Settings")
         self._start = settings
@@ -50,7 +56,8 @@ class SettingsDialog(QDialog):
         # Two columns: in one, the dialog was taller than 2/3 of a 1080p screen (the
         # most Qt gives a new window), and the layout squeezed the wrapped hints.
         columns = QHBoxLayout()
-        for groups in ((("Appearance", self._looks_form(s)), ("Engine", self._engine_form(s))),
+        for groups in ((("Appearance", self._looks_form(s)), ("Engine", self._engine_form(s)),
+                        ("Several machines", self.hosts.form())),
                        (("New conversations", defaults), ("Local API", self._api_form(s)))):
             column = QVBoxLayout()
             for title, form in groups:
@@ -197,5 +204,6 @@ class SettingsDialog(QDialog):
                            serve_api=self.serve_api.isChecked(),
                            api_port=self.api_port.value(),
                            api_cors_origin=self.api_cors_origin.text().strip(),
+                           hosts_file=self.hosts.value(),
                            theme=self.theme.currentData(), font_size=self.font_size.value(),
                            chat=self.fields.values())

@@ -57,7 +57,7 @@ def worker(args) -> int:
     """One rank's life: follow, or (rank 0) measure and write the JSON."""
     from engine.distributed import cluster as dist
     model, config = _model(args.model), _engine_config(args)
-    group = dist.Cluster.from_env()
+    group = dist.connect()
     if group is not None and group.rank != 0:
         return dist.run_follower(model, config, group)
     dist.join(group)

@@ -14,8 +14,10 @@ the layers whose outputs are partial sums). docs/DISTRIBUTED.md is the user's gu
     follower.py    ranks 1..N-1: receive and execute until the shutdown message
     disk_parts.py  the disk prompt cache: every rank's part of a turn in rank 0's files
     cluster.py     the group, the engine's hooks, what happens when a rank is lost
-    heartbeat.py   rank 0 <-> followers over TCP: a lost rank is noticed in bounded time
+    heartbeat.py   rank 0 <-> followers over TCP: the ranks meet there before init, and a
+                   lost rank is noticed in bounded time
     launch.py      --hosts: run the command under mlx.launch; followers stop there
     local.py       N ranks on this machine (tests, benchmark), bounded in time
+    hosts_file.py  mlx.launch's hosts file read, and each host asked (no mlx; the app)
     traffic.py     bytes each rank's collectives send (the benchmark's count)
 """

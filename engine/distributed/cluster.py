@@ -1,12 +1,12 @@
 """The process's group and the engine's hooks into it.
 
 A process started by ``mlx.launch`` (or ``python -m engine ... --hosts hosts.json``,
-which re-runs itself under mlx.launch) joins the group with ``Cluster.from_env``.
-Rank 0 builds its Engine as usual: the engine asks ``current_cluster()`` and, when
-there is one, loads its shard (``load_bundle``), runs a LeaderRunner
-(``make_runner``), opens the disk cache for files of every rank's part
-(``disk_opener``), and sends the shutdown message when it closes. Every other rank
-loads its shard and runs ``follow`` until then.
+which re-runs itself under mlx.launch) joins the group with ``connect``: the ranks
+meet on the heartbeat first (heartbeat.py), then start the backend. Rank 0 builds its
+Engine as usual: the engine asks ``current_cluster()`` and, when there is one, loads
+its shard (``load_bundle``), runs a LeaderRunner (``make_runner``), opens the disk
+cache for files of every rank's part (``disk_opener``), and sends the shutdown
+message when it closes. Every other rank loads its shard and runs ``follow`` until then.
 
 Failures. MLX's collectives cannot be cancelled, and with the ring backend an eval
 waiting on a lost peer never returns (heartbeat.py). So a lost rank is noticed beside
@@ -16,7 +16,13 @@ heartbeat.SILENCE_S) or by the Watchdog (work waiting and no step sent for
 engine thread stays blocked in the collective for good), and ends its process
 EXIT_GRACE_S later with EXIT_LOST; a follower ends at once. Restarting every rank is
 the recovery. Errors the backend does raise (a peer gone before a collective
-starts) fail the requests the same way (``failed``).
+starts) end the group the same way (``failed``).
+
+Bounds that hold even where a C call keeps the interpreter lock (``mx.distributed
+.init`` waiting in accept() for a rank that never comes does): start-up is bounded
+by heartbeat.join_seconds() and the exit after a loss by EXIT_GRACE_S + 3 s, both
+by faulthandler's watchdog, a C thread that ends the process (status 1) without
+the lock.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,7 +41,7 @@ import mlx.core as mx
 from engine.config import EngineConfig
 from engine.distributed.disk_parts import joined_schema
 from engine.distributed.follower import follow
-from engine.distributed.heartbeat import Heartbeat, heartbeat_address
+from engine.distributed.heartbeat import Heartbeat, env_rank_size, heartbeat_address, join_seconds
 from engine.distributed.leader import ClusterError, LeaderRunner
 from engine.distributed.sharding import load_sharded, shard_model
 from engine.distributed.wire import Wire
@@ -44,40 +51,93 @@ DEFAULT_TIMEOUT_S = 120.0        # a step of a big prefill on a slow link stays 
 TIMEOUT_ENV = "TANDEM_DIST_TIMEOUT_S"
 EXIT_LOST = 75
 EXIT_GRACE_S = 2.0               # for the failed requests' events to reach their readers
+BACKSTOP_S = 3.0                 # then faulthandler's C thread, if os._exit could not run
 
-_current: Cluster | None = None
+_current: Cluster | None = None      # the engine's group (join)
+_process: Cluster | None = None      # the group this process joined (connect)
 
 
 def current_cluster() -> Cluster | None:
-    """The group this process joined (join()), or None: one process, no sharding."""
+    """The group the engine runs over (join()), or None: one process, no sharding."""
     return _current
 
 
+def process_cluster() -> Cluster | None:
+    """The group this process joined with connect(), or None."""
+    return _process
+
+
 def join(cluster: Cluster | None) -> None:
-    """Make cluster this process's group; rank 0's heartbeat starts now, before the
-    model loads (followers connect while they load their shards)."""
+    """Make cluster the group rank 0's next Engine runs over (None: one process)."""
     global _current
     _current = cluster
-    if cluster is not None and cluster.rank == 0:
-        cluster.start_heartbeat()
+
+
+def connect(backend: str = "any") -> Cluster | None:
+    """Join the group of a process launched by mlx.launch (MLX_RANK set); None alone.
+
+    The ranks meet on the heartbeat before the backend starts, so they enter
+    mx.distributed.init together; a rank that does not come ends every other within
+    heartbeat.join_seconds() with a message saying which (heartbeat.py)."""
+    global _process
+    if "MLX_RANK" not in os.environ and "OMPI_COMM_WORLD_RANK" not in os.environ:
+        return None
+    beat = _meet()
+    group = _init_within_join_bound(backend)
+    if group.size() == 1:
+        return None
+    _process = Cluster(group, heartbeat=beat)
+    return _process
+
+
+def _meet() -> Heartbeat | None:
+    """The heartbeat, once every rank has arrived (None where no address is known)."""
+    rank_size, address = env_rank_size(), heartbeat_address()
+    if rank_size is None or address is None or rank_size[1] < 2:
+        return None
+    rank, size = rank_size
+    try:
+        beat = Heartbeat(rank, size, address, _lost_while_joining)
+    except OSError as e:
+        _lost_while_joining(f"rank 0 cannot listen on port {address[1]} ({e})")
+    beat.start()
+    # The heartbeat ends the process if the meeting fails (bounded by its join_s).
+    if not beat.ready.wait(beat.join_s + 30):
+        _lost_while_joining("the meeting on the heartbeat did not end")
+    return beat
+
+
+def _init_within_join_bound(backend: str):
+    # The ring's init waits in accept() without a timeout and holds the interpreter
+    # lock: no Python thread could end it. faulthandler's watchdog is a C thread.
+    faulthandler.dump_traceback_later(join_seconds(), exit=True)
+    try:
+        return mx.distributed.init(strict=True, backend=backend)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def _lost_while_joining(why: str) -> None:
+    rank = (env_rank_size() or ("?",))[0]
+    print(f"tandem rank {rank}: the group did not start: {why}. Start every machine's "
+          f"process (stopping, exit {EXIT_LOST}).", file=sys.stderr, flush=True)
+    os._exit(EXIT_LOST)
 
 
 class Cluster:
-    def __init__(self, group, timeout_s: float | None = None):
+    def __init__(self, group, timeout_s: float | None = None,
+                 heartbeat: Heartbeat | None = None):
         self.group = group
         self.timeout_s = timeout_s or float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
         self.runner: LeaderRunner | None = None
         self.failure_message: str | None = None
-        self.heartbeat: Heartbeat | None = None
+        self.heartbeat = heartbeat
         self._abandon: Callable[[str], None] | None = None
-
-    @classmethod
-    def from_env(cls, backend: str = "any") -> Cluster | None:
-        """The group of a process launched by mlx.launch (MLX_RANK set); None alone."""
-        if "MLX_RANK" not in os.environ and "OMPI_COMM_WORLD_RANK" not in os.environ:
-            return None
-        group = mx.distributed.init(strict=True, backend=backend)
-        return cls(group) if group.size() > 1 else None
+        self._lost_once = threading.Lock()
+        if heartbeat is not None:     # from now on a loss ends this process as a member
+            heartbeat.on_lost = self.lost if self.rank == 0 else _follower_lost
+            if heartbeat.lost_message is not None:       # lost before the swap
+                heartbeat.on_lost(heartbeat.lost_message)
 
     @property
     def rank(self) -> int:
@@ -103,21 +163,18 @@ class Cluster:
         return self.runner
 
     def watch(self, has_work: Callable[[], bool], abandon: Callable[[str], None]) -> None:
-        """Rank 0, once its engine runs: start the heartbeat and the watchdog. abandon
-        (message) fails every request from their thread (Engine._abandon)."""
+        """Rank 0, once its engine runs: start the watchdog (the heartbeat runs since
+        connect). abandon(message) fails every request from their thread
+        (Engine._abandon)."""
         self._abandon = abandon
-        self.start_heartbeat()
+        if self.failure_message is not None:    # lost while the engine was loading
+            abandon(self.failure_message)
         Watchdog(self, has_work).start()
 
-    def start_heartbeat(self) -> None:
-        """Rank 0: listen for the followers' heartbeats (once; none without an address)."""
-        address = heartbeat_address()
-        if self.heartbeat is None and address is not None:
-            self.heartbeat = Heartbeat(0, self.size, address, self.lost)
-            self.heartbeat.start()
-
     def lost(self, why: str) -> None:
-        """A rank is gone (heartbeat or watchdog thread): fail everything, then stop."""
+        """A rank is gone (heartbeat, watchdog or engine thread): fail everything, stop."""
+        if not self._lost_once.acquire(blocking=False):
+            return
         message = (f"A machine of the group ({self.size} ranks) stopped answering: {why}. "
                    "Restart Tandem on every machine.")
         self.failure_message = message
@@ -125,13 +182,12 @@ class Cluster:
             self.runner.broken = message
         print(f"tandem: {message} This process stops (exit {EXIT_LOST}).", file=sys.stderr,
               flush=True)
+        _exit_soon()            # first: a failing reader below must not keep us alive
         if self._abandon is not None:
-            self._abandon(message)
-        threading.Timer(EXIT_GRACE_S, os._exit, (EXIT_LOST,)).start()
-        # The Timer needs the interpreter lock, which the engine thread may hold for good
-        # inside a collective that never returns (seen on an idle machine: rank 0 hung).
-        # faulthandler's watchdog is a C thread: it ends the process (status 1) anyway.
-        faulthandler.dump_traceback_later(EXIT_GRACE_S + 3, exit=True)
+            try:
+                self._abandon(message)
+            except Exception:
+                traceback.print_exc()
 
     def failed(self, error: BaseException) -> bool:
         """After a step raised: True when the group is broken (a lost rank), and then
@@ -140,17 +196,26 @@ class Cluster:
             return True
         if self.runner is None or not _is_backend_error(error):
             return False
-        self.failure_message = (
-            f"A machine of the group ({self.size} ranks) stopped answering ({error}). "
-            "Restart Tandem on every machine (python -m engine ... --hosts).")
-        self.runner.broken = self.failure_message
+        self.lost(f"the backend said: {error}")
         return True
 
     def shutdown(self) -> None:
-        if self.heartbeat is not None:
-            self.heartbeat.stopping = True
+        """Rank 0's engine closes: the followers stop (a closed heartbeat is no loss)."""
+        self.done()
         if self.runner is not None:
             self.runner.close()
+
+    def done(self) -> None:
+        """This process's planned end: the peers' closing connections are no loss."""
+        if self.heartbeat is not None:
+            self.heartbeat.stopping = True
+
+
+def _exit_soon() -> None:
+    """os._exit(EXIT_LOST) after EXIT_GRACE_S; BACKSTOP_S later, status 1 from a C thread
+    where os._exit could not run (a C call holding the interpreter lock for good)."""
+    threading.Timer(EXIT_GRACE_S, os._exit, (EXIT_LOST,)).start()
+    faulthandler.dump_traceback_later(EXIT_GRACE_S + BACKSTOP_S, exit=True)
 
 
 class Watchdog(threading.Thread):
@@ -225,19 +290,14 @@ def run_follower(model, config: EngineConfig, cluster: Cluster) -> int:
     rank: a follower ignores it and stops when rank 0 says so."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    address = heartbeat_address()
-    beat = None
-    if address is not None:
-        beat = Heartbeat(cluster.rank, cluster.size, address, _follower_lost)
-        beat.start()
     bundle = load_shard_bundle(model, config, cluster.group)
     code = follow(bundle.model, config, cluster.group)
-    if beat is not None:
-        beat.stopping = True
-    return code
+    cluster.done()
+    return EXIT_LOST if code else 0       # the backend raised: the group is lost
 
 
 def _follower_lost(why: str) -> None:
     print(f"tandem follower: rank 0 is lost ({why}); stopping (exit {EXIT_LOST}).",
           file=sys.stderr, flush=True)
+    faulthandler.dump_traceback_later(BACKSTOP_S, exit=True)
     os._exit(EXIT_LOST)

@@ -63,7 +63,7 @@ def enter(args, argv: list[str]) -> int | None:
     if "MLX_RANK" not in os.environ:
         return None
     from engine.distributed import cluster as dist
-    group = dist.Cluster.from_env()
+    group = dist.connect()
     if group is None:
         return None
     if group.rank == 0:

@@ -24,6 +24,8 @@ class RankRun:
     codes: list[int | None]      # None: killed at the time limit
     outputs: list[str]
     wall_s: float                # from the launch until rank 0 ended
+    ended_at: float = 0.0        # time.monotonic() when rank 0 ended (the clock is the
+                                 # system's: the ranks' own time.monotonic() compares)
 
     def output(self, rank: int = 0) -> str:
         return self.outputs[rank]
@@ -67,7 +69,8 @@ def run_local(n: int, command: list[str], workdir: Path, timeout_s: float,
     codes: list[int | None] = [None] * n
     try:
         codes[0] = _wait(procs[0], timeout_s)
-        wall = time.monotonic() - t0
+        ended = time.monotonic()
+        wall = ended - t0
         for r in range(1, n):
             codes[r] = _wait(procs[r], 10.0)
     finally:
@@ -80,7 +83,7 @@ def run_local(n: int, command: list[str], workdir: Path, timeout_s: float,
         f.seek(0)
         outputs.append(f.read())
         f.close()
-    return RankRun(codes, outputs, wall)
+    return RankRun(codes, outputs, wall, ended)
 
 
 def _wait(p: subprocess.Popen, timeout_s: float) -> int | None:

@@ -32,7 +32,7 @@ PLAIN_MODULES = [
     "engine.cache.page_pool", "engine.cache.prefix_cache", "engine.cache.cache_manager",
     "engine.cache.kv_budget", "engine.telemetry", "engine.telemetry.trace",
     "engine.telemetry.trace_format", "engine.telemetry.trace_check",
-    "engine.telemetry.monitor", "engine.telemetry.cpu",
+    "engine.telemetry.monitor", "engine.telemetry.cpu", "engine.distributed.hosts_file",
 ]
 
 

@@ -14,16 +14,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))        # tests/engine
 
-import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import scenarios  # noqa: E402
 import scenarios_disk  # noqa: E402
 import scenarios_faults  # noqa: E402
 
+from engine.distributed import cluster as dist  # noqa: E402
+
 
 def main() -> int:
     name, out = sys.argv[1], Path(sys.argv[2])
-    group = mx.distributed.init(backend="ring", strict=True)
+    _start_as_told(int(os.environ["MLX_RANK"]))
+    cluster = dist.connect("ring")         # the engine's own start-up (bounded)
+    group = cluster.group
     if os.environ.get("DUMP_AFTER"):        # debugging a hang: every thread's stack
         faulthandler.dump_traceback_later(float(os.environ["DUMP_AFTER"]))
     fn = next(getattr(m, name) for m in (scenarios, scenarios_disk, scenarios_faults)
@@ -32,6 +35,17 @@ def main() -> int:
     if group.rank() == 0 and result is not None:
         np.savez(out / "result.npz", **result)
     return 0
+
+
+def _start_as_told(rank: int) -> None:
+    """Start-up faults: TEST_ABSENT_RANK=r never joins (a machine where Tandem was
+    not started); TEST_LATE_RANK=r:s joins s seconds after the others."""
+    if os.environ.get("TEST_ABSENT_RANK") == str(rank):
+        sys.exit(3)
+    late, _, seconds = os.environ.get("TEST_LATE_RANK", "").partition(":")
+    if late == str(rank):
+        import time
+        time.sleep(float(seconds))
 
 
 if __name__ == "__main__":

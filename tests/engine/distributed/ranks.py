@@ -11,7 +11,14 @@ ROOT = Path(__file__).resolve().parents[3]
 MAIN = Path(__file__).with_name("rank_main.py")
 
 
-def run_ranks(n: int, scenario: str, out: Path, timeout_s: float = 120.0) -> RankRun:
+def run_ranks(n: int, scenario: str, out: Path, timeout_s: float = 120.0,
+              env: dict | None = None) -> RankRun:
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     return run_local(n, [sys.executable, str(MAIN), scenario, str(out)], out, timeout_s,
-                     env={"PYTHONPATH": path}, cwd=ROOT)
+                     env={"PYTHONPATH": path, **(env or {})}, cwd=ROOT)
+
+
+def every_log(run: RankRun, tail: int = 2500) -> str:
+    """Each rank's exit status and the end of its log (what a failed test shows)."""
+    return "\n".join(f"--- rank {r} (exit {code}):\n{out[-tail:]}"
+                     for r, (code, out) in enumerate(zip(run.codes, run.outputs)))

@@ -87,7 +87,7 @@ def _serve(group, name: str, folder, work, config: EngineConfig = CONFIG):
     from engine.core.engine import Engine
     from engine.distributed import cluster as dist
     model = _in_memory(name, folder / f"tok{0 if group is None else group.rank()}")
-    c = dist.Cluster(group) if group is not None and group.size() > 1 else None
+    c = dist.process_cluster() if group is not None and group.size() > 1 else None
     if c is not None and c.rank != 0:
         code = dist.run_follower(model, config, c)
         if code:

@@ -97,19 +97,18 @@ def engine_disk(group, folder) -> dict | None:
     """Turn 1 in one engine, which writes it to the disk cache as it closes; turn 2 in
     a new engine (the same ranks), which loads it from disk instead of reading it."""
     import dataclasses
-    import os
 
     from engine.core.engine import Engine
     from engine.distributed import cluster as dist
     from engine.distributed.follower import follow
     config = dataclasses.replace(CONFIG, cache_dir=str(folder / "cache"))
     path = folder / "models" / "qwen_f32"
-    os.environ["TANDEM_DIST_HEARTBEAT"] = "off"     # two engines: no heartbeat to rejoin
-    c = dist.Cluster(group) if group is not None and group.size() > 1 else None
+    c = dist.process_cluster() if group is not None and group.size() > 1 else None
     if c is not None and c.rank != 0:
         bundle = dist.load_shard_bundle(path, config, group)
         for _ in range(2):
             follow(bundle.model, config, group)
+        c.done()              # rank 0 may end first: its closing heartbeat is no loss
         return None
     dist.join(c)
     try:

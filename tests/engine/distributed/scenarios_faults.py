@@ -10,8 +10,8 @@ def _long_request(engine) -> None:
     import time
     t0 = time.monotonic()
     first = engine.submit(PROMPT, _greedy(190)).result()
-    print(f"first: {first.finish_reason} after {time.monotonic() - t0:.1f} s: "
-          f"{first.message}", flush=True)
+    print(f"first: {first.finish_reason} after {time.monotonic() - t0:.1f} s "
+          f"(at {time.monotonic():.3f}): {first.message}", flush=True)
     try:
         engine.submit(PROMPT[:3], _greedy(5))
     except Exception as e:          # EngineClosedError
@@ -20,16 +20,14 @@ def _long_request(engine) -> None:
 
 
 def _doomed_follower(group, folder, how: str) -> None:
-    """Rank 1 follows 30 messages, then ends (how="exit") or freezes (how="stop")."""
+    """A follower that follows 30 messages, then ends (how="exit") or freezes (how="stop")."""
     import os
     import signal
+    import time
 
-    from engine.distributed import cluster as dist
     from engine.distributed.follower import Follower
-    from engine.distributed.heartbeat import Heartbeat, heartbeat_address
     from engine.distributed.sharding import shard_model
     from engine.loading.model_bundle import _in_memory_bundle
-    Heartbeat(group.rank(), group.size(), heartbeat_address(), dist._follower_lost).start()
     model = _in_memory("llama", folder / f"tok{group.rank()}")
     model = type(model)(shard_model(model.model, group), model.tokenizer, {}, model.name)
     bundle = _in_memory_bundle(model, CONFIG, lambda p: None)
@@ -38,6 +36,7 @@ def _doomed_follower(group, folder, how: str) -> None:
         header = follower.wire.receive_header()
         follower.num_messages += 1
         if follower.num_messages == 30:
+            print(f"doomed: {how} at {time.monotonic():.3f}", flush=True)
             if how == "exit":
                 os._exit(1)
             os.kill(os.getpid(), signal.SIGSTOP)
@@ -45,13 +44,15 @@ def _doomed_follower(group, folder, how: str) -> None:
 
 
 def engine_kill(group, folder) -> None:
-    if group.rank() != 0:
+    """The last rank exits mid-reply; any others follow as usual (and must end once
+    rank 0 has)."""
+    if group.rank() == group.size() - 1:
         return _doomed_follower(group, folder, "exit")
     return _serve(group, "llama", folder, _long_request)
 
 
 def engine_hang(group, folder) -> None:
-    """Rank 1 freezes (SIGSTOP): its heartbeat falls silent too."""
-    if group.rank() != 0:
+    """The last rank freezes (SIGSTOP): its heartbeat falls silent too."""
+    if group.rank() == group.size() - 1:
         return _doomed_follower(group, folder, "stop")
     return _serve(group, "llama", folder, _long_request)
