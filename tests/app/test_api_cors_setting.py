@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-import threading
-import urllib.request
 
 import pytest
 
@@ -37,50 +35,41 @@ def test_the_origin_round_trips_and_is_kept_as_a_browser_sends_it(qtbot):
 @pytest.mark.parametrize("bad", ["localhost:3000", "http://host/path", "ftp://h",
                                  "http://h:port", "http://"])
 def test_a_bad_origin_keeps_the_dialog_open_and_says_why(qtbot, bad):
+    # Not shown: a shown dialog's focused line edit left a cursor-blink timer that fired
+    # on the deleted widget in a later test (a segfault in QTimer, seen only in the whole
+    # suite's run). accept() is the OK button's slot either way.
     dialog = SettingsDialog(AppSettings())
     qtbot.addWidget(dialog)
-    dialog.show()
+    finished = []
+    dialog.finished.connect(finished.append)
     dialog.api_cors_origin.setText(bad)
     dialog.accept()
-    assert dialog.isVisible() and not dialog.result()
+    assert not finished and not dialog.result()             # stays open
+    assert not dialog.api_error.isHidden()
     assert "origin" in dialog.api_error.text() or "port" in dialog.api_error.text()
     dialog.api_cors_origin.setText("")
     dialog.accept()
-    assert not dialog.isVisible() and dialog.result()
-
-
-def _preflight(url: str, origin: str) -> dict:
-    req = urllib.request.Request(url, method="OPTIONS", headers={
-        "Origin": origin, "Access-Control-Request-Method": "POST"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return {"status": r.status, **dict(r.headers)}
-    except urllib.error.HTTPError as e:
-        return {"status": e.code, **dict(e.headers)}
+    assert finished == [SettingsDialog.DialogCode.Accepted]
 
 
 @pytest.mark.skipif(bool(os.environ.get("TANDEM_FAKE_ENGINE")),
                     reason="the API serves the real engine")
-def test_the_running_api_answers_the_allowed_origin_only(make_window, run, wait_until):
+def test_the_running_api_takes_the_origin_and_restarts_for_a_new_one(make_window, run):
+    """What the server does with the origin (preflight 204 with
+    Access-Control-Allow-Origin, others 405) is tests/engine/server's; here: the app's
+    server runs with exactly the origin Settings hold, and a change restarts it."""
     window = make_window(load=False)
     port = _free_port()
-    url = f"http://127.0.0.1:{port}/v1/chat/completions"
-    answers: list[dict] = []
-
-    def ask(origin):     # from a worker thread: the Qt loop serves the API meanwhile
-        thread = threading.Thread(target=lambda: answers.append(_preflight(url, origin)))
-        thread.start()
-        wait_until(lambda: not thread.is_alive())
-        return answers[-1]
     try:
         window.settings = dataclasses.replace(window.settings, serve_api=True, api_port=port)
         assert run(window.apply_server_settings())
-        assert ask(ORIGIN)["status"] == 405                  # off by default: no CORS
+        first = window.api.server
+        assert first.config.cors_origins == ()               # off by default
         window.settings = dataclasses.replace(window.settings, api_cors_origin=ORIGIN)
-        assert run(window.apply_server_settings())           # restarted with the origin
-        allowed = ask(ORIGIN)
-        assert allowed["status"] == 204
-        assert allowed["Access-Control-Allow-Origin"] == ORIGIN
-        assert ask("http://evil.example")["status"] == 405
+        assert run(window.apply_server_settings())
+        assert window.api.server is not first and window.api.server.config.port == port
+        assert window.api.server.config.cors_origins == (ORIGIN,)
+        same = window.api.server
+        assert run(window.apply_server_settings()) and window.api.server is same
     finally:
         run(window.api.stop())
