@@ -15,11 +15,9 @@ own h elements from the output it wrote), so any D works.
 """
 from __future__ import annotations
 
-from functools import cache
-
 import mlx.core as mx
 
-from kernels.stand_in import COUNT, StandInKernel
+from kernels.kernel_build import KernelBuild, scalar
 
 NAME = "add_rms_norm"
 THREADS = 256          # a block per row
@@ -97,26 +95,14 @@ _METAL_SOURCE = """
 
 _INPUTS = ["x", "r", "weight", "eps"]
 _OUTPUTS = ["h", "y"]
-_built: dict[str, object] = {}
+_KERNEL = KernelBuild(NAME, "tandem_add_rms_norm", _INPUTS, _OUTPUTS, _CUDA_SOURCE, _METAL_SOURCE,
+                      row_contiguous=False)
 
 
 def _get(backend: str):
-    if backend == COUNT:
-        return StandInKernel(NAME)
-    if backend not in _built:
-        make = mx.fast.cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
-        _built[backend] = make(
-            name="tandem_add_rms_norm", input_names=_INPUTS, output_names=_OUTPUTS,
-            source=_CUDA_SOURCE if backend == "cuda" else _METAL_SOURCE,
-            ensure_row_contiguous=False)
-    return _built[backend]
+    return _KERNEL.get(backend)
 
 
-@cache
-def _constant(value: float) -> mx.array:
-    a = mx.array([value], dtype=mx.float32)
-    mx.eval(a)
-    return a
 
 
 def out_dtype(x: mx.array, weight: mx.array) -> mx.Dtype:
@@ -141,7 +127,7 @@ def kernel(x, r, weight, eps: float, *, backend: str):
     """Launch on `backend`: (h [N, D] in x.dtype, y [N, D] in out_dtype) as `reference`."""
     N, D = x.shape
     return _get(backend)(
-        inputs=[x, r, weight, _constant(float(eps))],
+        inputs=[x, r, weight, scalar(float(eps))],
         template=[("HT", x.dtype), ("YT", out_dtype(x, weight))],
         grid=(N * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
         output_shapes=[(N, D), (N, D)], output_dtypes=[x.dtype, out_dtype(x, weight)])

@@ -28,11 +28,10 @@ One warp (simdgroup) per (row, head) of Hq + 2 Hkv heads; a head's norm is one w
 from __future__ import annotations
 
 import math
-from functools import cache
 
 import mlx.core as mx
 
-from kernels.stand_in import COUNT, StandInKernel
+from kernels.kernel_build import KernelBuild, scalar
 
 NAME = "attention_prep"
 
@@ -153,26 +152,14 @@ _METAL_SOURCE = """
 _INPUTS = ["q", "k", "v", "q_norm", "k_norm", "offsets", "slots", "k_pool", "v_pool", "eps",
            "log2_base"]
 _OUTPUTS = ["q_out"]
-_built: dict[str, object] = {}
+_KERNEL = KernelBuild(NAME, "tandem_attention_prep", _INPUTS, _OUTPUTS, _CUDA_SOURCE, _METAL_SOURCE,
+                      row_contiguous=False)
 
 
 def _get(backend: str):
-    if backend == COUNT:
-        return StandInKernel(NAME)
-    if backend not in _built:
-        make = mx.fast.cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
-        _built[backend] = make(
-            name="tandem_attention_prep", input_names=_INPUTS, output_names=_OUTPUTS,
-            source=_CUDA_SOURCE if backend == "cuda" else _METAL_SOURCE,
-            ensure_row_contiguous=False)
-    return _built[backend]
+    return _KERNEL.get(backend)
 
 
-@cache
-def _constant(value: float) -> mx.array:
-    a = mx.array([value], dtype=mx.float32)
-    mx.eval(a)
-    return a
 
 
 def _heads(x: mx.array, H: int, stride: int, D: int) -> mx.array:
@@ -229,7 +216,7 @@ def kernel(q, k, v, q_norm, k_norm, eps: float, offsets, slots, k_pool, v_pool,
     B = q.shape[0]
     (q_out,) = _get(backend)(
         inputs=[q, k, v, q_norm, k_norm, offsets.astype(mx.int32), slots.astype(mx.int32),
-                k_pool, v_pool, _constant(float(eps)), _constant(math.log2(base))],
+                k_pool, v_pool, scalar(float(eps)), scalar(math.log2(base))],
         template=[("OutT", q.dtype), ("PoolT", k_pool.dtype), ("Hq", Hq), ("Hkv", Hkv),
                   ("D", D), ("QH", QH), ("RD", rotary_dim)],
         grid=(B * (Hq + 2 * Hkv) * 32, 1, 1), threadgroup=(256, 1, 1),

@@ -21,7 +21,7 @@ from kernels.gated_delta_step import (
     pick_lanes,
     step_math,
 )
-from kernels.stand_in import COUNT, StandInKernel
+from kernels.kernel_build import KernelBuild
 
 NAME = "gated_delta_chunk"
 
@@ -187,20 +187,12 @@ _METAL_SOURCE = """
 
 _INPUTS = ["q", "k", "v", "g", "beta", "pool", "slots", "fresh", "lengths"]
 _OUTPUTS = ["y"]
-_built: dict[str, object] = {}
+_KERNEL = KernelBuild(NAME, "tandem_gated_delta_chunk", _INPUTS, _OUTPUTS, _CUDA_SOURCE,
+                      _METAL_SOURCE, cuda_header=_CUDA_HEADER, row_contiguous=False)
 
 
 def _get(backend: str):
-    if backend == COUNT:
-        return StandInKernel(NAME)
-    if backend not in _built:
-        make = mx.fast.cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
-        extra = {"header": _CUDA_HEADER} if backend == "cuda" else {}
-        source = _CUDA_SOURCE if backend == "cuda" else _METAL_SOURCE
-        _built[backend] = make(name="tandem_gated_delta_chunk", input_names=_INPUTS,
-                               output_names=_OUTPUTS, source=source,
-                               ensure_row_contiguous=False, **extra)
-    return _built[backend]
+    return _KERNEL.get(backend)
 
 
 def _lengths(lengths, B: int, T: int) -> mx.array:

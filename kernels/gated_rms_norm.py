@@ -12,11 +12,9 @@ One warp (simdgroup) per head row; the row's sum of squares is one warp sum.
 """
 from __future__ import annotations
 
-from functools import cache
-
 import mlx.core as mx
 
-from kernels.stand_in import COUNT, StandInKernel
+from kernels.kernel_build import KernelBuild, scalar
 
 NAME = "gated_rms_norm"
 ROWS_PER_BLOCK = 4
@@ -75,26 +73,14 @@ _METAL_SOURCE = """
 
 _INPUTS = ["y", "z", "weight", "eps"]
 _OUTPUTS = ["out"]
-_built: dict[str, object] = {}
+_KERNEL = KernelBuild(NAME, "tandem_gated_rms_norm", _INPUTS, _OUTPUTS, _CUDA_SOURCE, _METAL_SOURCE,
+                      row_contiguous=False)
 
 
 def _get(backend: str):
-    if backend == COUNT:
-        return StandInKernel(NAME)
-    if backend not in _built:
-        make = mx.fast.cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
-        _built[backend] = make(
-            name="tandem_gated_rms_norm", input_names=_INPUTS, output_names=_OUTPUTS,
-            source=_CUDA_SOURCE if backend == "cuda" else _METAL_SOURCE,
-            ensure_row_contiguous=False)
-    return _built[backend]
+    return _KERNEL.get(backend)
 
 
-@cache
-def _constant(value: float) -> mx.array:
-    a = mx.array([value], dtype=mx.float32)
-    mx.eval(a)
-    return a
 
 
 def reference(y, z, weight, eps: float):
@@ -113,7 +99,7 @@ def kernel(y, z, weight, eps: float, *, backend: str):
     """Launch on `backend`: out [B, T, H, D] in y.dtype, as `reference`."""
     rows = y.shape[0] * y.shape[1] * y.shape[2]
     (out,) = _get(backend)(
-        inputs=[y, z, weight, _constant(float(eps))], template=[("OutT", y.dtype)],
+        inputs=[y, z, weight, scalar(float(eps))], template=[("OutT", y.dtype)],
         grid=(rows * 32, 1, 1), threadgroup=(32 * ROWS_PER_BLOCK, 1, 1),
         output_shapes=[y.shape], output_dtypes=[y.dtype])
     return out

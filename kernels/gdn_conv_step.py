@@ -26,11 +26,9 @@ so a head's norm is one warp sum.
 """
 from __future__ import annotations
 
-from functools import cache
-
 import mlx.core as mx
 
-from kernels.stand_in import COUNT, StandInKernel
+from kernels.kernel_build import KernelBuild, scalar
 
 NAME = "gdn_conv_step"
 MAX_KERNEL = 8        # conv taps the kernel keeps in registers
@@ -147,26 +145,14 @@ _METAL_SOURCE = """
 
 _INPUTS = ["qkv", "weight", "pool", "slots", "fresh", "eps"]
 _OUTPUTS = ["q", "k", "v"]
-_built: dict[str, object] = {}
+_KERNEL = KernelBuild(NAME, "tandem_gdn_conv_step", _INPUTS, _OUTPUTS, _CUDA_SOURCE, _METAL_SOURCE,
+                      row_contiguous=False)
 
 
 def _get(backend: str):
-    if backend == COUNT:
-        return StandInKernel(NAME)
-    if backend not in _built:
-        make = mx.fast.cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
-        _built[backend] = make(
-            name="tandem_gdn_conv_step", input_names=_INPUTS, output_names=_OUTPUTS,
-            source=_CUDA_SOURCE if backend == "cuda" else _METAL_SOURCE,
-            ensure_row_contiguous=False)
-    return _built[backend]
+    return _KERNEL.get(backend)
 
 
-@cache
-def _constant(value: float, dtype=mx.float32) -> mx.array:
-    a = mx.array([value], dtype=dtype)
-    mx.eval(a)
-    return a
 
 
 _no_fresh: dict[int, mx.array] = {}
@@ -221,7 +207,7 @@ def kernel(qkv, weight, pool, slots, fresh, heads: tuple[int, int, int, int], ep
     B = qkv.shape[0]
     return _get(backend)(
         inputs=[qkv, weight, pool, slots.astype(mx.int32),
-                _fresh_flags(fresh, B), _constant(float(eps))],
+                _fresh_flags(fresh, B), scalar(float(eps))],
         template=[("OutT", qkv.dtype), ("PoolT", pool.dtype), ("Hk", Hk), ("Hv", Hv),
                   ("Dk", Dk), ("Dv", Dv), ("KS", weight.shape[1])],
         grid=(B * (2 * Hk + Hv) * 32, 1, 1), threadgroup=(256, 1, 1),

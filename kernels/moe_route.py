@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from kernels.stand_in import COUNT, StandInKernel
+from kernels.kernel_build import KernelBuild
 
 NAME = "moe_route"
 
@@ -105,21 +105,13 @@ _METAL_SOURCE = """
   }
 """
 
-_built: dict[str, object] = {}
+_KERNEL = KernelBuild(NAME, "tandem_moe_route", ["logits"], ["indices", "weights"],
+                      _CUDA_SOURCE, _METAL_SOURCE,
+                      cuda_header="#define NEG_INF (-__int_as_float(0x7f800000))\n")
 
 
 def _get(backend: str):
-    if backend == COUNT:
-        return StandInKernel(NAME)
-    if backend not in _built:
-        make = mx.fast.cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
-        extra = {"header": "#define NEG_INF (-__int_as_float(0x7f800000))\n"} \
-            if backend == "cuda" else {}
-        _built[backend] = make(
-            name="tandem_moe_route", input_names=["logits"], **extra,
-            output_names=["indices", "weights"],
-            source=_CUDA_SOURCE if backend == "cuda" else _METAL_SOURCE)
-    return _built[backend]
+    return _KERNEL.get(backend)
 
 
 def reference(logits, k: int, normalize: bool = True):
