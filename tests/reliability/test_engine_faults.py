@@ -150,10 +150,10 @@ def test_step_failure_in_a_batch_fails_the_culprit_and_recomputes_the_others():
     # The prompt's arrays are built for a plain or a mixed forward alike.
     prefill_inputs = h.loop.runner._prefill_inputs
 
-    def failing_prefill(chunks):
+    def failing_prefill(chunks, *args):
         if any(c.seq.request_id == 4 for c in chunks):
             raise _Boom("bad input")
-        return prefill_inputs(chunks)
+        return prefill_inputs(chunks, *args)
     h.loop.runner._prefill_inputs = failing_prefill
     h.add(4, [4, 5, 6], 10)
     try:
