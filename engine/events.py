@@ -65,6 +65,12 @@ class StepEvent:
     # A prompt was read beside the streams in the degraded mode: the reading-pace floor
     # (EngineConfig.min_stream_tok_s) could not hold, the slowdown was bounded instead.
     degraded: bool = False
+    # Where the step's time went on the engine thread (0 where not measured): queue_s,
+    # building and queuing its forwards and sampling on the device; read_s, reading its
+    # tokens back (mostly waiting for the device) and handing them out. A step whose
+    # queue_s is most of the span is bound by the host, not the device.
+    queue_s: float = 0.0
+    read_s: float = 0.0
 
     @property
     def duration(self) -> float:

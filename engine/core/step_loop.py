@@ -65,7 +65,8 @@ class StepLoop:
         self.requests: dict[int, Request] = {}
         self.emit = emit          # every event, once (Engine._emit routes it)
         self.num_steps = 0
-        # The step whose tokens are still on the device: (plan, sampled, t_start, saves).
+        # The step whose tokens are still on the device:
+        # (plan, sampled, t_start, saves, seconds its queuing took).
         self._inflight = None
         self._current: StepPlan | None = None    # the plan being queued (step_failed)
         self._completing: StepPlan | None = None # the plan being read back (step_failed)
@@ -106,7 +107,8 @@ class StepLoop:
             return
         t0 = time.perf_counter()
         sampled = self._run(plan, [a for _, arrays in saves for a in arrays.values()])
-        previous, self._inflight = self._inflight, (plan, sampled, t0, saves)
+        queue_s = time.perf_counter() - t0
+        previous, self._inflight = self._inflight, (plan, sampled, t0, saves, queue_s)
         if previous is not None:
             self._complete(previous, t_end=t0)
         # Nothing left to run: read the last step now, or it would last until the next
@@ -156,13 +158,15 @@ class StepLoop:
         self.host_copies.add(saves)
 
     def _complete(self, inflight, t_end: float | None) -> None:
-        plan, sampled, t0, saves = inflight
+        plan, sampled, t0, saves, queue_s = inflight
         self._completing = plan          # involved if reading it back raises
+        t_read = time.perf_counter()
         self._hand_to_disk(saves)          # evaluated with that step
         self._postprocess(plan, sampled)
         self._completing = None
+        read_s = time.perf_counter() - t_read
         # A step lasts until the next one starts: the cadence a stream sees.
-        self._emit_step(plan, t0, t_end or time.perf_counter())
+        self._emit_step(plan, t0, t_end or time.perf_counter(), queue_s, read_s)
 
     # -- run ----------------------------------------------------------------
     def _run(self, plan: StepPlan, extra: list[mx.array]) -> list[tuple[Request, mx.array, int]]:
@@ -294,7 +298,9 @@ class StepLoop:
             req.seq.pending.clear()
             self._finish(req, "cancelled", req.stream.finish())
 
-    def _emit_step(self, plan: StepPlan, t0: float, t1: float) -> None:
+    def _emit_step(self, plan: StepPlan, t0: float, t1: float, queue_s: float,
+                   read_s: float) -> None:
         self.num_steps += 1
         self.budget.observe(t1 - t0, len(plan.decode), plan.prefill_tokens)
-        self.emit(step_event(self.num_steps, plan, t0, t1, self.cache, self.scheduler))
+        self.emit(step_event(self.num_steps, plan, t0, t1, self.cache, self.scheduler,
+                             queue_s, read_s))
