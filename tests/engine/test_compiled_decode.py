@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-from float32_tolerance import assert_close, model_depth
+from float32_tolerance import assert_close, model_depth, tolerance
 from qwen_fixtures import build_model, random_weights, tiny_config
 from tiny_models import tiny_llama
 
@@ -140,8 +140,23 @@ def test_an_engine_decodes_the_same_tokens_compiled_or_not(monkeypatch):
         with Engine.from_model(model, config) as engine:
             outs[compiled] = [o.token_ids for o in engine.generate(
                 PROMPTS, SamplingParams(max_tokens=12, temperature=0.0))]
-    assert outs[True] == outs[False]
     assert len(calls) >= 11                   # every decode step of the compiled run
+    # Every token the compiled engine chose is a greedy choice of the plain forward (the
+    # same weights and kernels, one sequence alone), up to float32 rounding: the chosen
+    # logit and the largest may each move by the tolerance.
+    reference = _runner(model.model, compiled=False)
+    depth = model_depth(model.model, max(map(len, PROMPTS)) + 12)
+    for prompt, out in zip(PROMPTS, outs[True]):
+        logits = np.array(reference.full_logits(prompt + list(out)))
+        for j, token in enumerate(out):
+            row = logits[len(prompt) - 1 + j]
+            assert row[token] >= row.max() - 2 * tolerance(row, depth), (prompt, j, token)
+    if mx.default_device().type == mx.DeviceType.cpu:
+        # On the CPU the compiled forward rounds as the plain one: the same tokens. On a
+        # GPU fused elementwise kernels round apart, so where two logits of a random tiny
+        # model are closer than that the greedy choice may differ, and every later token
+        # with it (seen on the H200: docs/bench/h200-session6-2026-12-02.txt, "diag").
+        assert outs[True] == outs[False]
 
 
 def test_compile_decode_must_be_a_bool_or_none():
