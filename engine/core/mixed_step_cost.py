@@ -17,7 +17,9 @@ calm step). A length measured is predicted by its own average (the cost is not l
 in the tokens on an MoE model: the experts a chunk reads saturate at a few dozen
 tokens); between measured lengths, by the segment joining them; past them, by a line
 fitted through them (least squares, its slope never steeper than the last segment's
-nor the alone bound). With one length seen, the line is not determined: the per-token
+nor the alone bound) up to twice the longest, and at least the alone rate beyond
+(a nearly flat line, as host-bound GPU steps give, must not call a 4x longer chunk
+cheap). With one length seen, the line is not determined: the per-token
 cost is then bounded by the alone prefill's (seconds per token when a prompt is read
 with nobody streaming, which includes that step's own fixed cost, so it is an upper
 bound), and the rest is the fixed cost.
@@ -48,6 +50,13 @@ class CostLine:
     # and the slope may be too steep (the budget then probes, see prefill_budget.py).
     known_slope: bool
     points: tuple[tuple[int, float], ...] = ()   # (length, seconds) measured, ascending
+    # Seconds per token more than twice past the longest measured length: the alone
+    # prefill's where known (an upper bound), else the line's. The line's (flattened)
+    # slope reaches only the next length up: where a step is bound by the host (a GPU's
+    # launches) lengths a few tokens apart cost about the same, the line comes out
+    # nearly flat, and a chunk 4x the longest measured was predicted to fit and took
+    # 3.6x the floor (the H200, session 6). A wrong guess one length up costs ~2x.
+    past_per_token_s: float | None = None
 
     def extra_s(self, tokens: int) -> float:
         """Seconds a chunk of `tokens` adds to a calm step."""
@@ -58,8 +67,10 @@ class CostLine:
         if self.points and tokens == self.points[0][0]:
             return self.points[0][1]
         if self.points and tokens > self.points[-1][0]:
-            n, e = self.points[-1]             # past them: the line's slope from the last
-            return e + (tokens - n) * self.per_token_s
+            n, e = self.points[-1]             # past them: the line's slope up to 2n,
+            near = min(tokens, 2 * n)          # then at least the alone rate
+            far = max(self.per_token_s, self.past_per_token_s or 0.0)
+            return e + (near - n) * self.per_token_s + (tokens - near) * far
         return line
 
 
@@ -112,7 +123,8 @@ class MixedStepCost:
             if per_token > 0:
                 # Refit the intercept for a clamped slope; a fixed cost is never negative.
                 fixed = max(0.0, sum(e - n * per_token for n, e in points) / len(points))
-                return CostLine(fixed, per_token, known_slope=True, points=tuple(points))
+                return CostLine(fixed, per_token, known_slope=True, points=tuple(points),
+                                past_per_token_s=alone_per_token_s)
         # One length (or no rising line): the longest's cost per token, bounded.
         n, e = points[-1]
         per_token = e / n
@@ -120,7 +132,7 @@ class MixedStepCost:
         if bounded:
             per_token = alone_per_token_s
         return CostLine(max(0.0, e - n * per_token), per_token, known_slope=bounded,
-                        points=tuple(points))
+                        points=tuple(points), past_per_token_s=alone_per_token_s)
 
 
 def _least_squares(points: list[tuple[int, float]]) -> tuple[float, float]:

@@ -267,3 +267,26 @@ def test_a_length_whose_second_reading_is_lower_takes_it():
     assert cost.line(None).extra_s(64) == 0.050
     cost.observe(64, 0.150)        # a third reading is averaged in, not dropped
     assert abs(cost.line(None).extra_s(64) - (0.7 * 0.050 + 0.3 * 0.150)) < 1e-12
+
+
+def test_a_cost_flat_over_small_chunks_is_not_extrapolated_four_lengths_up():
+    """The H200 (session 6): a step bound by the host costs about the same for 16 to 64
+    tokens (~40 ms above a 21 ms calm step), then ~0.9 ms a token more. A line through
+    16 and 32 is nearly flat, and its slope was extrapolated up to 4x the longest
+    measured: 128 tokens called cheap, read twice at 119 ms, and the line through 16,
+    32 and 128 then put 64 out of reach: 32-token chunks, 58 steps for the prompt. Now
+    the line's slope reaches only the next length up (past it, the alone rate): 64
+    first, 128 tried (under twice the floor), then 64 again, 30 steps."""
+    def cost(n):
+        return 0.039 + 1.5e-5 * min(n, 64) + 0.0009 * max(0, n - 64)
+    eng = ScriptedEngine(decode_s=0.021, prefill_tok_s=1930, mixed_cost=cost, chunk=512)
+    eng.streams()
+    for n in (16, 32):                    # measured before, beside these streams
+        eng.budget.mixed.observe(n, cost(n))
+    during = mixed(eng.read(100, 2048))
+    sizes = [p.prefill_tokens for p, _, _ in during]
+    assert 256 not in sizes and 512 not in sizes, sizes
+    assert all(sec <= 2 * FLOOR_S for _, sec, _ in during), sizes
+    assert sum(sec > FLOOR_S for _, sec, _ in during) <= 2, sizes
+    assert sizes.count(64) >= len(sizes) - 3, sizes           # the chunk that fits
+    assert len(sizes) <= 32, sizes
