@@ -71,6 +71,9 @@ class StepEvent:
     # queue_s is most of the span is bound by the host, not the device.
     queue_s: float = 0.0
     read_s: float = 0.0
+    # A mixed step: the seconds the prefill budget predicted when it chose the chunk
+    # (engine/core/prefill_budget.py); 0 where nothing was predicted.
+    predicted_s: float = 0.0
 
     @property
     def duration(self) -> float:

@@ -108,7 +108,8 @@ def measure_round(engine: Engine, vocab: int, n_streams: int, length: int, seed:
             "steps": [{"step": e.step, "kind": e.kind, "ms": round(1000 * (e.t_end - e.t_start), 2),
                        "batch": e.batch_size, "prompt_tokens": e.prefill_tokens,
                        "degraded": e.degraded, "queue_ms": round(1000 * e.queue_s, 2),
-                       "read_ms": round(1000 * e.read_s, 2)} for e in steps]}
+                       "read_ms": round(1000 * e.read_s, 2),
+                       "predicted_ms": round(1000 * e.predicted_s, 2)} for e in steps]}
 
 
 def _summary(length: int, rounds: list[dict], floor_ms: float) -> str:

@@ -110,6 +110,15 @@ class PrefillBudget:
         tokens = self._probe(tokens, prompt_s, line, True)
         return Allowance(tokens, degraded=True)
 
+    def predicted_s(self, prefill_tokens: int) -> float:
+        """Seconds the policy expects a step that reads prefill_tokens beside the decode
+        rows to take (0.0: nothing measured yet); the step events carry it, so that a
+        chunk's measured cost can be read against the prediction it was chosen by."""
+        line = self.cost_line()
+        if self.decode_s is None or line is None:
+            return 0.0
+        return self.decode_s + line.extra_s(prefill_tokens)
+
     def tokens(self, decoding: bool) -> int:
         return self.allowance(decoding).tokens
 

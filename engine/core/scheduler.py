@@ -62,6 +62,9 @@ class StepPlan:
     # Set by the step loop: the prompt was read in the budget's degraded mode (the
     # reading-pace floor could not hold beside it; engine/core/prefill_budget.py).
     degraded: bool = False
+    # Set by the step loop for a mixed step: the seconds the budget predicted it takes
+    # (calm step + the chunk's cost), 0 where nothing was predicted.
+    predicted_s: float = 0.0
 
     @property
     def prefill_tokens(self) -> int:

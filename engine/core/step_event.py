@@ -22,4 +22,5 @@ def step_event(step: int, plan: StepPlan, t0: float, t1: float, cache: CacheMana
         kv_pages_cached=cache.num_cached_pages,
         num_waiting=len(scheduler.waiting), num_running=len(scheduler.running),
         waiting_request_ids=tuple(s.request_id for s in scheduler.waiting),
-        degraded=plan.degraded, queue_s=queue_s, read_s=read_s)
+        degraded=plan.degraded, queue_s=queue_s, read_s=read_s,
+        predicted_s=plan.predicted_s)

@@ -132,6 +132,8 @@ class StepLoop:
             assert not plan.resolve_first, "nothing is in flight after a flush"
         # Degraded only matters where a prompt was read beside a decode.
         plan.degraded = allowance.degraded and bool(plan.decode and plan.prefills)
+        if plan.decode and plan.prefills:
+            plan.predicted_s = self.budget.predicted_s(plan.prefill_tokens)
         return plan
 
     def flush(self) -> None:
