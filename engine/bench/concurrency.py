@@ -22,7 +22,7 @@ import threading
 import time
 
 from engine import Engine, EngineConfig, SamplingParams
-from engine.bench.runs import mixed_forward_arg
+from engine.bench.runs import add_moe_max_pairs_arg, apply_moe_max_pairs, mixed_forward_arg
 from engine.bench.suite import _open_engine
 from engine.core.compiled_forward import runs_mixed_forwards
 from engine.events import StepEvent, TokenEvent
@@ -148,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="EngineConfig.max_decode_slowdown (default: the engine's)")
     p.add_argument("--steps-log", default=None,
                    help="write every step while a new prompt is read (JSON lines) here")
+    add_moe_max_pairs_arg(p)
     args = p.parse_args(argv)
+    apply_moe_max_pairs(args)
     lengths = [int(n) for n in args.prompt.split(",") if n]
     config = EngineConfig(max_num_seqs=args.max_num_seqs,
                           max_context=max(lengths + [max(STREAM_PROMPTS)]) + 4096,

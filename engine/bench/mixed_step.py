@@ -19,6 +19,7 @@ import time
 
 import mlx.core as mx
 
+from engine.bench.runs import add_moe_max_pairs_arg, apply_moe_max_pairs
 from engine.bench.synthetic import SYNTHETIC_PREFIX, synthetic_in_memory
 from engine.config import EngineConfig
 from engine.core.runner import Runner
@@ -85,7 +86,9 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--compile-chunks", action="store_true",
                    help="EngineConfig.compile_chunks: the chunk and mixed forwards compiled")
+    add_moe_max_pairs_arg(p)
     args = p.parse_args()
+    apply_moe_max_pairs(args)
     chunks = [int(c) for c in args.chunks.split(",") if c]
     runner = _runner(args.model, args.decode, max(chunks), args.compile_chunks)
     streams, prompt = stream_rows(args.decode, -(-(max(CONTEXT, max(chunks)) + 16) // 16))

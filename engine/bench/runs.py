@@ -145,3 +145,18 @@ def mixed_forward_arg(args) -> bool | None:
     """EngineConfig.mixed_forward from a bench's --no-mixed-forward / --mixed-forward
     (neither: None, the engine's own choice)."""
     return False if args.no_mixed_forward else True if args.mixed_forward else None
+
+
+def add_moe_max_pairs_arg(parser) -> None:
+    parser.add_argument("--moe-max-pairs", type=int, default=None,
+                        help="kernels.moe_experts.MAX_PAIRS for this run: the (token, "
+                             "expert) pairs up to which the gathered matrix-vector "
+                             "kernel runs the experts (a prompt chunk's tuning A/B)")
+
+
+def apply_moe_max_pairs(args) -> None:
+    """Set kernels.moe_experts.MAX_PAIRS from --moe-max-pairs, before a model is built
+    (its applies() reads the constant at every call)."""
+    if args.moe_max_pairs is not None:
+        import kernels.moe_experts as moe_experts
+        moe_experts.MAX_PAIRS = args.moe_max_pairs
