@@ -194,8 +194,16 @@ class StepLoop:
         plan has none: one mixed forward when it has both (runs_mixed_forwards)."""
         if plan.decode and plan.prefills and self.mixed_forwards:
             return self.runner.mixed(plan.decode, plan.prefills)
-        return (self.runner.decode(plan.decode) if plan.decode else None,
-                self.runner.prefill(plan.prefills) if plan.prefills else None)
+        decode = self.runner.decode(plan.decode) if plan.decode else None
+        if decode is not None and plan.prefills:
+            # The decode's kernels write K/V and states into the pools in place, and MLX's
+            # GPU backends order work by declared outputs only: inside one CUDA graph (or
+            # Metal's concurrent encoder) the chunk's scatter into the same pool, or the
+            # copy of it that a scatter makes when it cannot update it in place, has no
+            # edge to those writes and may read the pool before them. Queued on its own,
+            # the decode is committed before any of the chunk's work.
+            mx.async_eval(decode, self.runner.cache_arrays())
+        return decode, (self.runner.prefill(plan.prefills) if plan.prefills else None)
 
     def _sample_prefill(self, chunks, logits: mx.array) -> list[tuple[Request, mx.array, int]]:
         """Sample where a prompt's last chunk ends (logits [B, V]: each chunk's last)."""

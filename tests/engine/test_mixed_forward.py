@@ -169,3 +169,26 @@ def test_by_default_a_mixed_step_keeps_compiled_decode_rows_compiled():
     assert runs_mixed_forwards(EngineConfig(compile_decode=True, compile_chunks=True))
     assert not runs_mixed_forwards(EngineConfig(compile_decode=False, mixed_forward=False))
     assert runs_mixed_forwards(EngineConfig(compile_decode=True, mixed_forward=True))
+
+
+def test_two_forwards_queue_the_decode_on_its_own_before_the_chunk(monkeypatch):
+    """Without a mixed forward, a step's decode rows and prompt chunk are two forwards.
+    The decode's kernels write the pools in place, which MLX's GPU backends order by
+    declared outputs only, so the decode is queued (async_eval) by itself before the
+    chunk's forward is built: its writes are committed before the chunk's scatter into
+    the same pools (or the copy of a pool that scatter may make) can run."""
+    import engine.core.step_loop as step_loop
+    events = []
+    real_eval = step_loop.mx.async_eval
+    monkeypatch.setattr(step_loop.mx, "async_eval",
+                        lambda *a: events.append("queued") or real_eval(*a))
+    real_prefill, real_decode = Runner.prefill, Runner.decode
+    monkeypatch.setattr(Runner, "prefill",
+                        lambda self, chunks: events.append("chunk") or real_prefill(self, chunks))
+    monkeypatch.setattr(Runner, "decode",
+                        lambda self, seqs: events.append("decode") or real_decode(self, seqs))
+    h = _streams_and_a_new_prompt(tiny_llama(), False)
+    steps = "".join({"decode": "d", "chunk": "c", "queued": "q"}[e] for e in events)
+    # Every step with both: its decode, the decode queued alone, then the chunk.
+    assert steps.count("dqc") >= 3 and "dc" not in steps, steps
+    assert h.num_mixed == 0
