@@ -170,7 +170,32 @@ def main(argv=None) -> int:
     if args.by_primitive:
         for path in paths:
             _print_by_primitive(path, blocks[path, "tandem"], blocks[path, "mlx-lm"])
+    print(f"\nsampling a decode step of B={args.batch} after the forward (ops of sample_batch "
+          "uncompiled, an upper bound on its launches; its bisection is one mx.compile)")
+    print("| sampling | ops |\n|---|---|")
+    for label, params in SAMPLINGS:
+        print(f"| {label} | {sampler_ops(args.batch, params)} |", flush=True)
     return 0
+
+
+# What a step samples with: greedy (the benches), and the app's defaults.
+SAMPLINGS = (("greedy", dict(temperature=0.0)), ("temperature 0.7", dict(temperature=0.7)),
+             ("temperature 0.7, top-p 0.95 (the app's defaults)",
+              dict(temperature=0.7, top_p=0.95)))
+
+
+def sampler_ops(batch: int, params: dict, vocab: int = 248320) -> int:
+    """Ops `sample_batch` adds to a decode step of `batch` rows at `params`."""
+    from engine.core.sampler import RowSampler, sample_batch
+    from engine.sampling_params import SamplingParams
+    logits = mx.zeros((batch, vocab))
+    mx.eval(logits)
+    states = [RowSampler(SamplingParams(**params)) for _ in range(batch)]
+    mx.disable_compile()
+    try:
+        return count_ops(sample_batch(logits, states))
+    finally:
+        mx.enable_compile()
 
 
 def _print_by_primitive(path: str, ours_: Counter, peer_: Counter) -> None:

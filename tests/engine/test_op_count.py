@@ -64,3 +64,15 @@ def test_a_quantized_embedding_row_is_one_dequantize_launch():
     with gpu_graph() as ledger:
         out = mx.dequantize(w[rows], scales[rows], biases[rows], 32, 4)
     assert (out.shape, out.dtype, ledger.calls) == ((2, 64), mx.float32, {"dequantize": 1})
+
+
+def test_sampling_at_the_apps_defaults_is_counted_beside_the_forward():
+    """A decode step samples after its forward; at the app's defaults (temperature 0.7,
+    top-p 0.95) the top-p bisection is most of it: ~370 ops uncompiled at any batch, 31
+    steps of a masked two-level sum (engine/core/sampler.py), against 2 for greedy. The
+    bound catches a sampler that grows with the vocabulary or the batch."""
+    app = dict(temperature=0.7, top_p=0.95)
+    assert profile_ops.sampler_ops(1, dict(temperature=0.0)) <= 2
+    counts = [profile_ops.sampler_ops(b, app, vocab=4096) for b in (1, 8)]
+    assert abs(counts[0] - counts[1]) <= 2 and max(counts) <= 400, counts
+    assert mx.compile(lambda x: x + 1)(mx.array(1)).item() == 2    # compile is back on
