@@ -67,8 +67,9 @@ class StepEvent:
     degraded: bool = False
     # Where the step's time went on the engine thread (0 where not measured): queue_s,
     # building and queuing its forwards and sampling on the device; read_s, reading its
-    # tokens back (mostly waiting for the device) and handing them out. A step whose
-    # queue_s is most of the span is bound by the host, not the device.
+    # tokens back (mostly waiting for the device) and handing them out. On a GPU queue_s
+    # can include device time too: MLX's eval blocks while enough work is in flight
+    # (docs/ENGINE.md, "What the floor allows").
     queue_s: float = 0.0
     read_s: float = 0.0
     # A mixed step: the seconds the prefill budget predicted when it chose the chunk

@@ -103,8 +103,6 @@ def _get(backend: str):
     return _KERNEL.get(backend)
 
 
-
-
 def out_dtype(x: mx.array, weight: mx.array) -> mx.Dtype:
     """y's dtype: x's promoted with the weight's, as mx.fast.rms_norm returns it."""
     return mx.result_type(x.dtype, weight.dtype)

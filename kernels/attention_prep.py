@@ -160,8 +160,6 @@ def _get(backend: str):
     return _KERNEL.get(backend)
 
 
-
-
 def _heads(x: mx.array, H: int, stride: int, D: int) -> mx.array:
     """[B, H*stride] -> head h's first D values [B, H, D]."""
     return x.reshape(x.shape[0], H, stride)[..., :D]

@@ -81,8 +81,6 @@ def _get(backend: str):
     return _KERNEL.get(backend)
 
 
-
-
 def reference(y, z, weight, eps: float):
     """Plain-mx float32: rms_norm(y) * weight * silu(z) per head row, in y's dtype."""
     yf, zf = y.astype(mx.float32), z.astype(mx.float32)

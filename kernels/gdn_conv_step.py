@@ -153,8 +153,6 @@ def _get(backend: str):
     return _KERNEL.get(backend)
 
 
-
-
 _no_fresh: dict[int, mx.array] = {}
 
 
