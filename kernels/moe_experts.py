@@ -42,7 +42,9 @@ from kernels.stand_in import COUNT, StandInKernel
 NAME = "moe_experts"
 # Pairs (token, expert) up to which the kernel runs: decode batches. Each pair reads
 # its expert's rows (1.5 MB at the real shapes); the sorted gathered matmul reads each
-# distinct expert once, so it wins once many tokens share experts. To tune on the GPU.
+# distinct expert once, so it wins once many tokens share experts. H200, real shapes,
+# random routing (python -m kernels.bench.moe_experts, session 7): the kernel is 1.85x
+# the plain path at 8 pairs, 1.13x at 128, 1.04x at 256, 0.92x at 384 and 512.
 MAX_PAIRS = 128
 RPW1 = 4          # gate/up outputs per warp (launch 1)
 RPW2 = 2          # down rows per warp (launch 2); 8 warps a block

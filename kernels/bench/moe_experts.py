@@ -2,7 +2,8 @@
 
 The real shapes (E=256, k=8, D=2048, I=512, 4-bit group 64, bf16; a shared expert of
 width 512), each token routed to a random 8 of 256 (never the same few), N = 1, 2, 4, 8,
-16, 32 tokens and the prompt-chunk sizes 48-128 (kernels/moe_experts.py's MAX_PAIRS decides where it stops: tune it here).
+16, 32 tokens and the prompt-chunk sizes 48-128 (kernels/moe_experts.py's MAX_PAIRS
+decides where it stops: tune it here).
 Plain path: the gathered quantized matmuls of engine/models/moe.py (sorted once the pairs
 reach SORT_MIN_PAIRS), SwiGLU, the weighted-sum matmul, the shared expert and the add.
 Run: PYTHONPATH=. python -m kernels.bench.moe_experts
