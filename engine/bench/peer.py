@@ -69,11 +69,11 @@ class Peer:
         return self.decode_run(prompts, steps)[0]
 
     def decode_run(self, prompts: list[list[int]], steps: int) -> tuple[float, dict]:
-        """(median seconds per decode step, {"steps", "slowest_s"}): the slowest of every
-        step where all rows decoded, the median without the first two (as ours)."""
-        times = self._decode_times(prompts, steps)
-        return _median(times[2:] or times), {"steps": len(times),
-                                             "slowest_s": max(times, default=float("nan"))}
+        """(median seconds per decode step, {"steps", "slowest_s"}) of `steps` steps where
+        all rows decoded, without the first (as ours: it holds the prompts' reading)."""
+        times = self._decode_times(prompts, steps + 1)[1:]
+        return _median(times), {"steps": len(times),
+                                "slowest_s": max(times, default=float("nan"))}
 
     def _decode_times(self, prompts: list[list[int]], steps: int) -> list[float]:
         if len(prompts) == 1:

@@ -93,16 +93,36 @@ class Steps:
                 self.events.append(ev)
 
 
+def steady_decode(events: list[StepEvent], batch: int) -> list[StepEvent]:
+    """The steady decode steps: decode-only steps of all `batch` rows whose previous step
+    was one too.
+
+    A step's span runs from its start to the next step's start, and the step loop queues
+    step n before it reads step n-1's tokens back: the span holds the wait for step n-1's
+    device work. So the first step of all rows after prompt reading holds that reading
+    (on the H200 a 512-token chunk alone ran 255 ms, docs/bench/HISTORY.md, against a
+    ~17 ms decode step): it measures the prompt, not the decode, and is left out."""
+    def full(e: StepEvent) -> bool:
+        return e.kind == "decode" and e.batch_size == batch
+    return [e for before, e in zip(events, events[1:]) if full(before) and full(e)]
+
+
 def ours_decode(engine: Engine, prompts: list[list[int]], steps: int):
-    """Median seconds of the decode-only steps where all B rows ran together (without the
-    first two), and the slowest of them all."""
+    """Median and slowest seconds of the first `steps` steady decode steps of B rows
+    (steady_decode); extra: how many there were, and the span of the first step of all
+    B rows (the one left out: it holds the prompts' reading on a GPU)."""
     B = len(prompts)
     with Steps(engine) as rec:
-        # Prompts are read one chunk per step: the first must still run when the last joins.
-        engine.generate(prompts, SamplingParams(max_tokens=steps + B + 4))
-    full = [e.duration for e in rec.events if e.kind == "decode" and e.batch_size == B]
-    return statistics.median(full[2:] or full), {"steps": len(full),
-                                                 "slowest_s": max(full, default=float("nan"))}
+        # Prompts are read while the first rows decode, at worst one 16-token chunk of
+        # one 32-token prompt per step: the first must still run `steps` steady steps
+        # after the last joins.
+        engine.generate(prompts, SamplingParams(max_tokens=steps + 2 * B + 4))
+    times = [e.duration for e in steady_decode(rec.events, B)[:steps]]
+    first = next((e.duration for e in rec.events if e.kind == "decode" and e.batch_size == B),
+                 float("nan"))
+    return (statistics.median(times) if times else float("nan"),
+            {"steps": len(times), "slowest_s": max(times, default=float("nan")),
+             "first_full_s": round(first, 4)})
 
 
 def ours_prefill(engine: Engine, prompt: list[int]):

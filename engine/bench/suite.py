@@ -2,7 +2,9 @@
 
 Decode tok/s and per-token step time at each batch size, prefill tok/s at each
 prompt length, alternating ours / mlx-lm, medians over rounds; each run with
-its index (0 = cold), the rest before it, and the GPU MHz and W while it ran.
+its index (0 = cold), the rest before it, and the GPU MHz and W while it ran. A decode
+run's median and slowest step are over its steady steps only (runs.steady_decode: not
+the first step of all rows, which holds the prompts' reading).
 """
 from __future__ import annotations
 
@@ -69,10 +71,11 @@ def _vocab(config: dict) -> int:
 def run_bench(args) -> int:
     batches = [int(b) for b in args.batch.split(",") if b]
     lengths = [int(n) for n in args.prefill.split(",") if n]
-    longest = max(lengths + [args.ttft_load, 64]) + args.steps + 16
     max_b = max(batches + [8])
+    # A decode run's rows: 32-token prompts, then steps + 2B + 4 tokens (ours_decode).
+    longest = max(lengths + [args.ttft_load, 64 + 2 * max_b]) + args.steps + 16
     # Pages for every decode run (all rows at once) plus the longest prompt, no more.
-    per_row = -(-(64 + 4 * args.steps + max_b + 16) // 16)
+    per_row = -(-(64 + 4 * args.steps + 2 * max_b + 16) // 16)
     cfg = EngineConfig(max_num_seqs=max_b, page_size=16,
                        num_pages=max_b * per_row + -(-longest // 16) + 64,
                        prefill_chunk=args.prefill_chunk, max_context=longest + 16,

@@ -14,7 +14,7 @@ from engine.core.batch_view import BatchView
 from engine.core.compiled_forward import CompiledForward, compiles_forward
 from engine.core.disk_transfer import gather_save, write_load
 from engine.core.sequence import Sequence
-from engine.core.shapes import padded_batch, padded_chunk
+from engine.core.shapes import MIN_TABLE_WIDTH, padded_batch, padded_chunk, table_width
 from engine.models.base import ModelCache
 
 PAGE_BUCKET = 8   # block tables are padded to a multiple of this many pages (fewer shapes)
@@ -62,7 +62,7 @@ class Runner:
         num_pages = max(ceil_div(start + n, ps) for _, _, start, n in rows)
         P = ceil_div(num_pages, PAGE_BUCKET) * PAGE_BUCKET
         if stable:
-            P = max(PAGE_BUCKET, 1 << (num_pages - 1).bit_length())
+            P = table_width(num_pages)
         tables = np.zeros((B, P), np.int32)
         slot_mapping = np.empty((B, T), np.int32)
         offsets = np.empty(B, np.int32)
@@ -156,12 +156,14 @@ class Runner:
         rows = [(c.seq.pages, c.seq.slot, c.start, c.num_tokens) for c in chunks]
         return tokens, self.build_view(rows, T, stable=stable)
 
-    def warm_decode(self, batch: int, padded: bool = True) -> mx.array:
+    def warm_decode(self, batch: int, padded: bool = True,
+                    width: int = MIN_TABLE_WIDTH) -> mx.array:
         """A decode forward of `batch` rows (the warm-up's) whose every write goes to the
         scratch page and slot. padded: as padding rows (with route_rows), else as a full
-        batch (without): a compiled forward traces each layout. Returns logits (lazy)."""
+        batch (without): a compiled forward traces each layout. width: the block tables'
+        pages (a compiled forward traces each width too). Returns logits (lazy)."""
         stable = self.compiled is not None
-        logits, _ = self.forward(*self._warm_decode_inputs(batch, padded, stable),
+        logits, _ = self.forward(*self._warm_decode_inputs(batch, padded, stable, width),
                                  compiled=stable)
         return logits
 
@@ -179,8 +181,10 @@ class Runner:
         return self.forward_groups([self._warm_decode_inputs(batch), chunk])
 
     def _warm_decode_inputs(self, batch: int, padded: bool = True,
-                            stable: bool = False) -> tuple:
-        rows = [([0], self.scratch_slot, 1, 1)] * batch
+                            stable: bool = False, width: int = MIN_TABLE_WIDTH) -> tuple:
+        # A context of `width` pages, every one the scratch page 0: the table is that
+        # wide and the token's K/V lands in scratch.
+        rows = [([0] * width, self.scratch_slot, width * self.page_size - 1, 1)] * batch
         view = self.build_view(rows, 1, real_rows=0 if padded else None, stable=stable)
         return np.zeros((batch, 1), np.int32), view
 

@@ -3,8 +3,9 @@
 MLX compiles kernels (NVRTC on CUDA) the first time it meets a shape; a new decode
 batch size stalled its first steps up to 1.6 s and a first 512-token prefill took
 15.7 s against 0.39 s warm (issue 10). So decode batches are padded up to a size in
-`decode_sizes` and prompt chunks up to a length in `chunk_lengths`, and the warm-up at
-load (engine/core/warm_up.py) runs each once. This is the one module that says which
+`decode_sizes`, a compiled decode's block tables up to a width in `table_widths` (each
+width is an mx.compile trace of its own), and prompt chunks up to a length in
+`chunk_lengths`, and the warm-up at load (engine/core/warm_up.py) runs each once. This is the one module that says which
 shapes exist: the runner pads to them, the warm-up compiles them, and the scheduler's
 prefill policy picks its chunk lengths from the same set.
 
@@ -17,6 +18,9 @@ from __future__ import annotations
 DECODE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 # Prompt chunk lengths (tokens per row of a prefill forward).
 CHUNK_LENGTHS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+# A compiled decode's block tables are this many pages wide, or a power of two above:
+# a context crossing a width is a new shape, so a conversation meets few of them.
+MIN_TABLE_WIDTH = 8
 
 
 def _sizes(table: tuple[int, ...], limit: int) -> tuple[int, ...]:
@@ -52,6 +56,19 @@ def padded_batch(n: int, max_num_seqs: int) -> int:
 def padded_chunk(n: int, max_chunk: int) -> int:
     """The prefill length a forward of n tokens per row (at most) runs at."""
     return _pad(n, chunk_lengths(max_chunk))
+
+
+def table_width(num_pages: int) -> int:
+    """The block-table width (pages) a compiled decode reads num_pages pages at."""
+    return max(MIN_TABLE_WIDTH, 1 << (num_pages - 1).bit_length())
+
+
+def table_widths(max_pages: int) -> tuple[int, ...]:
+    """Every width a sequence of at most max_pages pages can take, smallest first."""
+    widths = [MIN_TABLE_WIDTH]
+    while widths[-1] < table_width(max_pages):
+        widths.append(2 * widths[-1])
+    return tuple(widths)
 
 
 MIN_CHUNK = CHUNK_LENGTHS[0]    # the smallest chunk a step reads beside a decode

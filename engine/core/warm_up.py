@@ -6,6 +6,14 @@ its recurrent state to the runner's scratch slot, so no sequence's cache changes
 CUDA the compiled kernels land in the user's cache folder (engine/kernel_cache.py),
 so a second start finds them there and the warm-up takes a few forwards' time.
 
+A compiled decode (engine/core/compiled_forward.py) is traced once per shape, and its
+block tables come in widths of 8, 16, 32... pages (shapes.table_widths): a context
+crossing 128, 256, 512... tokens (pages of 16) is a new shape at every batch size. So the
+compiled decode is warmed at every decode size x every width up to max_context, each as
+a full and as a padded batch: 7 widths for 8,192 tokens, 4 x 7 x 2 = 56 compiled
+forwards for max_num_seqs=8 (was 4 x 2 = 8 at the first width only, and a conversation
+that grew past 128 tokens traced there, mid-decode; tests/engine/test_warm_up_traces.py).
+
 Mixed forwards (decode rows and a prompt chunk as one forward, runs_mixed_forwards)
 meet shapes of their own where fixed shapes are on: their token-wise parts run on
 Bd + T tokens. The warm-up runs, for every chunk length up to prefill_chunk, one mixed
@@ -19,8 +27,8 @@ rank, tile class), not per row count, so the other sizes mostly find them compil
 yet measured: whether a first mixed step at another decode size still stalls. Several
 prompts in one step (a [Bp > 1, T] chunk group) are not warmed, as for plain prefills.
 Where no mixed forward runs (the default on a GPU with compiled decode and uncompiled
-chunks: runs_mixed_forwards) none is warmed: 16 shapes instead of 28 for
-max_num_seqs=8, prefill_chunk=512 (tests/engine/test_stable_shapes.py).
+chunks: runs_mixed_forwards) none is warmed: 40 shapes instead of 52 for
+max_num_seqs=8, prefill_chunk=512, max_context=8192 (tests/engine/test_stable_shapes.py).
 """
 from __future__ import annotations
 
@@ -28,10 +36,11 @@ from collections.abc import Callable
 
 import mlx.core as mx
 
+from engine.arith import ceil_div
 from engine.config import EngineConfig
-from engine.core.compiled_forward import runs_mixed_forwards
+from engine.core.compiled_forward import compiles_forward, runs_mixed_forwards
 from engine.core.runner import Runner, pads_to_fixed_shapes
-from engine.core.shapes import chunk_lengths, decode_sizes, padded_batch
+from engine.core.shapes import chunk_lengths, decode_sizes, padded_batch, table_widths
 from engine.events import LoadProgress
 
 
@@ -43,15 +52,27 @@ def should_warm_up(config: EngineConfig) -> bool:
 
 
 def warm_up_shapes(config: EngineConfig) -> list[tuple]:
-    """("decode", batch) for every decode size, then for every chunk length n
+    """The decode shapes (decode_shapes), then for every chunk length n
     ("prefill", n) (a chunk of exactly n tokens) and ("padded prefill", n) (fewer,
     right-padded to n: the masked path most prompts' last chunk takes), then the mixed
     forwards' ("mixed", batch, n) and ("padded mixed", 1, n) (module docstring)."""
     lengths = chunk_lengths(config.prefill_chunk)
-    return ([("decode", b) for b in decode_sizes(config.max_num_seqs)]
+    return (decode_shapes(config)
             + [(kind, n) for n in lengths
                for kind in (("prefill", "padded prefill") if n > 1 else ("prefill",))]
             + mixed_shapes(config))
+
+
+def decode_shapes(config: EngineConfig) -> list[tuple]:
+    """("decode", batch) for every decode size; with compiled decode ("decode", batch,
+    width) for every block-table width a sequence of max_context tokens can reach too:
+    mx.compile traces each width apart, and a trace met while decoding builds and
+    compiles the whole forward again inside that step."""
+    sizes = decode_sizes(config.max_num_seqs)
+    if not compiles_forward(config.compile_decode):
+        return [("decode", b) for b in sizes]
+    widths = table_widths(ceil_div(config.max_context, config.page_size))
+    return [("decode", b, w) for b in sizes for w in widths]
 
 
 def mixed_shapes(config: EngineConfig) -> list[tuple[str, int, int]]:
@@ -68,7 +89,8 @@ def mixed_shapes(config: EngineConfig) -> list[tuple[str, int, int]]:
 def _describe(shape: tuple) -> str:
     kind, *sizes = shape
     if kind == "decode":
-        return f"{kind}, batch of {sizes[0]}"
+        width = f", {sizes[1]}-page block tables" if len(sizes) > 1 else ""
+        return f"{kind}, batch of {sizes[0]}{width}"
     if "mixed" in kind:
         return f"{kind}, batch of {sizes[0]} beside a {sizes[1]}-token prompt chunk"
     return f"{kind}, {sizes[0]}-token prompt chunk"
@@ -77,8 +99,9 @@ def _describe(shape: tuple) -> str:
 def _run_shape(runner: Runner, shape: tuple):
     kind, *sizes = shape
     if kind == "decode" and runner.compiled is not None:
-        # A compiled decode traces full and padded batches apart.
-        return [runner.warm_decode(sizes[0], padded) for padded in (False, True)]
+        # A compiled decode traces full and padded batches apart, and each width.
+        batch, width = sizes
+        return [runner.warm_decode(batch, padded, width) for padded in (False, True)]
     if kind == "decode":
         return runner.warm_decode(sizes[0])
     if "mixed" in kind:

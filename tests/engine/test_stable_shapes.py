@@ -31,6 +31,9 @@ def test_shape_sets():
     assert shapes.chunk_lengths(512) == (16, 32, 64, 128, 256, 512)
     assert [shapes.padded_chunk(n, 512) for n in (1, 16, 17, 300, 512)] == [16, 16, 32, 512, 512]
     assert shapes.padded_chunk(700, 512) == 700          # past the limit: as it is
+    assert [shapes.table_width(n) for n in (1, 8, 9, 16, 17, 512)] == [8, 8, 16, 16, 32, 512]
+    assert shapes.table_widths(8) == (8,) and shapes.table_widths(10) == (8, 16)
+    assert shapes.table_widths(512) == (8, 16, 32, 64, 128, 256, 512)
     with pytest.raises(ValueError):
         shapes.padded_batch(0, 8)
 
@@ -178,6 +181,24 @@ def test_the_warm_up_runs_every_shape_and_writes_only_scratch():
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_compiled_warm_up_runs_every_width_and_writes_only_scratch():
+    """Compiled decode: every decode size at every block-table width up to max_context
+    (40 tokens: 10 pages of 4, widths 8 and 16), and still nothing outside scratch."""
+    config = EngineConfig(max_num_seqs=2, page_size=PAGE, num_pages=64, prefix_cache=False,
+                          prefill_chunk=16, max_context=40, fixed_shapes=True,
+                          compile_decode=True)
+    runner = Runner(_model("qwen3_5_moe"), config)
+    rng = np.random.default_rng(0)
+    _restore(runner, [rng.standard_normal(a.shape).astype(np.float32)
+                      for a in _snapshot(runner)])
+    before = _snapshot(runner)
+    warm_up(runner, config, lambda report: None)
+    assert [s for s in warm_up_shapes(config) if s[0] == "decode"] == [
+        ("decode", 1, 8), ("decode", 1, 16), ("decode", 2, 8), ("decode", 2, 16)]
+    for a, b in zip(_outside_scratch(runner, before), _outside_scratch(runner, _snapshot(runner))):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_an_engine_that_warms_up_reports_it_then_serves(tmp_path):
     folder = write_tiny_llama(tmp_path / "m")
     reports = []
@@ -194,7 +215,7 @@ def test_an_engine_that_warms_up_reports_it_then_serves(tmp_path):
 
 
 def test_one_token_chunks_have_no_padded_variant():
-    config = EngineConfig(max_num_seqs=1, prefill_chunk=1)
+    config = EngineConfig(max_num_seqs=1, prefill_chunk=1, compile_decode=False)
     assert warm_up_shapes(config) == [("decode", 1), ("prefill", 1)]
 
 
@@ -242,8 +263,10 @@ def test_on_the_cpu_nothing_is_padded_by_default():
 
 def test_a_gpus_default_warm_up_has_no_mixed_shapes_where_no_mixed_forward_runs():
     """Compiled decode, uncompiled chunks (a GPU's defaults): steps run two forwards, so
-    the warm-up compiles 16 shapes, not 28 (a shorter first start, issue 23 item 5)."""
+    the warm-up compiles 40 shapes, not 52 (a shorter first start, issue 23 item 5):
+    4 decode sizes x 7 block-table widths (8..512 pages of 16: 8,192 tokens), 6 chunk
+    lengths exactly and padded, and 12 mixed ones where mixed forwards run."""
     gpu = dict(max_num_seqs=8, prefill_chunk=512, fixed_shapes=True, compile_decode=True)
-    assert len(warm_up_shapes(EngineConfig(**gpu))) == 16
-    assert len(warm_up_shapes(EngineConfig(**gpu, mixed_forward=True))) == 28
-    assert len(warm_up_shapes(EngineConfig(**gpu, compile_chunks=True))) == 28
+    assert len(warm_up_shapes(EngineConfig(**gpu))) == 4 * 7 + 12 == 40
+    assert len(warm_up_shapes(EngineConfig(**gpu, mixed_forward=True))) == 52
+    assert len(warm_up_shapes(EngineConfig(**gpu, compile_chunks=True))) == 52

@@ -1,0 +1,74 @@
+"""The bench's decode measurement (engine/bench/runs.py) on scripted step events: it
+times steady decode only, never the step that holds the prompts' reading (issue 23)."""
+from __future__ import annotations
+
+import math
+
+from engine.bench.runs import ours_decode, steady_decode
+from engine.events import StepEvent
+
+CALM_S = 0.017
+
+
+def _step(kind: str, batch: int, seconds: float = CALM_S, prefill: int = 0) -> tuple:
+    return kind, batch, seconds, prefill
+
+
+def _numbered(steps: list[tuple]) -> list[StepEvent]:
+    """Step events numbered from 0, each lasting its seconds."""
+    return [StepEvent(step=i, t_start=0.0, t_end=seconds, kind=kind,
+                      batch_size=batch, prefill_tokens=prefill)
+            for i, (kind, batch, seconds, prefill) in enumerate(steps)]
+
+
+def test_the_first_step_of_all_rows_after_their_prompts_is_left_out():
+    """B=16 as the H200 ran it: one step reads the 16 prompts (512 tokens), the first
+    step of all 16 rows spans that reading's device time (~200 ms), then calm steps."""
+    events = _numbered([_step("prefill", 0, 0.004, prefill=512), _step("decode", 16, 0.2)]
+                       + [_step("decode", 16) for _ in range(5)])
+    assert [e.step for e in steady_decode(events, 16)] == [2, 3, 4, 5, 6]
+
+
+def test_rows_joining_beside_decode_and_a_prompt_between_are_left_out():
+    """B=4: two rows read first, two more read beside them (mixed steps), then all four;
+    a step that reads a prompt in between breaks the run again; rows that finished
+    (fewer than 4) never count."""
+    events = _numbered([
+        _step("prefill", 0, prefill=64), _step("mixed", 2, prefill=32),
+        _step("mixed", 3, prefill=32), _step("decode", 4, 0.3), _step("decode", 4),
+        _step("decode", 4), _step("mixed", 4, prefill=16), _step("decode", 4, 0.1),
+        _step("decode", 4), _step("decode", 3), _step("decode", 4)])
+    assert [e.step for e in steady_decode(events, 4)] == [4, 5, 8]
+
+
+class _ScriptedEngine:
+    """Engine.generate's side the bench sees: step events to its listeners."""
+
+    def __init__(self, events: list[StepEvent]):
+        self.events, self.listeners, self.max_tokens = events, [], None
+
+    def add_listener(self, fn):
+        self.listeners.append(fn)
+
+    def remove_listener(self, fn):
+        self.listeners.remove(fn)
+
+    def generate(self, prompts, sampling):
+        self.max_tokens = sampling.max_tokens
+        for e in self.events:
+            for fn in list(self.listeners):
+                fn(e)
+
+
+def test_ours_decode_times_the_first_steps_steady_steps():
+    """The median and the slowest of the first `steps` steady steps; the step left out
+    is reported apart, and the rows get tokens enough for `steps` steady steps even when
+    every prompt takes two 16-token chunks to join."""
+    calm = [0.02, 0.03, 0.018, 0.019]
+    events = _numbered([_step("prefill", 0, prefill=256), _step("decode", 8, 0.11)]
+                       + [_step("decode", 8, s) for s in calm] + [_step("decode", 8, 0.5)])
+    engine = _ScriptedEngine(events)
+    median, extra = ours_decode(engine, [[1] * 32] * 8, steps=4)
+    assert math.isclose(median, (0.019 + 0.02) / 2)
+    assert extra == {"steps": 4, "slowest_s": 0.03, "first_full_s": 0.11}
+    assert engine.max_tokens == 4 + 2 * 8 + 4 and engine.listeners == []
