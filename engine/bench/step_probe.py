@@ -107,52 +107,54 @@ class StepProbe:
         g = self.grammar
         return (g.mask_s, g.accept_s) if g is not None else (0.0, 0.0)
 
-    def _feed_began(self) -> None:
+    def _feed_began(self, _tracker=None) -> None:
         if self._step is not None:
             self._step[QUEUED_FIRST] = self.forward_queued
 
     @contextmanager
     def installed(self, queue_forward_first: bool = True):
-        """Wrap the engine's functions for one round (call while the engine is idle)."""
+        """Wrap the engine's functions for one round (enter while the engine is idle);
+        queue_forward_first False: the sampler's early async_eval is not run."""
         from engine.core import runner, sampler, step_loop
         from engine.core.sampler_extras import SampleTracker
         from engine.core.step_loop import StepLoop
-        saved = [(runner.Runner, "decode"), (StepLoop, "_run"), (StepLoop, "_complete"),
-                 (SampleTracker, "feed_early"), (step_loop, "sample_batch"),
-                 (step_loop, "mx"), (sampler, "mx")]
-        saved = [(obj, name, getattr(obj, name)) for obj, name in saved]
-        (_, _, decode), (_, _, run), (_, _, complete), (_, _, feed), (_, _, sample) = saved[:5]
-        probe = self
+        run = StepLoop._run
 
-        def timed(fn, part, before=None):
-            def wrapper(*args, **kwargs):
-                if before is not None:
-                    before(*args)
-                t = time.perf_counter()
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    probe.add(part, time.perf_counter() - t)
-            return wrapper
+        def sampling_began(*_args):
+            self.forward_queued = False
 
-        def begin(_loop, plan, _extra):
-            probe._begin(plan)
-
-        def sampling_began(_logits, _states):
-            probe.forward_queued = False
-
-        runner.Runner.decode = timed(decode, "build fwd")
-        StepLoop._run = lambda loop, plan, extra: begin(loop, plan, extra) or run(
-            loop, plan, extra)
-        StepLoop._complete = timed(complete, "read back")
-        SampleTracker.feed_early = timed(feed, "feed early", lambda _t: probe._feed_began())
-        step_loop.sample_batch = timed(sample, "sample batch", sampling_began)
-        step_loop.mx = _TimedMx(saved[5][2], self, "queue rest")
-        sampler.mx = _TimedMx(saved[6][2], self, "queue early",
-                              drop=not queue_forward_first)
+        wrapped = {
+            (runner.Runner, "decode"): _timed(self, runner.Runner.decode, "build fwd"),
+            (StepLoop, "_run"): lambda loop, plan, extra: self._begin(plan) or run(
+                loop, plan, extra),
+            (StepLoop, "_complete"): _timed(self, StepLoop._complete, "read back"),
+            (SampleTracker, "feed_early"): _timed(self, SampleTracker.feed_early,
+                                                  "feed early", self._feed_began),
+            (step_loop, "sample_batch"): _timed(self, step_loop.sample_batch,
+                                                "sample batch", sampling_began),
+            (step_loop, "mx"): _TimedMx(step_loop.mx, self, "queue rest"),
+            (sampler, "mx"): _TimedMx(sampler.mx, self, "queue early",
+                                      drop=not queue_forward_first),
+        }
+        saved = [(obj, name, getattr(obj, name)) for obj, name in wrapped]
+        for (obj, name), value in wrapped.items():
+            setattr(obj, name, value)
         try:
             yield self
         finally:
             self._end()
             for obj, name, value in saved:
                 setattr(obj, name, value)
+
+
+def _timed(probe: StepProbe, fn, part: str, before=None):
+    """fn, its host time added to `part` of the probe's step; before(*args) first."""
+    def wrapper(*args, **kwargs):
+        if before is not None:
+            before(*args)
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            probe.add(part, time.perf_counter() - t)
+    return wrapper
