@@ -9,15 +9,22 @@ Grammar the server's response_format builds. Two schemas, both too long to end i
 max_tokens: "digits" (an array of >= 500 digits: few tokens allowed, a cheap mask) and
 "text" (a string of >= 4000 characters: nearly every token allowed, llguidance's
 costliest mask). Every row bans EOS (logit_bias), so all run the whole max_tokens.
-A fourth setup, "text-sync", is "text" with the sampler as it was before 53606c0
-(the step's forward not queued before the host waits for the previous token), so the
-fix's effect is measured in the same run. Rounds alternate the four setups; the figure is the median step period (end to
-end of consecutive full-batch decode steps: what every row's stream waits per token)
-and its ratio to plain, pooled and as the median of each round's own ratio (a load
-that drifts over the run hits the three setups of one round alike), and the host
-time llguidance spends filling the mask per step (timed around fill_mask). A constrained batch pays the mask (host), its transfer and the
-masked `where` (device), and reads each step's token before the next step is queued
-(the grammar needs it), so it loses the host/device overlap plain batches have.
+Two more setups are "text" with an older sampler, so that one run compares them:
+"text-sync" as before 53606c0 (the step's forward not queued before the host waits for
+the previous token) and "text-item" as before 0adc37e (the token read as ids[row].item(),
+a new op that waits for everything queued since: on a GPU the next step's forward, so
+the device idled while the host built the rest). Rounds alternate the setups; the
+figure is the median step period (end to end of consecutive full-batch decode steps:
+what every row's stream waits per token) and its ratio to plain, pooled and as the
+median of each round's own ratio (a load that drifts over the run hits the setups of
+one round alike), and the host time llguidance spends filling the mask per step (timed
+around fill_mask). Then, per setup, where a step's host time goes (engine/bench/
+step_probe.py: building the forward, queuing, waiting for the previous token, mask,
+accept, sampling, reading back, the rest) and whether the forward was queued when the
+wait began. A constrained batch pays the mask and the grammar's accept (host), the
+mask's upload and the masked `where` (device), and waits for each step's token before
+it can sample the next; with the forward queued first and the wait for that token only,
+the device runs the forward meanwhile.
 
 Synthetic models (token-id prompts, no tokenizer) get a grammar over a generated
 byte-level vocabulary of the model's size (SyntheticVocab): 256 byte tokens and random
@@ -37,6 +44,8 @@ import statistics
 import sys
 import time
 
+from engine.bench.step_probe import PARTS, QUEUED_FIRST, StepProbe, medians_ms
+from engine.core import sampler_extras
 from engine.server import grammar
 
 SCHEMAS = {
@@ -48,21 +57,18 @@ SCHEMAS = {
 PROMPTS = ["Write the digits of pi.", "Count from one.", "List some numbers.",
            "Tell me a story.", "What is 2+2?", "Name the planets.", "Say hello.",
            "Describe the sea.", "Explain gravity.", "Write a poem."]
-SETUPS = ("plain", *SCHEMAS, "text-sync")
+SETUPS = ("plain", *SCHEMAS, "text-sync", "text-item")
 
 
-class _SamplerMxWithoutEarlyForward:
-    """mlx.core as engine/core/sampler.py sees it in the "text-sync" setup: its one
-    async_eval (queue the forward before feed_early waits) does nothing."""
+class _SampleReadAsBefore(sampler_extras._Sample):
+    """A tracked row's sample as the tracker read it before 0adc37e (the "text-item"
+    setup): its token read as ids[row].item() each time, a new op evaluated behind all
+    the work queued since (on a GPU: the next step's forward), in feed_early and again in
+    confirm."""
 
-    def __init__(self, mx):
-        self._mx = mx
-
-    def __getattr__(self, name):
-        return getattr(self._mx, name)
-
-    def async_eval(self, *arrays) -> None:
-        pass
+    @property
+    def token(self) -> int:
+        return int(self.ids[self.row].item())
 
 
 class SyntheticVocab:
@@ -103,12 +109,13 @@ def _tokenizer_json(size: int, seed: int) -> dict:
 
 
 class TimedGrammar:
-    """A Grammar whose fill_mask is timed (host seconds, summed); the rest delegated."""
+    """A Grammar whose fill_mask and accept are timed (host seconds, summed)."""
 
     def __init__(self, inner):
         self.inner = inner
         self.num_masks = 0
         self.mask_s = 0.0
+        self.accept_s = 0.0
 
     def fill_mask(self, bitmask_row) -> None:
         t = time.perf_counter()
@@ -117,26 +124,35 @@ class TimedGrammar:
         self.num_masks += 1
 
     def accept(self, token_id: int) -> None:
+        t = time.perf_counter()
         self.inner.accept(token_id)
+        self.accept_s += time.perf_counter() - t
 
     def rollback(self, num_tokens: int) -> None:
         self.inner.rollback(num_tokens)
 
 
 def run_round(engine, prompts, vocab_source, setup: str, batch: int, max_tokens: int):
-    """(step periods ms, step durations ms, mask ms per step) of the full-batch decode
-    steps of one round."""
-    from engine.core import sampler
-    real = sampler.mx
-    if setup.endswith("-sync"):       # swapped while the engine is idle (between rounds)
-        sampler.mx = _SamplerMxWithoutEarlyForward(real)
+    """(step periods ms, step durations ms, mask ms per step, StepProbe.steps: host
+    seconds by part) of the full-batch decode steps of one round."""
+    timed = None
+    if setup != "plain":
+        rule = grammar.json_schema_grammar(SCHEMAS[setup.split("-")[0]])
+        timed = TimedGrammar(grammar.build_grammar(vocab_source, engine.vocab_size, rule))
+    probe = StepProbe(batch, timed)
+    sample_class = sampler_extras._Sample
+    if setup.endswith("-item"):       # swapped while the engine is idle (between rounds)
+        sampler_extras._Sample = _SampleReadAsBefore
     try:
-        return _run_round(engine, prompts, vocab_source, setup, batch, max_tokens)
+        with probe.installed(queue_forward_first=not setup.endswith("-sync")):
+            periods, durations = _run_round(engine, prompts, timed, batch, max_tokens)
     finally:
-        sampler.mx = real
+        sampler_extras._Sample = sample_class
+    mask_ms = 1e3 * timed.mask_s / max(timed.num_masks, 1) if timed else 0.0
+    return periods, durations, mask_ms, probe.steps
 
 
-def _run_round(engine, prompts, vocab_source, setup: str, batch: int, max_tokens: int):
+def _run_round(engine, prompts, timed, batch: int, max_tokens: int):
     from engine import SamplingParams
     from engine.events import StepEvent
     eos = tuple((t, -100.0) for t in engine.tokenizer.eos_token_ids)
@@ -145,13 +161,9 @@ def _run_round(engine, prompts, vocab_source, setup: str, batch: int, max_tokens
     engine.add_listener(steps.append)
     try:
         handles = []
-        timed = None
         for i in range(batch):
             params = plain
-            if setup != "plain" and i == 0:
-                rule = grammar.json_schema_grammar(SCHEMAS[setup.removesuffix("-sync")])
-                timed = TimedGrammar(grammar.build_grammar(vocab_source, engine.vocab_size,
-                                                           rule))
+            if timed is not None and i == 0:
                 params = dataclasses.replace(plain, constraint=timed)
             handles.append(engine.submit(prompts[i % len(prompts)], params))
         for h in handles:
@@ -161,8 +173,7 @@ def _run_round(engine, prompts, vocab_source, setup: str, batch: int, max_tokens
     full = [s for s in steps if isinstance(s, StepEvent) and s.kind == "decode"
             and s.batch_size == batch]
     periods = [(b.t_end - a.t_end) * 1e3 for a, b in zip(full, full[1:]) if b.step == a.step + 1]
-    mask_ms = 1e3 * timed.mask_s / max(timed.num_masks, 1) if timed else 0.0
-    return periods, [s.duration * 1e3 for s in full], mask_ms
+    return periods, [s.duration * 1e3 for s in full]
 
 
 def _open(model: str | None, batch: int):
@@ -229,6 +240,20 @@ def _report(model: str, args, rounds: list[dict], synthetic: bool) -> None:
             line += (f"; per-round ratio median {med(ratios):.3f}x (range {ratios[0]:.3f}-"
                      f"{ratios[-1]:.3f}); llguidance mask {mask:.3f} ms a step")
         print(line + f"  [{len(pooled[setup])} periods]")
+    _report_host_parts(rounds)
+
+
+def _report_host_parts(rounds: list[dict]) -> None:
+    """Where each setup's step goes on the host (engine/bench/step_probe.py): medians over
+    the full-batch decode steps of every round."""
+    print("  host ms a step, by part (medians; engine/bench/step_probe.py):")
+    print(f"    {'':<22}" + "".join(f"{p:>12}" for p in PARTS) + f"  {QUEUED_FIRST}")
+    for setup in SETUPS:
+        parts = medians_ms([step for r in rounds for step in r[setup][3]])
+        label = "no constrained row" if setup == "plain" else f"1 row '{setup}'"
+        share = parts[QUEUED_FIRST]
+        print(f"    {label:<22}" + "".join(f"{parts[p]:12.3f}" for p in PARTS)
+              + f"  {'-' if share is None else f'{share:.0%} of steps'}")
 
 
 if __name__ == "__main__":

@@ -82,6 +82,7 @@ def sample_batch(logits: mx.array, states: Sequence[RowSampler]) -> mx.array:
         # feed_early waits for the previous step's tokens: queue this step's forward
         # first, so the device runs it while the host waits and fills the masks (else
         # the whole batch loses its host/device overlap; engine/bench/grammar_cost.py).
+        # The wait itself is for that step's ids only (sampler_extras.host_values).
         mx.async_eval(logits)
     for s in grammar_rows:
         s.tracker.feed_early()
@@ -98,6 +99,10 @@ def _track_samples(logits: mx.array, ids: mx.array, states: Sequence[RowSampler]
         return
     wanted = [k for k in tracked if k is not None]
     arrays = logprob_arrays(logits, ids, max(wanted)) if wanted else None
+    if arrays is not None:
+        # Queued now, with the step: read later, they would be new work queued behind
+        # the next step and the host would wait for all of it (host_values).
+        mx.async_eval([a for a in arrays if a is not None])
     for row, s in enumerate(states):
         if s.tracker is not None:
             s.tracker.record(ids, row, arrays if s.params.logprobs is not None else None)

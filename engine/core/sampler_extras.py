@@ -61,66 +61,93 @@ def logprob_arrays(logits: mx.array, ids: mx.array, num_top: int):
             mx.take_along_axis(top, order, axis=-1))
 
 
+def host_values(array: mx.array) -> list:
+    """The values of an array that was queued with its step (mx.async_eval), read whole.
+
+    The wait ends when that step's own work is done. Reading a part instead
+    (`ids[row].item()`) first makes a new op and evaluates it: on a GPU it goes on the
+    stream behind everything queued since (the next step's forward), so the host waits
+    for all of that and the device then idles while the host builds what comes next.
+    """
+    return array.tolist()
+
+
+class _Sample:
+    """One step's sample of a tracked row: the step's ids [B] (lazy), the row, its
+    logprob arrays (or None), and its token once the host has read it."""
+
+    def __init__(self, ids: mx.array, row: int, arrays):
+        self.ids, self.row, self.arrays = ids, row, arrays
+        self._token: int | None = None
+
+    @property
+    def token(self) -> int:
+        if self._token is None:
+            self._token = int(host_values(self.ids)[self.row])
+        return self._token
+
+
 class SampleTracker:
     """A grammar or logprob row's samples until the engine appends their tokens.
 
     The engine queues step n+1 before it reads step n's token, so a grammar's mask for
-    n+1 needs token n early: feed_early() reads it then (a sync, for batches with a
-    constrained row only) and confirm() checks it when it is appended. Logprobs ride
-    along, lazy, and are read with the token.
+    n+1 needs token n early: feed_early() reads it then (a host wait, for batches with
+    a constrained row only; the sampler queues step n+1's forward first) and confirm()
+    checks it when it is appended, from the value already read. Logprobs ride along,
+    queued with their step, and are read with the token.
     """
 
     def __init__(self, params: SamplingParams):
         self.params = params
-        self.samples: deque[tuple] = deque()   # (ids [B], row, logprob arrays or None)
-        self.early: list[int] = []             # the oldest samples, already fed
+        self.samples: deque[_Sample] = deque()
+        self.num_fed = 0                       # the oldest samples, already fed
 
     @staticmethod
     def wanted(params: SamplingParams) -> bool:
         return params.constraint is not None or params.logprobs is not None
 
     def record(self, ids: mx.array, row: int, arrays) -> None:
-        self.samples.append((ids, row, arrays))
+        self.samples.append(_Sample(ids, row, arrays))
 
     def feed_early(self) -> None:
-        for ids, row, _ in list(self.samples)[len(self.early):]:
-            token = int(ids[row].item())
-            self.params.constraint.accept(token)
-            self.early.append(token)
+        for sample in list(self.samples)[self.num_fed:]:
+            self.params.constraint.accept(sample.token)
+            self.num_fed += 1
 
     def confirm(self, token_id: int) -> None:
-        entry = self._take(token_id)
+        sample = self._take(token_id)
         constraint = self.params.constraint
         if constraint is not None:
-            if self.early and self.early[0] == token_id:
-                self.early.pop(0)
-            else:                    # not the token fed early (a dropped step): redo
+            if self.num_fed:         # the sample taken was fed early, and is token_id
+                self.num_fed -= 1
+            else:                    # not fed yet, or a dropped step's token was: redo
                 self._rollback()
                 constraint.accept(token_id)
         if self.params.token_log is not None:
-            self.params.token_log.append(_token_logprob(token_id, entry, self.params.logprobs))
+            self.params.token_log.append(_token_logprob(token_id, sample, self.params.logprobs))
 
-    def _take(self, token_id: int):
+    def _take(self, token_id: int) -> _Sample | None:
         """The oldest sample that produced token_id; older ones (steps whose tokens the
         engine dropped, e.g. a preemption) are discarded."""
         while self.samples:
-            entry = self.samples.popleft()
-            if int(entry[0][entry[1]].item()) == token_id:
-                return entry
+            sample = self.samples.popleft()
+            if sample.token == token_id:
+                return sample
             self._rollback()         # it may have fed the grammar a token that never came
         return None
 
     def _rollback(self) -> None:
-        if self.early:
-            self.params.constraint.rollback(len(self.early))
-            self.early.clear()
+        if self.num_fed:
+            self.params.constraint.rollback(self.num_fed)
+            self.num_fed = 0
 
 
-def _token_logprob(token_id: int, entry, num_top: int) -> TokenLogprob:
-    if entry is None or entry[2] is None:
+def _token_logprob(token_id: int, sample: _Sample | None, num_top: int) -> TokenLogprob:
+    if sample is None or sample.arrays is None:
         return TokenLogprob(token_id, float("nan"))
-    _, row, (chosen, top_ids, top) = entry
+    row = sample.row
+    chosen, top_ids, top = (None if a is None else host_values(a) for a in sample.arrays)
     if top_ids is None or num_top == 0:
-        return TokenLogprob(token_id, chosen[row].item())
-    pairs = zip(top_ids[row, :num_top].tolist(), top[row, :num_top].tolist())
-    return TokenLogprob(token_id, chosen[row].item(), tuple(pairs))
+        return TokenLogprob(token_id, chosen[row])
+    return TokenLogprob(token_id, chosen[row],
+                        tuple(zip(top_ids[row][:num_top], top[row][:num_top])))
