@@ -212,12 +212,14 @@ def test_a_cost_that_saturates_with_the_tokens_is_followed_not_a_line():
     assert all(sec <= 2 * FLOOR_S for _, sec, _ in during)
 
 
-def test_the_default_degraded_mode_keeps_a_stream_within_2x_its_calm_gap():
+def test_the_default_degraded_mode_keeps_a_stream_within_its_slowdown():
     """A 2-core CPU: a 140 ms calm step (slower than the floor) and 4.3 ms a prompt token.
-    The default max_decode_slowdown (1.0) lets a step reach 2x the calm one: a 200-token
-    prompt is read 16 tokens a step beside the calm step's 140 ms (at 0.25 its first
-    chunk cost more than the step allowed it: always the smallest, and 2.5x the wait)."""
+    The default max_decode_slowdown (1.25) lets a step reach 2.25x the calm one (issue 21
+    promises at most 2.5x): a 200-token prompt is read at least 16 tokens a step beside
+    the calm step's 140 ms (at 0.25 its first chunk cost more than the step allowed it:
+    always the smallest, and 2.5x the wait)."""
     slowdown = EngineConfig().max_decode_slowdown
+    assert 1 + slowdown <= 2.5
     eng = ScriptedEngine(decode_s=0.140, prefill_tok_s=230, slowdown=slowdown)
     eng.streams(3)
     during = mixed(eng.read(100, 200))
