@@ -18,9 +18,12 @@ slowest of them (21.7 us each at B=1 on the H200, docs/bench/HISTORY.md).
 
 In-place contract (as kernels/gated_delta_step.py): MLX custom kernels cannot alias an
 output onto an input, so the pools are written through their input pointers; they must
-be materialised arrays (any strides); keep the returned pools (they depend on q), so the
-attention that reads them is ordered after the write; evaluate before reading pool rows
-on the host; slots unique but for padding rows, which share a scratch row nobody reads.
+be materialised arrays (any strides); keep the returned pools (they depend on q); the
+pools' reader in the step must take q (the paged kernel does: on a GPU only a consumed
+output orders a reader after the write, kernels/README.md "Ordering on a GPU", so
+KernelSet runs this kernel only where the paged kernel reads the pools); evaluate before
+reading pool rows on the host; slots unique but for padding rows, which share a scratch
+row nobody reads.
 q, k, v and the norm weights are read through their strides.
 
 One warp (simdgroup) per (row, head) of Hq + 2 Hkv heads; a head's norm is one warp sum.

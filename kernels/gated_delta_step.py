@@ -22,10 +22,12 @@ In-place contract (see also `gated_delta_chunk`):
 - the pool is a materialised array whose last axis has unit stride (any pool
   made by mx.zeros / concatenate / slicing along the slot axis); other axes
   may be strided (the kernel reads pool_strides);
-- use the returned pool: it depends on y, so whatever is built on it is
-  scheduled after the kernel; and evaluate the step before reading pool rows
-  (snapshots, tests): MLX tracks GPU-side ordering by declared outputs only,
-  so a reader in the same graph could otherwise race with the write;
+- use the returned pool: it depends on y, so MLX schedules whatever is built on
+  it after the kernel; but on the GPU only a reader that consumes y (or a later
+  output) is ordered after the write (MLX tracks GPU-side ordering by declared
+  outputs only: kernels/README.md, "Ordering on a GPU"), so nothing else may read
+  the pool in the same evaluation; evaluate the step before reading pool rows
+  (snapshots, tests);
 - slots are unique within a batch.
 """
 from __future__ import annotations

@@ -135,14 +135,35 @@ class KernelSet:
         """(q [B, Hq, D], (k_pool, v_pool)) of kernels.attention_prep: decode's q/k norms and
         rotary, the new K/V written into the pools at slots in place. q [B, Hq*QH],
         k, v [B, Hkv*D]; heads (Hq, Hkv, D, QH)."""
+        backend = self.prep_launches(q, k, v, q_norm, k_norm, k_pool, v_pool, heads, rotary_dim)
+        if backend is None:
+            return None
+        out = ap.kernel(q, k, v, q_norm, k_norm, eps, offsets, slots, k_pool, v_pool, heads,
+                        rotary_dim, base, backend=backend)
+        # keep the returned pools (MLX schedules their users after the write; on the GPU
+        # the paged kernel's q orders its reads: prep_launches)
+        return out, tuple(mx.depends([k_pool, v_pool], [out]))
+
+    def prep_launches(self, q, k, v, q_norm, k_norm, k_pool, v_pool, heads,
+                      rotary_dim: int) -> str | None:
+        """The backend attention_prep launches on for this call, or None. Besides its own
+        contract, the paged kernel must read the pools it writes: they are written in
+        place, and MLX's GPU backends order work by declared outputs only, so the one
+        reader they may have in the step is the paged kernel, which takes the prep's q
+        (an edge). The plain attention's gather of the pools would have none and could
+        read them before the write: on the H200 a tiny model (head dim 16: no paged
+        kernel) chose tokens up to 0.48 of a logit off greedy, right with
+        MLX_USE_CUDA_GRAPHS=0 or without this kernel (kernels/README.md, "Ordering on a
+        GPU")."""
         backend = self.launches(ap.NAME)
         if backend is None or not ap.applies(q, k, v, q_norm, k_norm, k_pool, v_pool, heads,
                                              rotary_dim):
             return None
-        out = ap.kernel(q, k, v, q_norm, k_norm, eps, offsets, slots, k_pool, v_pool, heads,
-                        rotary_dim, base, backend=backend)
-        # keep the returned pools: ordered after the write
-        return out, tuple(mx.depends([k_pool, v_pool], [out]))
+        Hq, _, D, _ = heads
+        q_shape = (q.shape[0], Hq, D)
+        if self.launches(pa.NAME) is None or not pa.applies_to(q_shape, k_pool, v_pool, q_shape):
+            return None
+        return backend
 
     def gated_rms_norm(self, y, z, weight, eps: float):
         """rms_norm(y) * weight * silu(z) per head row of kernels.gated_rms_norm:

@@ -83,9 +83,15 @@ def reference(q, k_pool, v_pool, block_tables, context_lens, page_size: int, sca
 
 
 def applies(q, k_pool, v_pool, gate=None) -> bool:
-    B, Hq, D = q.shape
+    return applies_to(q.shape, k_pool, v_pool, None if gate is None else gate.shape)
+
+
+def applies_to(q_shape, k_pool, v_pool, gate_shape=None) -> bool:
+    """applies() from the shape q [B, Hq, D] will have (before it is computed)."""
+    B, Hq, D = q_shape
     Hkv = k_pool.shape[1]
-    return ((gate is None or gate.shape == q.shape) and Hq % Hkv == 0 and D % 32 == 0 and D <= 1024 and k_pool.shape == v_pool.shape
+    return ((gate_shape is None or tuple(gate_shape) == tuple(q_shape)) and Hq % Hkv == 0
+            and D % 32 == 0 and D <= 1024 and k_pool.shape == v_pool.shape
             and k_pool.dtype == v_pool.dtype and (Hq // Hkv) * D * 4 <= 32768
             and k_pool.shape[2] == D)
 

@@ -12,7 +12,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from engine.core.batch_view import BatchView
-from engine.models.attention import attend, grouped_paged_attention, merge_heads
+from engine.models.attention import grouped_paged_attention, merge_heads
 from engine.models.base import CacheSpec, ModelCache
 from engine.models.elementwise import residual_norm, sigmoid_gate
 from engine.models.fused import fuse_linears
@@ -83,8 +83,9 @@ class Attention(nn.Module):
         gate = qg.reshape(B, self.hq, 2 * self.d)[..., self.d:]              # [B, Hq, D]
         o = ks.paged_decode_attention(q, kv[0], kv[1], view.block_tables, view.context_lens,
                                       view.page_size, self.scale, gate=gate)
-        if o is None:      # the pools already hold this token: attend over them as they are
-            o = sigmoid_gate(attend(q[:, :, None], kv, view, self.scale, ks)[:, :, 0], gate)
+        # attention_prep runs only where the paged kernel reads its pools (KernelSet says
+        # why: no other reader is ordered after its in-place writes on a GPU).
+        assert o is not None, "attention_prep ran without the paged kernel to read its pools"
         return o.reshape(B, -1)
 
     def _rotated(self, qg, k, v, view: BatchView) -> tuple[mx.array, ...]:

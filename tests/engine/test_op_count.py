@@ -76,3 +76,32 @@ def test_sampling_at_the_apps_defaults_is_counted_beside_the_forward():
     counts = [profile_ops.sampler_ops(b, app, vocab=4096) for b in (1, 8)]
     assert abs(counts[0] - counts[1]) <= 2 and max(counts) <= 400, counts
     assert mx.compile(lambda x: x + 1)(mx.array(1)).item() == 2    # compile is back on
+
+
+def test_attention_prep_runs_only_where_the_paged_kernel_reads_its_pools():
+    """attention_prep writes the K/V pools in place; on a GPU only a reader that takes its
+    q is ordered after those writes (kernels/README.md, "Ordering on a GPU"). Where the
+    paged kernel does not apply (head dim 16), the plain attention would gather the pools
+    with no such edge: the H200 ran it before the write (session 7). There, the K/V go
+    through the plain path's scatters instead (declared outputs, ordered)."""
+    config = profile_ops.qwen3_5_layout(4)
+    config["text_config"]["head_dim"] = 16
+    ops = profile_ops.ours(config, 1, 32, "gpu")
+    assert ops["[attention_prep]"] == ops["[paged_attention_p1]"] == 0
+    assert ops["Scatter"] == 2                          # write_kv: one for K, one for V
+
+
+def test_attention_prep_is_refused_by_the_kernel_set_without_the_paged_kernel():
+    """The same rule at the dispatch: the prep launches only with the paged kernel on and
+    applying to the q it will make."""
+    def prep(ks, d):
+        B, hq, hkv = 2, 4, 2
+        q, k, v = mx.zeros((B, hq * 2 * d)), mx.zeros((B, hkv * d)), mx.zeros((B, hkv * d))
+        pool = mx.zeros((64, hkv, d))
+        return ks.attention_prep(q, k, v, mx.ones((d,)), mx.ones((d,)), 1e-6,
+                                 mx.zeros((B,), mx.int32), mx.array([1, 2]), pool, pool,
+                                 (hq, hkv, d, 2 * d), d, 1e4)
+    with gpu_graph():
+        assert prep(KernelSet(COUNT), 32) is not None
+        assert prep(KernelSet(COUNT), 16) is None
+        assert prep(KernelSet(COUNT, (("paged_attention", "test"),)), 32) is None
