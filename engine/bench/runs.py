@@ -171,7 +171,8 @@ def add_moe_max_pairs_arg(parser) -> None:
     parser.add_argument("--moe-max-pairs", type=int, default=None,
                         help="kernels.moe_experts.MAX_PAIRS for this run: the (token, "
                              "expert) pairs up to which the gathered matrix-vector "
-                             "kernel runs the experts (a prompt chunk's tuning A/B)")
+                             "kernel runs the experts (a decode batch's or a prompt "
+                             "chunk's tuning A/B)")
 
 
 def apply_moe_max_pairs(args) -> None:

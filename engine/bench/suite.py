@@ -19,6 +19,8 @@ import mlx.core as mx
 
 from engine.bench.runs import (
     RunLog,
+    add_moe_max_pairs_arg,
+    apply_moe_max_pairs,
     mixed_forward_arg,
     ours_decode,
     ours_prefill,
@@ -57,6 +59,7 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
                         "alternating (the recorder's cost on tok/s)")
     p.add_argument("--json", default=None, help="write every run here")
     p.add_argument("--trace", default=None, help="write a Perfetto trace here")
+    add_moe_max_pairs_arg(p)    # B=32 decode is 256 pairs: the sorted path's +560 launches
 
 
 def _prompt(n: int, vocab: int, seed: int) -> list[int]:
@@ -69,6 +72,7 @@ def _vocab(config: dict) -> int:
 
 
 def run_bench(args) -> int:
+    apply_moe_max_pairs(args)
     batches = [int(b) for b in args.batch.split(",") if b]
     lengths = [int(n) for n in args.prefill.split(",") if n]
     max_b = max(batches + [8])
