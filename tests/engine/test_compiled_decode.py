@@ -5,6 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
+from fakes import IdTokenizer
 from float32_tolerance import assert_close, model_depth, tolerance
 from qwen_fixtures import build_model, random_weights, tiny_config
 from tiny_models import tiny_llama
@@ -136,7 +137,7 @@ def test_an_engine_decodes_the_same_tokens_compiled_or_not(monkeypatch):
     for compiled in (False, True):
         config = EngineConfig(max_num_seqs=4, kv_budget_mb=8, prefill_chunk=16,
                               fixed_shapes=True, compile_decode=compiled, warm_up=compiled)
-        model = InMemoryModel(_model("qwen3_5_moe"), _IdTokenizer(), tiny_config(), "tiny")
+        model = InMemoryModel(_model("qwen3_5_moe"), IdTokenizer(), tiny_config(), "tiny")
         with Engine.from_model(model, config) as engine:
             outs[compiled] = [o.token_ids for o in engine.generate(
                 PROMPTS, SamplingParams(max_tokens=12, temperature=0.0))]
@@ -162,24 +163,6 @@ def test_an_engine_decodes_the_same_tokens_compiled_or_not(monkeypatch):
 def test_compile_decode_must_be_a_bool_or_none():
     with pytest.raises(ValueError, match="compile_decode"):
         EngineConfig(compile_decode="yes")
-
-
-class _IdTokenizer:
-    eos_token_ids = frozenset()
-
-    def encode_prompt(self, prompt):
-        return prompt
-
-    def detokenizer(self, skip_special_tokens=False):
-        return _Silent()
-
-
-class _Silent:
-    def add(self, token_id):
-        return ""
-
-    def flush(self):
-        return ""
 
 
 def test_a_layout_that_cannot_be_traced_runs_plain(monkeypatch):

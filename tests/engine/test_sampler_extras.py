@@ -3,30 +3,12 @@ from __future__ import annotations
 
 import mlx.core as mx
 import numpy as np
+from fakes import OnlyIds
 
 from engine.core.sampler import RowSampler, sample_batch
 from engine.sampling_params import SamplingParams
 
 V = 100
-
-
-class OnlyIds:
-    """A fake grammar: allows a fixed set of ids, records what it was fed."""
-
-    def __init__(self, allowed):
-        self.allowed, self.accepted, self.rolled_back = set(allowed), [], 0
-
-    def fill_mask(self, row):
-        row[:] = 0
-        for i in self.allowed:
-            row[i // 32] |= np.int32(np.uint32(1 << (i % 32)).view(np.int32))
-
-    def accept(self, token_id):
-        self.accepted.append(token_id)
-
-    def rollback(self, n):
-        self.rolled_back += n
-        del self.accepted[-n:]
 
 
 def _logits(seed=0, rows=3):

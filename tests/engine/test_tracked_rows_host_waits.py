@@ -10,8 +10,8 @@ the host reads, and in what order against what is queued.
 from __future__ import annotations
 
 import mlx.core as mx
-import numpy as np
 from engine_harness import Harness, _NoDetok
+from fakes import OnlyIds
 from tiny_models import VOCAB, tiny_llama
 
 from engine.core.output_stream import OutputStream
@@ -23,24 +23,6 @@ from engine.sampling_params import SamplingParams
 PROMPTS = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16]]
 ALLOWED = set(range(0, VOCAB, 7))
 STEPS = 6
-
-
-class OnlyIds:
-    """A fake grammar: allows a fixed set of ids."""
-
-    def __init__(self, allowed):
-        self.allowed, self.accepted = set(allowed), []
-
-    def fill_mask(self, row):
-        row[:] = 0
-        for i in self.allowed:
-            row[i // 32] |= np.int32(np.uint32(1 << (i % 32)).view(np.int32))
-
-    def accept(self, token_id):
-        self.accepted.append(token_id)
-
-    def rollback(self, n):
-        del self.accepted[-n:]
 
 
 class HostReads:

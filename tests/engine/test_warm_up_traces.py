@@ -4,6 +4,7 @@ traced at load, so no decode step pays for a trace. The signature is the count o
 mx.compile traces, not a timing."""
 from __future__ import annotations
 
+from fakes import IdTokenizer
 from qwen_fixtures import build_model, random_weights, tiny_config
 
 from engine.config import EngineConfig
@@ -48,7 +49,7 @@ def _model() -> InMemoryModel:
     config = tiny_config("qwen3_5_moe")
     model = build_model(config, random_weights(config, seed=3))
     model.fuse_projections()
-    return InMemoryModel(model, _IdTokenizer(), config, "tiny")
+    return InMemoryModel(model, IdTokenizer(), config, "tiny")
 
 
 def test_a_decode_after_the_warm_up_traces_nothing(monkeypatch):
@@ -71,19 +72,3 @@ def test_a_decode_after_the_warm_up_traces_nothing(monkeypatch):
     assert traces == []
 
 
-class _IdTokenizer:
-    eos_token_ids = frozenset()
-
-    def encode_prompt(self, prompt):
-        return prompt
-
-    def detokenizer(self, skip_special_tokens=False):
-        return _Silent()
-
-
-class _Silent:
-    def add(self, token_id):
-        return ""
-
-    def flush(self):
-        return ""
