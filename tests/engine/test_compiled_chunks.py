@@ -6,9 +6,10 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
+from fakes import IdTokenizer
 from float32_tolerance import assert_close, model_depth
 from qwen_fixtures import tiny_config
-from test_compiled_decode import PROMPTS, _IdTokenizer, _model
+from test_compiled_decode import PROMPTS, _model
 
 from engine.config import EngineConfig
 from engine.core.compiled_forward import CompiledForward
@@ -97,7 +98,7 @@ def test_an_engine_streams_the_same_tokens_with_compiled_chunks(monkeypatch):
         config = EngineConfig(max_num_seqs=4, kv_budget_mb=8, prefill_chunk=CHUNK,
                               fixed_shapes=True, compile_decode=False, warm_up=False,
                               compile_chunks=compiled, min_stream_tok_s=0)
-        model = InMemoryModel(_model("qwen3_5_moe"), _IdTokenizer(), tiny_config(), "tiny")
+        model = InMemoryModel(_model("qwen3_5_moe"), IdTokenizer(), tiny_config(), "tiny")
         greedy = SamplingParams(max_tokens=24, temperature=0.0)
         with Engine.from_model(model, config) as engine:
             streams = [engine.submit(p, greedy) for p in PROMPTS]
