@@ -51,6 +51,11 @@ class EngineConfig:
     # Run every fixed decode/prefill shape once at load (engine/core/warm_up.py), so MLX
     # compiles their kernels then; None: on a GPU only (the CPU compiles nothing per shape).
     warm_up: bool | None = None
+    # Of that warm-up, run at load only what a first conversation meets (its prompt's
+    # chunks, a one-row decode at the first block-table width) and the rest while the
+    # engine is idle, one shape between inbox reads: the app is ready minutes sooner on a
+    # cold kernel cache (engine/core/warm_up.py). False: every shape before "Ready".
+    warm_up_in_background: bool = True
     # Pad decode batches and prompt chunks up to the fixed sizes of engine/core/shapes.py
     # (a finite set of shapes to compile); None: on a GPU only. The CPU compiles nothing
     # per shape, so there padding is pure extra compute (a 320-token prompt run as 512
@@ -98,6 +103,8 @@ class EngineConfig:
             raise ValueError("EngineConfig.cpu_weights must be 'auto', 'dense' or 'quantized'")
         if self.warm_up is not None and not isinstance(self.warm_up, bool):
             raise ValueError("EngineConfig.warm_up must be True, False or None (on a GPU)")
+        if not isinstance(self.warm_up_in_background, bool):
+            raise ValueError("EngineConfig.warm_up_in_background must be True or False")
         if self.mixed_forward is not None and not isinstance(self.mixed_forward, bool):
             raise ValueError("EngineConfig.mixed_forward must be True, False or None (auto)")
         if self.fixed_shapes is not None and not isinstance(self.fixed_shapes, bool):

@@ -44,8 +44,10 @@ NAME = "moe_experts"
 # its expert's rows (1.5 MB at the real shapes); the sorted gathered matmul reads each
 # distinct expert once, so it wins once many tokens share experts. H200, real shapes,
 # random routing (python -m kernels.bench.moe_experts, session 7): the kernel is 1.85x
-# the plain path at 8 pairs, 1.13x at 128, 1.04x at 256, 0.92x at 384 and 512.
-MAX_PAIRS = 128
+# the plain path at 8 pairs, 1.13x at 128, 1.04x at 256, 0.92x at 384 and 512. In the
+# engine, B=32 decode (256 pairs) took 27-28 ms a step at 256 against 32-34 ms at 128
+# (the sorted path's ~560 launches more; session 8, docs/bench/h200-session8-2026-12-02.txt).
+MAX_PAIRS = 256
 RPW1 = 4          # gate/up outputs per warp (launch 1)
 RPW2 = 2          # down rows per warp (launch 2); 8 warps a block
 SMEM_BYTES = 32 * 1024   # launch 2's staged s * h: within Metal's 32 KB threadgroup memory

@@ -55,6 +55,7 @@ class Engine:
         self._loaded: Future = Future()
         worker = self.thread_class(config, self._inbox, self._emit, self._loaded,
                                    on_pool=self._set_pool, abandon=self._abandon)
+        self._warmed = worker.warmed
         self._thread = threading.Thread(
             target=worker.main, args=(model, on_progress, quantize_bits),
             name="tandem-engine", daemon=True)
@@ -81,6 +82,12 @@ class Engine:
             raise TypeError("Engine.from_model takes an InMemoryModel "
                             "(engine.loading.model_bundle); use Engine.load for a path")
         return cls(model, config or EngineConfig(), on_progress)
+
+    def wait_for_warm_up(self, timeout: float | None = None) -> bool:
+        """Wait until the warm-up's background part (EngineConfig.warm_up_in_background)
+        has run every shape; True once it has. Serving does not wait for it: a request
+        meanwhile runs between its shapes (benchmarks wait, to time warm steps only)."""
+        return self._warmed.wait(timeout)
 
     # -- properties the app shows ------------------------------------------------
     @property

@@ -6,7 +6,9 @@ path (`emit`), and sets the load's future once the model and the KV pool are rea
 """
 from __future__ import annotations
 
+import dataclasses
 import queue
+import threading
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -17,7 +19,8 @@ from engine.config import EngineConfig
 from engine.core.inbox import CacheNotice, Cancel, Close, Logits, Message, SetReadingPace, Submit
 from engine.core.mlx_threads import clear_thread_streams
 from engine.core.step_loop import StepLoop
-from engine.core.warm_up import should_warm_up, warm_up
+from engine.core.warm_up import (BackgroundWarmUp, background_shapes, load_shapes,
+                                  should_warm_up, warm_up)
 from engine.distributed.cluster import current_cluster
 from engine.events import CacheNoticeEvent, LoadProgress, SubmittedEvent
 from engine.loading.model_bundle import InMemoryModel, ModelBundle, load_bundle
@@ -35,6 +38,8 @@ class EngineThread:
         self._loaded = loaded
         self._on_pool = on_pool
         self._abandon = abandon
+        # Set once no warm-up shape is left (at once where none runs in the background).
+        self.warmed = threading.Event()
 
     def main(self, model, on_progress, quantize_bits) -> None:
         """The thread's target: serve until Close, then clear MLX's streams."""
@@ -65,19 +70,21 @@ class EngineThread:
             if cluster:
                 cluster.watch(lambda: loop.has_work, self._abandon)
             report = on_progress or (lambda p: None)
-            if should_warm_up(self.config):
-                warm_up(loop.runner, self.config, report)
+            background = self._warm_up(loop, cluster, report)
             report(LoadProgress(1.0, "Ready"))
         except BaseException as e:
+            self.warmed.set()
             self._loaded.set_exception(e)
             return
         self._loaded.set_result(bundle)
         while True:
             try:
                 # A cancel reads the step in flight back: it can raise like a step.
-                if not self._drain(loop, block=not loop.has_work):
+                if not self._drain(loop, block=not loop.has_work and not background.pending):
                     break
                 loop.step()
+                if background.pending and not loop.has_work:
+                    background.run_one(loop.runner)     # then back to the inbox
             except Exception as e:   # keep serving: fail only what the step involved, say why
                 traceback.print_exc()
                 if cluster and cluster.failed(e):     # a rank is lost: nothing can run
@@ -89,6 +96,18 @@ class EngineThread:
         self._close_disk_cache(loop)
         if cluster:
             cluster.shutdown()
+
+    def _warm_up(self, loop: StepLoop, cluster, report) -> BackgroundWarmUp:
+        """The load-time part of the warm-up; returns the part left for idle time (none
+        without a warm-up, or in a distributed group, whose ranks run only the steps
+        rank 0 broadcasts: there all of it runs at load)."""
+        if not should_warm_up(self.config):
+            return BackgroundWarmUp([], self.warmed)
+        config = self.config
+        if cluster:
+            config = dataclasses.replace(config, warm_up_in_background=False)
+        warm_up(loop.runner, config, report, shapes=load_shapes(config))
+        return BackgroundWarmUp(background_shapes(config), self.warmed)
 
     def _disk_opener(self, model, bundle: ModelBundle, quantize_bits: int | None):
         """Opens the disk cache (EngineConfig.cache_dir) for the loaded model's layout;

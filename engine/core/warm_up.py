@@ -29,9 +29,22 @@ prompts in one step (a [Bp > 1, T] chunk group) are not warmed, as for plain pre
 Where no mixed forward runs (the default on a GPU with compiled decode and uncompiled
 chunks: runs_mixed_forwards) none is warmed: 40 shapes instead of 52 for
 max_num_seqs=8, prefill_chunk=512, max_context=8192 (tests/engine/test_stable_shapes.py).
+
+In the background (EngineConfig.warm_up_in_background, the default): on a fresh H200 a
+first start of the full-size model took ~6 minutes before "Ready", nearly all of it this
+warm-up (docs/PERFORMANCE.md, "First start on CUDA"). Most shapes serve a second
+conversation or a long one, not the first reply, so only `load_shapes` run before
+"Ready": every prompt-chunk shape (a first prompt of any length) and a one-row decode at
+the first block-table width. `BackgroundWarmUp` runs the rest while the engine is idle,
+one shape at a time between inbox reads, in the order a user meets them (the one row's
+wider tables, then two rows...): a request waits for at most the one shape in progress.
+A shape a step meets before its turn compiles in that step, as without a warm-up, and
+its later turn finds it compiled.
 """
 from __future__ import annotations
 
+import threading
+import traceback
 from collections.abc import Callable
 
 import mlx.core as mx
@@ -61,6 +74,22 @@ def warm_up_shapes(config: EngineConfig) -> list[tuple]:
             + [(kind, n) for n in lengths
                for kind in (("prefill", "padded prefill") if n > 1 else ("prefill",))]
             + mixed_shapes(config))
+
+
+def load_shapes(config: EngineConfig) -> list[tuple]:
+    """The shapes to warm before "Ready": all of them, or with the warm-up in the
+    background only what a first conversation meets (module docstring)."""
+    shapes = warm_up_shapes(config)
+    if not config.warm_up_in_background:
+        return shapes
+    first_decode = next(s for s in shapes if s[0] == "decode")
+    return [s for s in shapes if s == first_decode or "prefill" in s[0]]
+
+
+def background_shapes(config: EngineConfig) -> list[tuple]:
+    """The rest of warm_up_shapes, in their order (one row's widths first)."""
+    at_load = load_shapes(config)
+    return [s for s in warm_up_shapes(config) if s not in at_load]
 
 
 def decode_shapes(config: EngineConfig) -> list[tuple]:
@@ -111,10 +140,46 @@ def _run_shape(runner: Runner, shape: tuple):
 
 
 def warm_up(runner: Runner, config: EngineConfig, report: Callable[[LoadProgress], None],
-            start: float = 0.9, end: float = 1.0) -> None:
-    """Run every shape once, reporting progress from `start` to `end` of the bar."""
-    shapes = warm_up_shapes(config)
+            start: float = 0.9, end: float = 1.0, shapes: list[tuple] | None = None) -> None:
+    """Run each shape once (default: every shape), reporting progress from `start` to
+    `end` of the bar."""
+    shapes = warm_up_shapes(config) if shapes is None else shapes
     for i, shape in enumerate(shapes):
         report(LoadProgress(start + (end - start) * i / len(shapes),
                             f"Compiling kernels: {_describe(shape)} ({i + 1}/{len(shapes)})"))
-        mx.eval(_run_shape(runner, shape), runner.cache_arrays())
+        _warm(runner, shape)
+
+
+def _warm(runner: Runner, shape: tuple) -> None:
+    mx.eval(_run_shape(runner, shape), runner.cache_arrays())
+
+
+class BackgroundWarmUp:
+    """The shapes left for idle time (background_shapes), run one per `run_one`.
+
+    The engine thread calls run_one only between steps with no request to run, so a
+    warm-up forward (padding rows: scratch page and slot only) never meets a step's
+    arrays in flight. `done` is set once every shape ran (or one failed: the rest then
+    compile when a step meets them, as without a warm-up)."""
+
+    def __init__(self, shapes: list[tuple], done: threading.Event):
+        self._shapes = list(shapes)
+        self.done = done
+        self.ran: list[tuple] = []
+        if not self._shapes:
+            done.set()
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._shapes)
+
+    def run_one(self, runner: Runner) -> None:
+        shape = self._shapes.pop(0)
+        try:
+            _warm(runner, shape)
+            self.ran.append(shape)
+        except Exception:       # not a request's failure: nobody waits on this shape
+            traceback.print_exc()
+            self._shapes.clear()
+        if not self._shapes:
+            self.done.set()

@@ -3,6 +3,8 @@ padding rows write nothing a sequence owns and read no extra experts, the warm-u
 writes only scratch and reports its progress."""
 from __future__ import annotations
 
+import threading
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -16,7 +18,8 @@ from engine.core.engine import Engine
 from engine.core.runner import Runner
 from engine.core.scheduler import PrefillChunk
 from engine.core.sequence import Sequence
-from engine.core.warm_up import warm_up, warm_up_shapes
+from engine.core.warm_up import (BackgroundWarmUp, background_shapes, load_shapes, warm_up,
+                                  warm_up_shapes)
 from engine.models.moe import SwitchGLU
 from engine.sampling_params import SamplingParams
 
@@ -199,19 +202,61 @@ def test_a_compiled_warm_up_runs_every_width_and_writes_only_scratch():
         np.testing.assert_array_equal(a, b)
 
 
-def test_an_engine_that_warms_up_reports_it_then_serves(tmp_path):
+# decode 1, 2; prefill 16, 32, each exactly and padded; 1 row beside a chunk of 16, 32,
+# each exactly and padded. In the background: all but decode 1 and the prefills, later.
+@pytest.mark.parametrize("background,at_load", [(False, 2 + 2 * 2 + 2 * 2), (True, 1 + 2 * 2)])
+def test_an_engine_that_warms_up_reports_it_then_serves(tmp_path, background, at_load):
+    """The request comes right after "Ready": with the background part still to run, it
+    is served between those shapes, and the rest runs after it."""
     folder = write_tiny_llama(tmp_path / "m")
     reports = []
     config = EngineConfig(max_num_seqs=2, prefill_chunk=32, warm_up=True, kv_budget_mb=8,
-                          fixed_shapes=True)           # as on a GPU, on any machine
+                          fixed_shapes=True, warm_up_in_background=background)  # as on a GPU
     with Engine.load(folder, config, on_progress=reports.append) as engine:
         out = engine.generate([[5, 6, 7]], SamplingParams(max_tokens=3, temperature=0.0))
+        assert engine.wait_for_warm_up(timeout=120)
+        again = engine.generate([[5, 6, 7]], SamplingParams(max_tokens=3, temperature=0.0))
     messages = [r.message for r in reports]
-    # decode 1, 2; prefill 16, 32, each exactly and padded; 1 row beside a chunk of 16, 32,
-    # each exactly and padded
-    assert sum("Compiling kernels" in m for m in messages) == 2 + 2 * 2 + 2 * 2
+    assert sum("Compiling kernels" in m for m in messages) == at_load
     assert (reports[-1].fraction, messages[-1]) == (1.0, "Ready")
     assert len(out[0].token_ids) == 3
+    assert again[0].token_ids == out[0].token_ids
+
+
+def test_the_warm_up_at_load_is_what_a_first_conversation_meets():
+    """A GPU's default shapes: the one-row decode at the first width and every prompt
+    chunk before "Ready"; the rest in the background, the one row's wider tables first
+    (a long first reply meets them next), then each larger batch."""
+    gpu = dict(max_num_seqs=8, prefill_chunk=512, max_context=8192, fixed_shapes=True,
+               compile_decode=True, mixed_forward=True)
+    config = EngineConfig(**gpu)
+    at_load, later = load_shapes(config), background_shapes(config)
+    assert at_load == [("decode", 1, 8)] + [s for s in warm_up_shapes(config)
+                                            if "prefill" in s[0]]
+    assert len(at_load) == 1 + 12 and len(later) == 52 - 13
+    assert sorted(at_load + later) == sorted(warm_up_shapes(config))
+    assert later[:6] == [("decode", 1, w) for w in (16, 32, 64, 128, 256, 512)]
+    assert later[6] == ("decode", 2, 8) and later[-1][0] == "padded mixed"
+    assert load_shapes(EngineConfig(**gpu, warm_up_in_background=False)) == warm_up_shapes(
+        EngineConfig(**gpu))
+
+
+def test_a_failing_background_shape_ends_the_background_warm_up(capsys):
+    """Nobody waits on an idle-time shape: one that raises is reported (stderr) and the
+    rest are dropped (a step that meets them compiles them), and `done` is set."""
+    class Broken:
+        compiled = None
+
+        def warm_decode(self, *a):
+            raise RuntimeError("no kernel today")
+
+    done = threading.Event()
+    background = BackgroundWarmUp([("decode", 2), ("decode", 4)], done)
+    assert background.pending and not done.is_set()
+    background.run_one(Broken())
+    assert not background.pending and done.is_set() and background.ran == []
+    assert "no kernel today" in capsys.readouterr().err
+    assert BackgroundWarmUp([], threading.Event()).done.is_set()
 
 
 def test_one_token_chunks_have_no_padded_variant():

@@ -62,6 +62,7 @@ def test_a_decode_after_the_warm_up_traces_nothing(monkeypatch):
                           compile_decode=True, warm_up=True)
     with Engine.from_model(_model(), config) as engine:
         engine.generate([[1, 2, 3]], SamplingParams(max_tokens=1))   # waits for the load
+        assert engine.wait_for_warm_up(timeout=300)   # and its background part
         assert traces, "the warm-up traces the compiled decode"
         traces.clear()
         shapes.clear()

@@ -235,8 +235,11 @@ def test_the_gated_attention_decodes_through_the_kernels_as_its_plain_path_does(
         rows.start(2)
         for step in range(3):       # seq 2 starts with a one-token prompt
             out.append(rows.forward({0: [11 + step], 1: [20 + step], 2: [30 + step]}))
-        runs[name] = ([np.array(o) for o in out], [np.array(a) for pair in rows.cache.kv
-                                                   for a in pair])
+        # The pools past the scratch page 0: the ragged first forward's padding tokens
+        # all write there, and which duplicate write lands is unspecified on a GPU (all
+        # three cases failed there, head dim 16 too, where both runs take one path).
+        runs[name] = ([np.array(o) for o in out], [np.array(a[rows.page_size:])
+                                                   for pair in rows.cache.kv for a in pair])
     assert set(_AttentionByReference.calls) == used
     depth = model_depth(model, 6 + 3)
     for i, (got, want) in enumerate(zip(runs["kernel"][0], runs["plain"][0])):

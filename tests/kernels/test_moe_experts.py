@@ -117,9 +117,9 @@ def test_the_real_decode_shapes_apply():
         (mx.zeros((256, 1024, 256), mx.uint32), mx.zeros((256, 1024, 32)), mx.zeros((256, 1024, 32))),
         (mx.zeros((256, 2048, 64), mx.uint32), mx.zeros((256, 2048, 8)), mx.zeros((256, 2048, 8))),
         512, 64)
-    for B in (1, 2, 4, 8, 16):
+    for B in (1, 2, 4, 8, 16, 32):
         assert me.applies(mx.zeros((B, 2048)), mx.zeros((B, 8), mx.uint32), experts), B
-    assert not me.applies(mx.zeros((32, 2048)), mx.zeros((32, 8), mx.uint32), experts)
+    assert not me.applies(mx.zeros((64, 2048)), mx.zeros((64, 8), mx.uint32), experts)
 
 
 def _moe_block(seed=0):
