@@ -22,8 +22,8 @@ import threading
 import time
 
 from engine import Engine, EngineConfig, SamplingParams
+from engine.bench.engine_start import open_engine
 from engine.bench.runs import add_moe_max_pairs_arg, apply_moe_max_pairs, mixed_forward_arg
-from engine.bench.suite import _open_engine
 from engine.core.compiled_forward import runs_mixed_forwards
 from engine.events import StepEvent, TokenEvent
 
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                           compile_chunks=args.compile_chunks,
                           **({} if args.max_decode_slowdown is None else
                              {"max_decode_slowdown": args.max_decode_slowdown}))
-    with _open_engine(args.model, config) as engine:
+    with open_engine(args.model, config) as engine:
         vocab = engine.vocab_size
         sampling = SamplingParams(temperature=args.temperature, top_p=0.95, max_tokens=4000)
         floor_ms = 1000 / engine.config.min_stream_tok_s

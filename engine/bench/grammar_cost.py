@@ -177,13 +177,11 @@ def _run_round(engine, prompts, timed, batch: int, max_tokens: int):
 
 
 def _open(model: str | None, batch: int):
-    from engine import Engine, EngineConfig
-    from engine.bench.synthetic import SYNTHETIC_PREFIX, synthetic_in_memory
+    from engine import EngineConfig
+    from engine.bench.engine_start import open_engine
+    from engine.bench.synthetic import SYNTHETIC_PREFIX
     config = EngineConfig(max_num_seqs=max(batch, 1))
-    if model and model.startswith(SYNTHETIC_PREFIX):
-        return Engine.from_model(synthetic_in_memory(model.removeprefix(SYNTHETIC_PREFIX)),
-                                 config), True
-    return Engine.load(model, config), False
+    return open_engine(model, config), bool(model and model.startswith(SYNTHETIC_PREFIX))
 
 
 def main(argv=None) -> int:

@@ -20,7 +20,7 @@ import time
 
 import mlx.core as mx
 
-from engine.bench.synthetic import SYNTHETIC_PREFIX, synthetic_in_memory
+from engine.bench.engine_start import open_engine
 from engine.config import EngineConfig
 from engine.core.engine import Engine
 from engine.sampling_params import SamplingParams
@@ -32,10 +32,7 @@ WARM_TOKENS = 512   # a first, shorter prompt before the measured one
 def _engine(model: str, prompt: int, chunk: int) -> Engine:
     config = EngineConfig(max_num_seqs=1, page_size=16, num_pages=-(-(prompt + 64) // 16) + 4,
                           prefill_chunk=chunk, max_context=prompt + 64, prefix_cache=False)
-    if model.startswith(SYNTHETIC_PREFIX):
-        return Engine.from_model(synthetic_in_memory(model.removeprefix(SYNTHETIC_PREFIX)),
-                                 config)
-    return Engine.load(model, config)
+    return open_engine(model, config)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,7 @@ import time
 
 import mlx.core as mx
 
+from engine.bench.engine_start import open_engine
 from engine.bench.runs import (
     RunLog,
     add_moe_max_pairs_arg,
@@ -26,10 +27,8 @@ from engine.bench.runs import (
     ours_prefill,
     ours_ttft_under_load,
 )
-from engine.bench.synthetic import SYNTHETIC_PREFIX, synthetic_in_memory
 from engine.config import EngineConfig
 from engine.core.compiled_forward import runs_mixed_forwards
-from engine.core.engine import Engine
 
 WARM_PREFILL_MAX = 4096     # the bench's warm-up reads prompts up to this long
 
@@ -84,7 +83,7 @@ def run_bench(args) -> int:
                        num_pages=max_b * per_row + -(-longest // 16) + 64,
                        prefill_chunk=args.prefill_chunk, max_context=longest + 16,
                        mixed_forward=mixed_forward_arg(args))
-    engine = _open_engine(args.model, cfg)
+    engine = open_engine(args.model, cfg)
     monitor, recording = _telemetry(engine, args.trace)
     log = RunLog(monitor)
     vocab = _vocab(engine.bundle.config)
@@ -127,13 +126,6 @@ def run_bench(args) -> int:
     _report(log, batches, lengths, peak_gb=max((r.peak_gb or 0.0 for r in log.runs), default=0.0))
     _finish(engine, monitor, recording, args, log)
     return 0
-
-
-def _open_engine(model: str | None, cfg: EngineConfig) -> Engine:
-    """A model from disk, or a synthetic one built here and served from memory."""
-    if model and model.startswith(SYNTHETIC_PREFIX):
-        return Engine.from_model(synthetic_in_memory(model.removeprefix(SYNTHETIC_PREFIX)), cfg)
-    return Engine.load(model, cfg)
 
 
 def _trace_overhead(engine, log, args, vocab) -> None:

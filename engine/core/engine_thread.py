@@ -19,8 +19,13 @@ from engine.config import EngineConfig
 from engine.core.inbox import CacheNotice, Cancel, Close, Logits, Message, SetReadingPace, Submit
 from engine.core.mlx_threads import clear_thread_streams
 from engine.core.step_loop import StepLoop
-from engine.core.warm_up import (BackgroundWarmUp, background_shapes, load_shapes,
-                                  should_warm_up, warm_up)
+from engine.core.warm_up import (
+    BackgroundWarmUp,
+    background_shapes,
+    load_shapes,
+    should_warm_up,
+    warm_up,
+)
 from engine.distributed.cluster import current_cluster
 from engine.events import CacheNoticeEvent, LoadProgress, SubmittedEvent
 from engine.loading.model_bundle import InMemoryModel, ModelBundle, load_bundle

@@ -18,8 +18,13 @@ from engine.core.engine import Engine
 from engine.core.runner import Runner
 from engine.core.scheduler import PrefillChunk
 from engine.core.sequence import Sequence
-from engine.core.warm_up import (BackgroundWarmUp, background_shapes, load_shapes, warm_up,
-                                  warm_up_shapes)
+from engine.core.warm_up import (
+    BackgroundWarmUp,
+    background_shapes,
+    load_shapes,
+    warm_up,
+    warm_up_shapes,
+)
 from engine.models.moe import SwitchGLU
 from engine.sampling_params import SamplingParams
 

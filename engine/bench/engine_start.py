@@ -1,0 +1,45 @@
+"""Open the engine a benchmark measures, and say how long its start took.
+
+A synthetic model (``--model synthetic:NAME``) is built here and served from memory; a
+path (or None: the built-in model) loads as in the app. The start is printed in three
+parts, so a first start on a cold kernel cache (docs/PERFORMANCE.md, "First start on
+CUDA") is measured by any bench: building the weights (synthetic only: not a user's
+cost), the load up to "Ready" (self-test, pool, the warm-up's load-time part), and the
+warm-up's background part (engine/core/warm_up.py), which a benchmark waits for so that
+no timed run shares the engine with it.
+"""
+from __future__ import annotations
+
+import time
+
+from engine.bench.synthetic import SYNTHETIC_PREFIX, synthetic_in_memory
+from engine.config import EngineConfig
+from engine.core.engine import Engine
+from engine.events import LoadProgress
+
+
+def open_engine(model: str | None, config: EngineConfig, quiet: bool = False) -> Engine:
+    t0 = time.perf_counter()
+    compiling: list[float] = []         # when each load-time warm-up shape began
+
+    def progress(p: LoadProgress) -> None:
+        if p.message.startswith("Compiling kernels"):
+            compiling.append(time.perf_counter())
+
+    if model and model.startswith(SYNTHETIC_PREFIX):
+        built = synthetic_in_memory(model.removeprefix(SYNTHETIC_PREFIX))
+        t_built = time.perf_counter()
+        engine = Engine.from_model(built, config, on_progress=progress)
+    else:
+        t_built = t0
+        engine = Engine.load(model, config, on_progress=progress)
+    t_ready = time.perf_counter()
+    engine.wait_for_warm_up()
+    t_warm = time.perf_counter()
+    if not quiet:
+        at_load = t_ready - compiling[0] if compiling else 0.0
+        print(f"# engine start: weights built {t_built - t0:.1f} s, load to Ready "
+              f"{t_ready - t_built:.1f} s (of which {len(compiling)} warm-up shapes "
+              f"{at_load:.1f} s), background warm-up {t_warm - t_ready:.1f} s more",
+              flush=True)
+    return engine
