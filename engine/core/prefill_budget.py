@@ -1,9 +1,9 @@
 """How many prompt tokens a step may read while other conversations stream.
 
 The policy (docs/ENGINE.md, "Reading a prompt while others stream"): every streaming
-conversation keeps at least a reading pace, a step of at most floor = 1 /
-min_stream_tok_s seconds; prompt reading gets all the time above the calm decode step
-(a step with no prompt in it) up to that floor. A mixed step costs
+conversation keeps at least a reading pace, steps of floor = 1 / min_stream_tok_s
+seconds on average (one at most (1 + BURST) x the floor, see "The bank"); prompt reading
+gets all the time above the calm decode step (a step with no prompt in it) up to that. A mixed step costs
 
     calm + fixed + tokens x per_token          (engine/core/mixed_step_cost.py)
 
@@ -34,6 +34,24 @@ compiling its kernels, and one such reading, taken as the cost, sent the H200 in
 degraded mode with 256-token chunks at 2.3x the floor although 32-token chunks fit it
 (issue 21; tests/engine/test_prefill_policy.py reproduces it).
 
+The bank (issue 21): the floor is a reading pace, a rate; a reader does not see one
+gap of 100 ms between gaps of 20 ms. Where a chunk has a large fixed cost (on the H200
+~25 ms for any chunk beside 7 streams: its launches), the longest chunk that fits the
+floor (32 tokens there) reads a token ~2x dearer than a 128-token one, which overruns
+the floor. With calm steps c, a chunk's cost F + n p above them and steps averaging the
+floor f, a share (f - c) / (F + n p) of the steps can read n tokens: the prompt reads
+(f - c) / f x n / (F + n p) tokens a second, the most with the longest n, not with the
+longest n that fits one step. So each step's time under the floor goes into a bank
+(at most BURST x f), and where a longer chunk (a step up to (1 + BURST) x f) reads a
+token more than 1 / BANK_GAIN cheaper than the floor's chunk, the policy reads that
+chunk when the bank pays for its time over the floor, and otherwise runs a calm step
+(tokens 0) that banks: a calm step and a 128-token step in turn on the H200's costs, 1.9x
+the prompt's time alone instead of 3.5x (tests/engine/test_prefill_policy.py). Never two
+steps over the floor in a row (a reader sees one long gap, then a short one), a prompt
+that fits the floor's chunk is read at once (Scheduler.prompt_tokens_left), and without
+a fixed cost (every chunk the same price a token) nothing changes: the floor's chunk,
+every step.
+
 Degraded mode: where even one smallest chunk beside a calm step overruns the floor (a
 CPU, or a batch whose calm step is itself slower than the floor; measured, not
 predicted: the smallest chunk is read once before the mode starts), the floor cannot
@@ -51,6 +69,12 @@ from engine.core.mixed_step_cost import CostLine, MixedStepCost
 from engine.core.shapes import MIN_CHUNK, chunk_lengths
 
 WARMUP_TOKENS = 64  # before anything is measured, read this much beside a decode
+# Banked steps (module docstring, "The bank"): a step may last up to (1 + BURST) x the
+# floor where the streams' earlier steps came in under it; the bank holds at most
+# BURST x the floor. Below 1 (at most 2x the floor, issue 21's max gap) with room for a
+# step that overruns its prediction.
+BURST = 0.75
+BANK_GAIN = 0.9     # a banked chunk must read this much faster per token than the floor's
 PROBE_EVERY = 16    # mixed steps at one length before the next length up is tried
 _ALPHA = 0.2        # weight of the newest step in the moving averages
 
@@ -75,26 +99,36 @@ class PrefillBudget:
         # (tokens, predicted seconds above the calm step, degraded) of the last allowance
         self._predicted: tuple[int, float, bool] | None = None
         self._recheck: Allowance | None = None  # a surprising first reading, read again
+        # Seconds the streams' steps came in under the floor (the bank), in
+        # [-floor, BURST x floor]: debt after a banked step, credit after calm ones.
+        self.bank_s = 0.0
+        self._last_over_floor = False   # the last step with decode rows took > the floor
 
-    def allowance(self, decoding: bool) -> Allowance:
-        """The next step's prompt tokens; the whole chunk when nobody is streaming."""
+    def allowance(self, decoding: bool, prompt_left: int | None = None) -> Allowance:
+        """The next step's prompt tokens; the whole chunk when nobody is streaming.
+        prompt_left: the fewest tokens a waiting prompt has left (Scheduler.
+        prompt_tokens_left): one that fits the floor's chunk is read now, never banked for."""
         if not decoding or self.min_stream_tok_s <= 0:
             return Allowance(self.max_chunk)
-        allowance = self._recheck or self._allowance()
+        allowance = self._recheck or self._allowance(prompt_left)
         self._recheck = None
         line = self.cost_line()
         self._predicted = ((allowance.tokens, line.extra_s(allowance.tokens), allowance.degraded)
                            if line else None)
         return allowance
 
-    def _allowance(self) -> Allowance:
+    def _allowance(self, prompt_left: int | None = None) -> Allowance:
         line = self.cost_line()
         if self.decode_s is None or line is None:
             return Allowance(min(self.max_chunk, WARMUP_TOKENS))
         floor_s = 1.0 / self.min_stream_tok_s
         tokens = self._longest_within(floor_s - self.decode_s, line)
         if tokens:
-            return Allowance(self._probe(tokens, floor_s - self.decode_s, line, False))
+            probed = self._probe(tokens, floor_s - self.decode_s, line, False)
+            if probed != tokens or (prompt_left is not None and prompt_left <= tokens):
+                return Allowance(probed)
+            return Allowance(self._banked(tokens, floor_s, line))
+        self.bank_s = 0.0       # degraded: the floor is not held, nothing to bank
         # Where even the smallest chunk overruns that step (its fixed cost), a chunk
         # costing up to max_slowdown more than the smallest is read instead: nearly the
         # same step, many more tokens.
@@ -109,6 +143,20 @@ class PrefillBudget:
         tokens = max(self._longest_within(prompt_s, line), smallest)
         tokens = self._probe(tokens, prompt_s, line, True)
         return Allowance(tokens, degraded=True)
+
+    def _banked(self, tokens: int, floor_s: float, line: CostLine) -> int:
+        """The floor's chunk (tokens), or where a fixed cost per chunk makes a longer one
+        much cheaper per token (BANK_GAIN), that longer one once the bank affords it, and
+        until then no prompt at all (0: a calm step, banking its time under the floor).
+        Reading the most tokens per second at an average step of the floor means reading
+        the chunk with the most tokens per second of its own cost (module docstring)."""
+        best = self._longest_within((1 + BURST) * floor_s - self.decode_s, line)
+        if best <= tokens or (tokens / max(line.extra_s(tokens), 1e-9)
+                              >= BANK_GAIN * best / max(line.extra_s(best), 1e-9)):
+            return tokens
+        if self._last_over_floor:       # never two steps over the floor in a row
+            return 0
+        return best if line.extra_s(best) <= floor_s + self.bank_s - self.decode_s else 0
 
     def predicted_s(self, prefill_tokens: int) -> float:
         """Seconds the policy expects a step that reads prefill_tokens beside the decode
@@ -169,6 +217,10 @@ class PrefillBudget:
         """Learn from a finished step (its cadence, in seconds)."""
         if seconds <= 0:
             return
+        if decode_rows and self.min_stream_tok_s > 0:
+            floor_s = 1.0 / self.min_stream_tok_s
+            self.bank_s = min(BURST * floor_s, max(-floor_s, self.bank_s + floor_s - seconds))
+            self._last_over_floor = seconds > floor_s
         if decode_rows and not prefill_tokens:
             self.decode_s = _mix(self.decode_s, seconds)
         elif prefill_tokens and not decode_rows:

@@ -100,20 +100,29 @@ class Scheduler:
         self.waiting.append(seq)
 
     def schedule(self, prefill_budget: int | None = None) -> StepPlan:
-        """prefill_budget: padded prompt tokens this step may read (default: one chunk)."""
+        """prefill_budget: padded prompt tokens this step may read (default: one chunk;
+        0: none)."""
         plan = StepPlan()
         try:
             plan.decode = self._schedule_decode(plan.preempted, plan.exhausted)
         except _ResolveFirst:
             return StepPlan(resolve_first=True)
-        plan.prefills = self._schedule_prefill(prefill_budget or self.config.prefill_chunk,
-                                               plan.exhausted)
+        budget = self.config.prefill_chunk if prefill_budget is None else prefill_budget
+        # 0: no prompt this step (the budget banks the streams' time for a longer chunk)
+        plan.prefills = self._schedule_prefill(budget, plan.exhausted) if budget > 0 else []
         self._note_reading(plan.prefills)
         plan.copies = self.cache.take_copies()
         for c in plan.prefills:
             if c.is_last:       # a turn boundary: keep the state for the next turn
                 self.cache.snapshot(c.seq, c.start + c.num_tokens)
         return plan
+
+    def prompt_tokens_left(self) -> int:
+        """The fewest tokens any prompt still has to read (0: no prompt is waiting):
+        whether one could finish within a step's chunk (engine/core/prefill_budget.py)."""
+        left = [s.num_to_prefill for s in self.running if s.is_prefilling]
+        left += [s.num_tokens for s in self.waiting]
+        return min(left, default=0)
 
     # -- decode -------------------------------------------------------------
     def _outgrows_pool(self, seq: Sequence, extra: int) -> bool:

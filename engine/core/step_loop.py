@@ -124,7 +124,7 @@ class StepLoop:
         on the device, it plans nothing and asks for them first (StepPlan.resolve_first):
         planning never calls back into this loop."""
         decoding = any(not s.is_prefilling for s in self.scheduler.running)
-        allowance = self.budget.allowance(decoding)
+        allowance = self.budget.allowance(decoding, self.scheduler.prompt_tokens_left())
         plan = self.scheduler.schedule(allowance.tokens)
         if plan.resolve_first:
             self.flush()
