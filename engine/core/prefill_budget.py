@@ -125,6 +125,8 @@ class PrefillBudget:
         tokens = self._longest_within(floor_s - self.decode_s, line)
         if tokens:
             probed = self._probe(tokens, floor_s - self.decode_s, line, False)
+            if probed != tokens and self._last_over_floor:
+                probed = tokens             # a probe may overrun: not right after a long step
             if probed != tokens or (prompt_left is not None and prompt_left <= tokens):
                 return Allowance(probed)
             return Allowance(self._banked(tokens, floor_s, line))
