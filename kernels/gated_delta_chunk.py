@@ -195,8 +195,18 @@ def _get(backend: str):
     return _KERNEL.get(backend)
 
 
+_full_lengths: dict[tuple[int, int], mx.array] = {}
+
+
 def _lengths(lengths, B: int, T: int) -> mx.array:
-    return mx.full((B,), T, dtype=mx.int32) if lengths is None else lengths.astype(mx.int32)
+    """[B] int32 tokens per row; without lengths every row has T: a constant per (B, T),
+    made once, not a fill launch per layer and chunk."""
+    if lengths is not None:
+        return lengths.astype(mx.int32)
+    if (B, T) not in _full_lengths:
+        _full_lengths[B, T] = mx.full((B,), T, dtype=mx.int32)
+        mx.eval(_full_lengths[B, T])
+    return _full_lengths[B, T]
 
 
 def reference(q, k, v, g, beta, pool, slots, lengths=None, fresh=None):
@@ -238,7 +248,10 @@ def kernel(q, k, v, g, beta, pool, slots, lengths=None, fresh=None, *, backend: 
     lanes = lanes or default_lanes(B, Hv, Dk, Dv)
     fr = _fresh_flags(fresh, B)
     dense = [mx.contiguous(x) for x in (q, k, v, g, beta)]
-    rest = [mx.contiguous(x) for x in (slots.astype(mx.int32), fr, _lengths(lengths, B, T))]
+    # slots, fresh and lengths are [B] arrays the runner builds (row contiguous), taken as
+    # they are, as gated_delta_step takes its slots and flags: a Contiguous node each,
+    # per layer, was 90 graph nodes in every chunk forward that copied nothing.
+    rest = [slots.astype(mx.int32), fr, _lengths(lengths, B, T)]
     (y,) = _get(backend)(
         inputs=dense + [pool] + rest,
         template=[("OutT", q.dtype), ("Hk", Hk), ("Hv", Hv), ("Dk", Dk), ("Dv", Dv),

@@ -15,6 +15,10 @@ not depend on them), for both engines, in total and per layer kind, on two paths
   kernels its self-test passes, no stand-ins. On the GPU machine this counts the real
   GPU graph: the check that the gpu path's stand-ins count what CUDA builds.
 
+--chunk 16,64 counts one prompt-chunk forward of each length instead (Qwen3.5 layout,
+ours only; engine/bench/chunk_ops.py): in total, per block, and per part of a layer
+(linear attention, full attention, MoE block, the layer-level norms, the rest).
+
 Counted: every primitive that launches work; views (and Depends, an ordering edge)
 are excluded. Contiguous is counted although it copies only non-contiguous inputs.
 """
@@ -151,7 +155,15 @@ def main(argv=None) -> int:
     p.add_argument("--path", choices=PATHS + ("both", "device"), default="both")
     p.add_argument("--by-primitive", action="store_true",
                    help="also list one block's ops by primitive, ours next to mlx-lm's")
+    p.add_argument("--chunk", type=_lengths, metavar="T,T,...",
+                   help="count prompt-chunk forwards of these lengths instead of decode")
     args = p.parse_args(argv)
+    if args.chunk:
+        from engine.bench.chunk_report import print_chunks
+        print_chunks(args.chunk, "gpu" if args.path == "both" else args.path,
+                     args.by_primitive, decode_ops=lambda path: sum(ours(
+                         qwen3_5_layout(40), args.batch, args.context, path).values()))
+        return 0
     layout, block, full, words = LAYOUTS[args.layout]
     paths = PATHS if args.path == "both" else (args.path,)
     print(f"ops (views excluded) in one decode step, B={args.batch}, context {args.context} "
@@ -176,6 +188,16 @@ def main(argv=None) -> int:
     for label, params in SAMPLINGS:
         print(f"| {label} | {sampler_ops(args.batch, params)} |", flush=True)
     return 0
+
+
+def _lengths(text: str) -> tuple[int, ...]:
+    try:
+        lengths = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"chunk lengths are integers like 16,64, not {text!r}")
+    if not lengths or min(lengths) < 2:
+        raise argparse.ArgumentTypeError("a chunk has at least 2 tokens (1 is a decode step)")
+    return lengths
 
 
 # What a step samples with: greedy (the benches), and the app's defaults.

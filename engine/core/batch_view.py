@@ -66,6 +66,21 @@ class BatchView:
         return self.offsets + self.lengths
 
     @cached_property
+    def fresh_rows(self) -> mx.array:
+        """[B] bool: the row starts a sequence (offset 0), its reused state slots read as
+        zero; once per forward, not one compare per recurrent layer and kernel."""
+        return self.offsets == 0
+
+    def tail_index(self, keep: int) -> mx.array:
+        """[B, keep] int32: where each row's last `keep` inputs sit in [keep earlier
+        inputs, then the chunk's T] (token t at keep + t, so a row of length L ends with
+        L .. L+keep-1); once per forward and keep, not per layer."""
+        made = self.__dict__.setdefault("_tail_index", {})   # frozen: as cached_property
+        if keep not in made:
+            made[keep] = self.lengths[:, None] + mx.arange(keep, dtype=mx.int32)
+        return made[keep]
+
+    @cached_property
     def causal_mask(self) -> mx.array:
         """[B, 1, T, L] bool: query at position p sees keys 0..p of its own row (once
         per forward)."""

@@ -124,7 +124,7 @@ class GatedDeltaNet(nn.Module):
     def _kernel_conv(self, qkv, view: BatchView, states: list[mx.array]):
         """Decode: (q, k, v) [B, 1, H, D] from this model's conv kernel, which writes the
         new conv states into the pool itself (kernels/gdn_conv_step.py); None: no kernel."""
-        fresh = (view.offsets == 0) if view.any_fresh else None               # [B] or None
+        fresh = view.fresh_rows if view.any_fresh else None                  # [B] or None
         out = self.kernel_set.gdn_conv_step(qkv, self.conv1d.weight, states[0],
                                             view.state_slots, fresh,
                                             (self.hk, self.hv, self.dk, self.dv), 1e-6)
@@ -141,7 +141,7 @@ class GatedDeltaNet(nn.Module):
         # Slots are reused without clearing: a row starting a sequence reads zeros.
         conv_state = states[0][slots]                                        # [B, K-1, C]
         if view.any_fresh:
-            fresh = (view.offsets == 0)[:, None, None]                       # [B, 1, 1]
+            fresh = view.fresh_rows[:, None, None]                           # [B, 1, 1]
             conv_state = mx.where(fresh, mx.array(0, conv_state.dtype), conv_state)
         conv_state = conv_state.astype(qkv.dtype)                            # no-op when equal
 
@@ -161,7 +161,7 @@ class GatedDeltaNet(nn.Module):
         """Delta rule over T tokens; reads the slot pool states[1] (the kernels also
         write it in place; the reference's new states go to `writes`)."""
         slots = view.state_slots
-        fresh = (view.offsets == 0) if view.any_fresh else None               # [B] or None
+        fresh = view.fresh_rows if view.any_fresh else None                  # [B] or None
         out = self._kernel_recurrence(q, k, v, g, beta, view, states[1], fresh)
         if out is not None:
             y, states[1] = out
@@ -178,7 +178,7 @@ class GatedDeltaNet(nn.Module):
         """Decode: y [B, 1, Hv, Dv] from this model's step kernel, which turns the raw a, b
         into the decay and beta itself and updates each row's state in the pool in place
         (kernels/gated_delta_step.py); None: no kernel for this call."""
-        fresh = (view.offsets == 0) if view.any_fresh else None               # [B] or None
+        fresh = view.fresh_rows if view.any_fresh else None                  # [B] or None
         out = self.kernel_set.gated_delta_step(q[:, 0], k[:, 0], v[:, 0], a[:, 0], b[:, 0],
                                                states[1], view.state_slots, fresh,
                                                decay=(self.A_log, self.dt_bias))
@@ -202,9 +202,7 @@ class GatedDeltaNet(nn.Module):
         keep = self.kernel - 1
         if not view.ragged:
             return conv_in[:, -keep:, :]
-        # Token t of the chunk sits at index keep + t, so a row of length L ends
-        # with inputs L .. L+keep-1.
-        idx = view.lengths[:, None] + mx.arange(keep, dtype=mx.int32)        # [B, K-1]
+        idx = view.tail_index(keep)                                          # [B, K-1]
         return mx.take_along_axis(conv_in, idx[..., None], axis=1)
 
 

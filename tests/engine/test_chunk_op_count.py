@@ -1,0 +1,43 @@
+"""A prompt chunk's forward on the gpu path launches a bounded, length-independent
+number of operations (engine/bench/chunk_ops.py counts it as the step loop builds it)."""
+from __future__ import annotations
+
+from engine.bench.chunk_ops import VARIANTS, chunk_ops
+from engine.bench.profile_ops import qwen3_5_layout
+
+# One 4-layer block (3 Gated DeltaNet + 1 gated attention, MoE) with the embedding and
+# head, as reached on branch chunk-launches (before it: 117 later at 16 tokens, 173 at 64).
+# A 16-token chunk's 128 (token, expert) pairs still fit the MoE kernel; longer chunks
+# take the sorted gathered matmuls (kernels/moe_experts.MAX_PAIRS).
+MOST = {(16, "first"): 112, (16, "later"): 105, (16, "padded"): 112,
+        (64, "first"): 168, (64, "later"): 161, (64, "padded"): 168}
+
+
+def _ops(T: int, variant: str):
+    return chunk_ops(qwen3_5_layout(4), T, variant, "gpu")
+
+
+def test_a_chunk_forward_launches_at_most_the_reached_count():
+    counts = {(T, v): sum(_ops(T, v).values()) for T in (16, 64) for v in VARIANTS}
+    assert all(counts[key] <= most for key, most in MOST.items()), counts
+
+
+def test_a_chunk_forward_does_not_grow_with_its_length():
+    """Past the MoE kernel's reach the graph is the same at every length (DESIGN.md:
+    prefill must not loop over tokens on the host)."""
+    assert len({sum(_ops(T, "later").values()) for T in (32, 64, 128)}) == 1
+
+
+def test_per_forward_arrays_are_built_once_not_per_layer():
+    """The chunk recurrence's lengths are a constant, its row arrays go in as they are
+    (no Contiguous node each), the fresh-row compare and a padded row's conv-tail
+    index are built once per forward: what is left per Gated DeltaNet layer is the
+    copy-or-nothing of its five dense inputs."""
+    later, first, padded = (_ops(64, v) for v in ("later", "first", "padded"))
+    assert later["Full"] == first["Full"] == 0
+    assert later["Contiguous"] == first["Contiguous"] == 3 * 5
+    assert first["Equal"] == 1
+    eight = chunk_ops(qwen3_5_layout(8), 64, "padded", "gpu")     # two blocks
+    assert eight["Arange"] == padded["Arange"] and eight["Equal"] == padded["Equal"]
+    assert later["[gated_delta_chunk]"] == 3 and later["[sdpa]"] == 1
+    assert _ops(64, "later") == later                   # deterministic
