@@ -194,7 +194,8 @@ def _lengths(text: str) -> tuple[int, ...]:
     try:
         lengths = tuple(int(t) for t in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"chunk lengths are integers like 16,64, not {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"chunk lengths are integers like 16,64, not {text!r}") from None
     if not lengths or min(lengths) < 2:
         raise argparse.ArgumentTypeError("a chunk has at least 2 tokens (1 is a decode step)")
     return lengths

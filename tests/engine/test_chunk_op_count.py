@@ -2,13 +2,14 @@
 number of operations (engine/bench/chunk_ops.py counts it as the step loop builds it)."""
 from __future__ import annotations
 
+import kernels.moe_experts as me
 from engine.bench.chunk_ops import VARIANTS, chunk_ops
 from engine.bench.profile_ops import qwen3_5_layout
 
 # One 4-layer block (3 Gated DeltaNet + 1 gated attention, MoE) with the embedding and
 # head, as reached on branch chunk-launches (before it: 117 later at 16 tokens, 173 at 64).
-# A 16-token chunk's 128 (token, expert) pairs still fit the MoE kernel; longer chunks
-# take the sorted gathered matmuls (kernels/moe_experts.MAX_PAIRS).
+# A 16-token chunk's 128 (token, expert) pairs fit the MoE kernel (and since MAX_PAIRS
+# is 256, a 32-token one's); longer chunks take the sorted gathered matmuls.
 MOST = {(16, "first"): 112, (16, "later"): 105, (16, "padded"): 112,
         (64, "first"): 168, (64, "later"): 161, (64, "padded"): 168}
 
@@ -25,7 +26,10 @@ def test_a_chunk_forward_launches_at_most_the_reached_count():
 def test_a_chunk_forward_does_not_grow_with_its_length():
     """Past the MoE kernel's reach the graph is the same at every length (DESIGN.md:
     prefill must not loop over tokens on the host)."""
-    assert len({sum(_ops(T, "later").values()) for T in (32, 64, 128)}) == 1
+    top_k = qwen3_5_layout(4)["text_config"]["num_experts_per_tok"]
+    past = [T for T in (16, 32, 64, 128, 256, 512) if T * top_k > me.MAX_PAIRS][:3]
+    assert len(past) == 3
+    assert len({sum(_ops(T, "later").values()) for T in past}) == 1
 
 
 def test_per_forward_arrays_are_built_once_not_per_layer():
