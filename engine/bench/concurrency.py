@@ -104,6 +104,8 @@ def measure_round(engine: Engine, vocab: int, n_streams: int, length: int, seed:
     mixed = [e for e in steps if e.kind == "mixed"]
     return {"alone_s": alone, "loaded_s": loaded, "before": before, "during": during,
             "chunks": [e.prefill_tokens for e in mixed],
+            # decode-only steps while the prompt waited: the budget banking (prefill_budget)
+            "banked": sum(e.kind == "decode" and t_submit <= e.t_start < t_first for e in steps),
             "degraded": sum(e.degraded for e in mixed), "mixed": len(mixed),
             "steps": [{"step": e.step, "kind": e.kind, "ms": round(1000 * (e.t_end - e.t_start), 2),
                        "batch": e.batch_size, "prompt_tokens": e.prefill_tokens,
@@ -123,9 +125,10 @@ def _summary(length: int, rounds: list[dict], floor_ms: float) -> str:
     return (f"prompt {length:>5}: TTFT alone {alone:.3f} s, with streams {loaded:.3f} s "
             f"({loaded / alone:.2f}x; rounds {ratios}) | "
             f"stream gap before median {med(before):.0f} ms max {max(before):.0f} ms, "
-            f"during median {med(during):.0f} ms max {max(during):.0f} ms "
+            f"during median {med(during):.0f} ms mean {statistics.fmean(during):.0f} ms "
+            f"max {max(during):.0f} ms "
             f"(floor {floor_ms:.0f} ms, {med(during) / med(before):.2f}x calm) | "
-            f"chunks {chunks} | degraded "
+            f"chunks {chunks}, {sum(r.get('banked', 0) for r in rounds)} calm steps between | degraded "
             f"{sum(r['degraded'] for r in rounds)}/{sum(r['mixed'] for r in rounds)} mixed steps")
 
 
