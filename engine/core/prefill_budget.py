@@ -48,7 +48,8 @@ chunk when the bank pays for its time over the floor, and otherwise runs a calm 
 (tokens 0) that banks: a calm step and a 128-token step in turn on the H200's costs, 1.9x
 the prompt's time alone instead of 3.5x (tests/engine/test_prefill_policy.py). Never two
 steps over the floor in a row (a reader sees one long gap, then a short one), a prompt
-that fits the floor's chunk is read at once (Scheduler.prompt_tokens_left), and without
+that fits the floor's chunk is read at once (Scheduler.prompt_tokens_left), a prompt
+waits at most MAX_BANKING calm steps in a row (then the floor's chunk), and without
 a fixed cost (every chunk the same price a token) nothing changes: the floor's chunk,
 every step.
 
@@ -63,6 +64,7 @@ allowance says the mode is active; the step loop puts it in every StepEvent.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from engine.core.mixed_step_cost import CostLine, MixedStepCost
@@ -75,6 +77,7 @@ WARMUP_TOKENS = 64  # before anything is measured, read this much beside a decod
 # step that overruns its prediction.
 BURST = 0.75
 BANK_GAIN = 0.9     # a banked chunk must read this much faster per token than the floor's
+MAX_BANKING = 3     # calm steps in a row a waiting prompt may give up before reading anyway
 PROBE_EVERY = 16    # mixed steps at one length before the next length up is tried
 _ALPHA = 0.2        # weight of the newest step in the moving averages
 
@@ -100,9 +103,10 @@ class PrefillBudget:
         self._predicted: tuple[int, float, bool] | None = None
         self._recheck: Allowance | None = None  # a surprising first reading, read again
         # Seconds the streams' steps came in under the floor (the bank), in
-        # [-floor, BURST x floor]: debt after a banked step, credit after calm ones.
+        # [0, BURST x floor]: spent by a banked step, refilled by calm ones.
         self.bank_s = 0.0
         self._last_over_floor = False   # the last step with decode rows took > the floor
+        self._banking = 0               # calm steps in a row given to the bank
 
     def allowance(self, decoding: bool, prompt_left: int | None = None) -> Allowance:
         """The next step's prompt tokens; the whole chunk when nobody is streaming.
@@ -156,9 +160,18 @@ class PrefillBudget:
         if best <= tokens or (tokens / max(line.extra_s(tokens), 1e-9)
                               >= BANK_GAIN * best / max(line.extra_s(best), 1e-9)):
             return tokens
-        if self._last_over_floor:       # never two steps over the floor in a row
-            return 0
-        return best if line.extra_s(best) <= floor_s + self.bank_s - self.decode_s else 0
+        need_s = self.decode_s + line.extra_s(best) - floor_s     # its time over the floor
+        if not self._last_over_floor and need_s <= self.bank_s:  # never two in a row
+            self._banking = 0
+            return best
+        calm_steps = math.ceil(max(0.0, need_s - self.bank_s) / (floor_s - self.decode_s))
+        if self._banking >= MAX_BANKING or calm_steps > MAX_BANKING:
+            # The bank fills too slowly (a calm step near the floor), or not as
+            # predicted: the floor's chunk now rather than a prompt left waiting.
+            self._banking = 0
+            return tokens
+        self._banking += 1
+        return 0
 
     def predicted_s(self, prefill_tokens: int) -> float:
         """Seconds the policy expects a step that reads prefill_tokens beside the decode
@@ -221,7 +234,9 @@ class PrefillBudget:
             return
         if decode_rows and self.min_stream_tok_s > 0:
             floor_s = 1.0 / self.min_stream_tok_s
-            self.bank_s = min(BURST * floor_s, max(-floor_s, self.bank_s + floor_s - seconds))
+            # Not below 0: a step that overran its prediction (a first shape compiling)
+            # is not paid back by the prompt waiting longer.
+            self.bank_s = min(BURST * floor_s, max(0.0, self.bank_s + floor_s - seconds))
             self._last_over_floor = seconds > floor_s
         if decode_rows and not prefill_tokens:
             self.decode_s = _mix(self.decode_s, seconds)

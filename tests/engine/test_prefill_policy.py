@@ -341,3 +341,21 @@ def test_a_short_prompt_is_read_at_once_not_banked_for():
     eng.read(100, 600)                       # the cost line learned
     steps = eng.read(101, 30)
     assert [p.prefill_tokens for p, _, _ in steps][0] == 30
+
+
+def test_a_bank_that_does_not_fill_never_starves_the_prompt():
+    """Calm steps that come out slower than the budget's average (here the scripted calm
+    step is just under the floor while the budget believes 20 ms) bank nearly nothing:
+    after MAX_BANKING calm steps the floor's chunk is read anyway, so the prompt moves."""
+    from engine.core.prefill_budget import MAX_BANKING
+    eng = ScriptedEngine(decode_s=0.020, prefill_tok_s=1900, chunk=512,
+                         mixed_cost=lambda n: 0.025 + 0.45e-3 * n)
+    eng.streams(7)
+    eng.read(100, 600)                       # the cost line learned
+    eng.decode_s = FLOOR_S - 0.001           # calm steps now bank 1 ms each
+    eng.budget.bank_s = 0.0
+    steps = eng.read(101, 2048)
+    sizes = [p.prefill_tokens for p, _, _ in steps]
+    longest_wait = max(len(run) for run in "".join("0" if n == 0 else "x" for n in sizes)
+                       .split("x"))
+    assert longest_wait <= MAX_BANKING, sizes
