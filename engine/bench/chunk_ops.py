@@ -17,29 +17,21 @@ from contextlib import nullcontext
 
 import mlx.core as mx
 
+from engine.bench.counted_model import counted_model
 from engine.bench.op_parts import parts_of_qwen3_5
 from engine.bench.profile_ops import ops_by_primitive
 from engine.config import EngineConfig
 from engine.core.runner import Runner
 from engine.core.scheduler import PrefillChunk
 from engine.core.sequence import Sequence
-from engine.models.base import fuse_projections, use_kernels
-from kernels.kernel_set import KernelSet
-from kernels.stand_in import COUNT, gpu_graph
+from kernels.stand_in import gpu_graph
 
 VARIANTS = ("first", "later", "padded")
 
 
 def chunk_runner(config: dict, path: str) -> Runner:
     """A runner over a synthetic model of `config`, as the engine builds it on `path`."""
-    from engine.bench.synthetic import synthetic_model_from_config
-    model = synthetic_model_from_config(config)
-    fuse_projections(model)               # as the engine runs it (engine/loading/model_bundle.py)
-    if path == "gpu":
-        use_kernels(model, KernelSet(COUNT))
-    elif path == "device":
-        from kernels import select_kernels
-        use_kernels(model, select_kernels(True))
+    model = counted_model(config, path)
     runner = Runner(model, EngineConfig(max_num_seqs=8, page_size=16, num_pages=256,
                                         fixed_shapes=path != "cpu",
                                         compile_decode=path != "cpu"))

@@ -34,13 +34,12 @@ from contextlib import nullcontext
 import mlx.core as mx
 import numpy as np
 
+from engine.bench.counted_model import counted_model
 from engine.bench.synthetic import QWEN3_5_TOY, SMOLLM2_135M
 from engine.config import EngineConfig
 from engine.core.runner import Runner
 from engine.core.sequence import Sequence
-from engine.models.base import fuse_projections, use_kernels
-from kernels.kernel_set import KernelSet
-from kernels.stand_in import COUNT, gpu_graph
+from kernels.stand_in import gpu_graph
 
 # Primitives that only relabel memory (views) or order work: they launch nothing on the GPU.
 VIEWS = {"Broadcast", "Reshape", "ExpandDims", "Squeeze", "Transpose", "Slice", "Flatten",
@@ -96,14 +95,7 @@ def step_ops(build, path: str) -> Counter:
 
 
 def ours(config: dict, batch: int, context: int, path: str = "cpu") -> Counter:
-    from engine.bench.synthetic import synthetic_model_from_config
-    model = synthetic_model_from_config(config)
-    fuse_projections(model)               # as the engine runs it (engine/loading/model_bundle.py)
-    if path == "gpu":
-        use_kernels(model, KernelSet(COUNT))
-    elif path == "device":
-        from kernels import select_kernels
-        use_kernels(model, select_kernels(True))
+    model = counted_model(config, path)
     # The gpu path's decode runs through mx.compile, as on a GPU (engine/core/compiled_forward.py):
     # its fused elementwise chains count as one launch each.
     runner = Runner(model, EngineConfig(max_num_seqs=batch, page_size=16, num_pages=256,
