@@ -131,6 +131,8 @@ class PrefillBudget:
             probed = self._probe(tokens, floor_s - self.decode_s, line, False)
             if probed != tokens and self._last_over_floor:
                 probed = tokens             # a probe may overrun: not right after a long step
+            if prompt_left == 0:
+                self._banking = 0           # no prompt waits: a new one starts afresh
             if probed != tokens or (prompt_left is not None and prompt_left <= tokens):
                 return Allowance(probed)
             return Allowance(self._banked(tokens, floor_s, line))
