@@ -52,9 +52,16 @@ def peer_model(ours: nn.Module, config: dict) -> nn.Module:
 class Peer:
     """Decode and prefill timings of mlx-lm (generate_step / BatchGenerator)."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, sampling: dict | None = None):
+        """sampling: {"temperature", "top_p"} for decode runs (default: greedy, mlx-lm's
+        argmax), through mlx-lm's own make_sampler."""
         self.model = model
         self.gen = importlib.import_module("mlx_lm.generate")
+        self.sampler = None
+        if sampling:
+            from mlx_lm.sample_utils import make_sampler
+            self.sampler = make_sampler(temp=sampling.get("temperature", 0.0),
+                                        top_p=sampling.get("top_p", 0.0))
 
     def prefill_seconds(self, prompt: list[int]) -> float:
         """Time to the first token of one prompt (mlx-lm's default 2048-token steps)."""
@@ -78,7 +85,7 @@ class Peer:
     def _decode_times(self, prompts: list[list[int]], steps: int) -> list[float]:
         if len(prompts) == 1:
             return self._decode_single(prompts[0], steps)
-        gen = self.gen.BatchGenerator(self.model, max_tokens=steps + 8,
+        gen = self.gen.BatchGenerator(self.model, max_tokens=steps + 8, sampler=self.sampler,
                                       completion_batch_size=len(prompts),
                                       prefill_batch_size=len(prompts))
         gen.insert(prompts, max_tokens=[steps + 8] * len(prompts))
@@ -96,7 +103,8 @@ class Peer:
     def _decode_single(self, prompt: list[int], steps: int) -> float:
         times, t0 = [], None
         for i, (tok, _) in enumerate(self.gen.generate_step(mx.array(prompt), self.model,
-                                                             max_tokens=steps + 3)):
+                                                             max_tokens=steps + 3,
+                                                             sampler=self.sampler)):
             mx.eval(tok)
             now = time.perf_counter()
             if t0 is not None and i >= 3:

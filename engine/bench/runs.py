@@ -39,12 +39,15 @@ class Run:
 class RunLog:
     """Numbers runs and attaches the telemetry read while each ran."""
 
-    def __init__(self, monitor=None):
+    def __init__(self, monitor=None, clear_cache: bool = False):
         self.monitor = monitor
+        self.clear_cache = clear_cache
         self.runs: list[Run] = []
         self._last_end: float | None = None
 
     def timed(self, run_fn, **fields) -> Run:
+        if self.clear_cache:
+            mx.clear_cache()
         mx.reset_peak_memory()
         t0 = time.perf_counter()
         seconds, extra = run_fn()
@@ -107,16 +110,19 @@ def steady_decode(events: list[StepEvent], batch: int) -> list[StepEvent]:
     return [e for before, e in zip(events, events[1:]) if full(before) and full(e)]
 
 
-def ours_decode(engine: Engine, prompts: list[list[int]], steps: int):
+def ours_decode(engine: Engine, prompts: list[list[int]], steps: int,
+                sampling: dict | None = None):
     """Median and slowest seconds of the first `steps` steady decode steps of B rows
     (steady_decode); extra: how many there were, and the span of the first step of all
-    B rows (the one left out: it holds the prompts' reading on a GPU)."""
+    B rows (the one left out: it holds the prompts' reading on a GPU). sampling:
+    SamplingParams fields (default: greedy)."""
     B = len(prompts)
     with Steps(engine) as rec:
         # Prompts are read while the first rows decode, at worst one 16-token chunk of
         # one 32-token prompt per step: the first must still run `steps` steady steps
         # after the last joins.
-        engine.generate(prompts, SamplingParams(max_tokens=steps + 2 * B + 4))
+        engine.generate(prompts, SamplingParams(max_tokens=steps + 2 * B + 4,
+                                                **(sampling or {})))
     times = [e.duration for e in steady_decode(rec.events, B)[:steps]]
     first = next((e.duration for e in rec.events if e.kind == "decode" and e.batch_size == B),
                  float("nan"))

@@ -29,6 +29,7 @@ from engine.bench.runs import (
 )
 from engine.config import EngineConfig
 from engine.core.compiled_forward import runs_mixed_forwards
+from engine.settings_spec import chat_defaults
 
 WARM_PREFILL_MAX = 4096     # the bench's warm-up reads prompts up to this long
 
@@ -58,6 +59,12 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
                         "alternating (the recorder's cost on tok/s)")
     p.add_argument("--json", default=None, help="write every run here")
     p.add_argument("--trace", default=None, help="write a Perfetto trace here")
+    p.add_argument("--sampling", choices=("greedy", "app"), default="greedy",
+                   help="decode runs' sampling, both engines: greedy, or the app's chat "
+                        "defaults (temperature 0.7, top-p 0.95: engine/settings_spec.py)")
+    p.add_argument("--clear-cache", action="store_true",
+                   help="empty MLX's buffer cache before each run (both engines), so that "
+                        "no run inherits the other engine's cached buffers")
     add_moe_max_pairs_arg(p)    # B=32 decode is 256 pairs: the sorted path's +560 launches
 
 
@@ -85,17 +92,19 @@ def run_bench(args) -> int:
                        mixed_forward=mixed_forward_arg(args))
     engine = open_engine(args.model, cfg)
     monitor, recording = _telemetry(engine, args.trace)
-    log = RunLog(monitor)
+    log = RunLog(monitor, clear_cache=args.clear_cache)
     vocab = _vocab(engine.bundle.config)
-    peer = None if args.no_peer else _make_peer(engine)
+    sampling = decode_sampling(args.sampling)
+    peer = None if args.no_peer else _make_peer(engine, sampling)
     print(f"# model: {engine.model_name}; device: {mx.default_device()}; "
           f"sampler: {monitor.sampler.source if monitor else 'none'}; "
-          f"mixed forward: {'on' if runs_mixed_forwards(cfg) else 'off'}", flush=True)
-    _warm_up(engine, peer, vocab, batches, lengths, args)
+          f"mixed forward: {'on' if runs_mixed_forwards(cfg) else 'off'}; "
+          f"decode sampling: {sampling or 'greedy'}", flush=True)
+    _warm_up(engine, peer, vocab, batches, lengths, args, sampling)
     for _ in range(args.rounds):
         for B in batches:
             prompts = [_prompt(32, vocab, s) for s in range(B)]
-            log.timed(lambda: ours_decode(engine, prompts, args.steps),
+            log.timed(lambda: ours_decode(engine, prompts, args.steps, sampling),
                       engine="tandem", what="decode", size=B)
             if peer:
                 log.timed(lambda: peer.decode_run(prompts, args.steps),
@@ -147,7 +156,7 @@ def _trace_overhead(engine, log, args, vocab) -> None:
           f"untraced at B={B}: {100 * (on / off - 1):+.1f}% (median of {args.rounds})")
 
 
-def _warm_up(engine, peer, vocab, batches, lengths, args) -> None:
+def _warm_up(engine, peer, vocab, batches, lengths, args, sampling=None) -> None:
     """First calls of a shape compile kernels (minutes on a cold CUDA cache, for mlx-lm
     as for us): one untimed run of every shape the timed rounds meet, both engines,
     so no round's median holds a compile. Prompts up to WARM_PREFILL_MAX tokens: longer
@@ -155,7 +164,7 @@ def _warm_up(engine, peer, vocab, batches, lengths, args) -> None:
     t0 = time.perf_counter()
     for B in batches:
         prompts = [_prompt(32, vocab, 500 + s) for s in range(B)]
-        ours_decode(engine, prompts, 4)
+        ours_decode(engine, prompts, 4, sampling)
         if peer:
             peer.decode_run(prompts, 4)
     for n in lengths:
@@ -170,13 +179,21 @@ def _warm_up(engine, peer, vocab, batches, lengths, args) -> None:
           flush=True)
 
 
-def _make_peer(engine):
+def decode_sampling(name: str) -> dict | None:
+    """SamplingParams fields of a decode run: None (greedy), or the app's chat defaults."""
+    if name == "greedy":
+        return None
+    defaults = chat_defaults()
+    return {"temperature": defaults["temperature"], "top_p": defaults["top_p"]}
+
+
+def _make_peer(engine, sampling=None):
     try:
         from engine.bench.peer import Peer, peer_model
     except ImportError:
         print("# mlx-lm not installed: pip install -e '.[bench]'", file=sys.stderr)
         return None
-    return Peer(peer_model(engine.bundle.model, engine.bundle.config))
+    return Peer(peer_model(engine.bundle.model, engine.bundle.config), sampling)
 
 
 def _telemetry(engine, trace_path):

@@ -66,6 +66,13 @@ class CostLine:
                 return e0 + (e1 - e0) * (tokens - n0) / (n1 - n0)
         if self.points and tokens == self.points[0][0]:
             return self.points[0][1]
+        if self.points and tokens < self.points[0][0]:
+            # Below the shortest measured length: down from it along the slope, never
+            # under the line. A fitted intercept can come out near 0 where the fixed
+            # cost is large (the H200, session 9: 32 tokens predicted 6 ms above the
+            # calm step after 64 and 128 were measured at ~40 and ~75; they took 60-80).
+            n, e = self.points[0]
+            return max(line, e - (n - tokens) * self.per_token_s)
         if self.points and tokens > self.points[-1][0]:
             n, e = self.points[-1]             # past them: the line's slope up to 2n,
             near = min(tokens, 2 * n)          # then at least the alone rate

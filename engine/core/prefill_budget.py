@@ -79,7 +79,18 @@ BURST = 0.75
 BANK_GAIN = 0.9     # a banked chunk must read this much faster per token than the floor's
 MAX_BANKING = 3     # calm steps in a row a waiting prompt may give up before reading anyway
 PROBE_EVERY = 16    # mixed steps at one length before the next length up is tried
+OVERRUN_STEPS = 16  # recent mixed steps whose overrun of their prediction is kept
 _ALPHA = 0.2        # weight of the newest step in the moving averages
+
+
+@dataclass(frozen=True)
+class _Queued:
+    """A step queued on the device, as predicted when it was (PrefillBudget.queued)."""
+    step_s: float | None    # its seconds (None: no decode rows in it, or nothing known)
+    tokens: int             # prompt tokens it reads
+    extra_s: float          # its predicted seconds above the calm step
+    measured: bool          # its length had been measured: predicted from itself
+    degraded: bool          # chosen in degraded mode
 
 
 @dataclass(frozen=True)
@@ -102,11 +113,24 @@ class PrefillBudget:
         # (tokens, predicted seconds above the calm step, degraded) of the last allowance
         self._predicted: tuple[int, float, bool] | None = None
         self._recheck: Allowance | None = None  # a surprising first reading, read again
+        # (tokens, seconds above the calm step) of that first reading, kept out of the cost
+        # line until the second comes: with a step in flight, the step planned between
+        # would otherwise read a compile stall as the length's cost (degraded mode)
+        self._held: tuple[int, float] | None = None
         # Seconds the streams' steps came in under the floor (the bank), in
         # [0, BURST x floor]: spent by a banked step, refilled by calm ones.
         self.bank_s = 0.0
         self._last_over_floor = False   # the last step with decode rows took > the floor
         self._banking = 0               # calm steps in a row given to the bank
+        # Predicted seconds of the steps queued but not yet observed (None: no decode rows
+        # in it). The step loop plans step n+1 before it reads step n back, so the bank
+        # and the last step's length are known one step late; the policy counts the step
+        # in flight at its prediction (queued), or it would read a second banked chunk
+        # right after the first (the H200, session 9: two 256-token steps, 105 and 224 ms).
+        self._in_flight: list[_Queued] = []
+        # actual / predicted seconds of recent mixed steps at a length measured before:
+        # how far a step overruns what it was chosen by (a GPU's steps vary by ~1.4x)
+        self._overruns: list[float] = []
 
     def allowance(self, decoding: bool, prompt_left: int | None = None) -> Allowance:
         """The next step's prompt tokens; the whole chunk when nobody is streaming.
@@ -127,9 +151,11 @@ class PrefillBudget:
             return Allowance(min(self.max_chunk, WARMUP_TOKENS))
         floor_s = 1.0 / self.min_stream_tok_s
         tokens = self._longest_within(floor_s - self.decode_s, line)
+        if not tokens and self._held:
+            return Allowance(0)         # a calm step while the surprising length is read again
         if tokens:
             probed = self._probe(tokens, floor_s - self.decode_s, line, False)
-            if probed != tokens and self._last_over_floor:
+            if probed != tokens and self._ahead(floor_s)[1]:
                 probed = tokens             # a probe may overrun: not right after a long step
             if prompt_left == 0:
                 self._banking = 0           # no prompt waits: a new one starts afresh
@@ -158,15 +184,19 @@ class PrefillBudget:
         until then no prompt at all (0: a calm step, banking its time under the floor).
         Reading the most tokens per second at an average step of the floor means reading
         the chunk with the most tokens per second of its own cost (module docstring)."""
-        best = self._longest_within((1 + BURST) * floor_s - self.decode_s, line)
+        # A banked step may last (1 + BURST) x the floor as predicted, and at most twice
+        # the floor (issue 21's max gap) after the overrun the recent steps showed.
+        ceiling_s = min((1 + BURST) * floor_s, 2 * floor_s / self.overrun())
+        best = self._longest_within(ceiling_s - self.decode_s, line)
         if best <= tokens or (tokens / max(line.extra_s(tokens), 1e-9)
                               >= BANK_GAIN * best / max(line.extra_s(best), 1e-9)):
             return tokens
         need_s = self.decode_s + line.extra_s(best) - floor_s     # its time over the floor
-        if not self._last_over_floor and need_s <= self.bank_s:  # never two in a row
+        bank_s, over_floor = self._ahead(floor_s)
+        if not over_floor and need_s <= bank_s:                   # never two in a row
             self._banking = 0
             return best
-        calm_steps = math.ceil(max(0.0, need_s - self.bank_s) / (floor_s - self.decode_s))
+        calm_steps = math.ceil(max(0.0, need_s - bank_s) / (floor_s - self.decode_s))
         if self._banking >= MAX_BANKING or calm_steps > MAX_BANKING:
             # The bank fills too slowly (a calm step near the floor), or not as
             # predicted: the floor's chunk now rather than a prompt left waiting.
@@ -174,6 +204,43 @@ class PrefillBudget:
             return tokens
         self._banking += 1
         return 0
+
+    def _ahead(self, floor_s: float) -> tuple[float, bool]:
+        """(the bank, whether the last step with decode rows is over the floor) once the
+        steps in flight end as predicted."""
+        bank_s, over_floor = self.bank_s, self._last_over_floor
+        for q in self._in_flight:
+            if q.step_s:
+                # a length not measured yet may take anything: over the floor, banking nothing
+                step_s = q.step_s if q.measured else max(q.step_s, floor_s + 1e-9)
+                bank_s = min(BURST * floor_s, max(0.0, bank_s + floor_s - step_s))
+                over_floor = step_s > floor_s
+        return bank_s, over_floor
+
+    def overrun(self) -> float:
+        """The most a recent mixed step took over its prediction (at least 1): the
+        margin a banked step keeps below twice the floor."""
+        return max([1.0] + self._overruns)
+
+    def queued(self, decode_rows: int, prefill_tokens: int) -> None:
+        """The step loop queued a step (observed later, in order): counted at its
+        prediction until then, and read against it when it is observed."""
+        self._in_flight.append(self._prediction(decode_rows, prefill_tokens))
+
+    def _prediction(self, decode_rows: int, prefill_tokens: int) -> _Queued:
+        line = self.cost_line()
+        if not decode_rows or self.decode_s is None or (prefill_tokens and line is None):
+            return _Queued(None, prefill_tokens, 0.0, False, False)
+        if not prefill_tokens:
+            return _Queued(self.decode_s, 0, 0.0, True, False)
+        extra_s = line.extra_s(prefill_tokens)
+        degraded = bool(self._predicted and self._predicted[2])
+        return _Queued(self.decode_s + extra_s, prefill_tokens, extra_s,
+                       self.mixed.count(prefill_tokens) > 0, degraded)
+
+    def drop_queued(self) -> None:
+        """The steps in flight failed: none of them will be observed."""
+        self._in_flight.clear()
 
     def predicted_s(self, prefill_tokens: int) -> float:
         """Seconds the policy expects a step that reads prefill_tokens beside the decode
@@ -202,8 +269,11 @@ class PrefillBudget:
         cost fits in prompt_s seconds above the calm step; 0 if none does."""
         measured = self.mixed.lengths
         cap = 4 * measured[-1] if measured else WARMUP_TOKENS
-        fitting = [n for n in chunk_lengths(self.max_chunk)
-                   if n <= cap and line.extra_s(n) <= prompt_s + 1e-9]
+        lengths = chunk_lengths(self.max_chunk)
+        if self._held:          # a surprising reading waits for its second: nothing that
+            cap = min(cap, self._held[0] - 1)   # long, and no new length (another guess)
+            lengths = [n for n in lengths if n in measured]
+        fitting = [n for n in lengths if n <= cap and line.extra_s(n) <= prompt_s + 1e-9]
         return fitting[-1] if fitting else 0
 
     def _probe(self, tokens: int, prompt_s: float, line: CostLine, degraded: bool) -> int:
@@ -232,6 +302,14 @@ class PrefillBudget:
 
     def observe(self, seconds: float, decode_rows: int, prefill_tokens: int) -> None:
         """Learn from a finished step (its cadence, in seconds)."""
+        # the step's prediction when it was queued (callers that do not queue: as of their
+        # last allowance, if they asked for one)
+        if self._in_flight:
+            q = self._in_flight.pop(0)
+        elif self._predicted is not None:
+            q = self._prediction(decode_rows, prefill_tokens)
+        else:
+            q = _Queued(None, prefill_tokens, 0.0, False, False)
         if seconds <= 0:
             return
         if decode_rows and self.min_stream_tok_s > 0:
@@ -247,11 +325,17 @@ class PrefillBudget:
         elif prefill_tokens and self.decode_s is not None:
             # A mixed step: the time beyond a calm decode step went to the prompt.
             extra_s = seconds - self.decode_s
-            first = self.mixed.count(prefill_tokens) == 0
-            self.mixed.observe(prefill_tokens, extra_s)
-            tokens, predicted_s, degraded = self._predicted or (0, 0.0, False)
-            if first and tokens == prefill_tokens and extra_s > 2 * predicted_s:
-                self._recheck = Allowance(tokens, degraded)
+            held, self._held = ((self._held, None) if self._held and self._held[0] == prefill_tokens
+                                else (None, self._held))
+            if q.step_s and q.measured:     # predicted from its own length: its noise
+                self._overruns = (self._overruns + [seconds / q.step_s])[-OVERRUN_STEPS:]
+            if (q.step_s and not held and not self.mixed.count(prefill_tokens)
+                    and q.tokens == prefill_tokens and extra_s > 2 * q.extra_s):
+                self._held = (prefill_tokens, extra_s)     # read it again before believing it
+                if not any(f.tokens == prefill_tokens for f in self._in_flight):
+                    self._recheck = Allowance(prefill_tokens, q.degraded)  # (else: in flight)
+            else:                                          # of two readings, the lower counts
+                self.mixed.observe(prefill_tokens, min(extra_s, held[1]) if held else extra_s)
             same = prefill_tokens == self._last_length
             self._num_same_length = self._num_same_length + 1 if same else 1
             self._last_length = prefill_tokens

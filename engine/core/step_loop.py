@@ -108,6 +108,7 @@ class StepLoop:
         t0 = time.perf_counter()
         sampled = self._run(plan, [a for _, arrays in saves for a in arrays.values()])
         queue_s = time.perf_counter() - t0
+        self.budget.queued(len(plan.decode), plan.prefill_tokens)   # observed when read back
         previous, self._inflight = self._inflight, (plan, sampled, t0, saves, queue_s)
         if previous is not None:
             self._complete(previous, t_end=t0)
@@ -269,6 +270,7 @@ class StepLoop:
 
     def fail_all(self, message: str) -> None:
         self._inflight = self._current = self._completing = None
+        self.budget.drop_queued()
         for req in list(self.requests.values()):
             self._fail(req, message)
 
@@ -283,6 +285,7 @@ class StepLoop:
         plans = [p for p in (self._current, self._completing,
                              self._inflight and self._inflight[0]) if p]
         self._inflight = self._current = self._completing = None
+        self.budget.drop_queued()
         reading = {c.seq.request_id for p in plans for c in p.prefills}
         involved = {s.request_id for p in plans for s in p.decode} | reading
         if not involved:
@@ -304,6 +307,7 @@ class StepLoop:
             self.flush()
         except Exception:       # the step in flight failed: its tokens are lost
             self._inflight = None
+            self.budget.drop_queued()
         for req in list(self.requests.values()):
             req.seq.pending.clear()
             self._finish(req, "cancelled", req.stream.finish())

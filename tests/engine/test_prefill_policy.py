@@ -15,9 +15,14 @@ class ScriptedEngine:
     """The step loop's planning with a fake runner whose step costs are scripted."""
 
     def __init__(self, decode_s, prefill_tok_s, chunk=2048, turn=4, mixed_fixed_s=0.0,
-                 mixed_tok_s=None, mixed_cost=None, slowdown=0.25):
+                 mixed_tok_s=None, mixed_cost=None, slowdown=0.25, pipelined=True):
         """mixed_fixed_s, mixed_tok_s: a chunk beside decode rows costs a fixed part plus
-        its tokens at this rate (default: the alone prefill_tok_s, no fixed part)."""
+        its tokens at this rate (default: the alone prefill_tok_s, no fixed part).
+        pipelined: step n is planned before step n-1 is read back, as the step loop runs
+        by default; False: in lock-step (the loop with a repetition penalty), where the
+        learning rule shows step by step (pipelined, a length's first reading arrives
+        after the next step was planned, so each new length is read twice)."""
+        self.pipelined = pipelined
         self.decode_s, self.prefill_tok_s = decode_s, prefill_tok_s
         self.mixed_fixed_s, self.mixed_tok_s = mixed_fixed_s, mixed_tok_s or prefill_tok_s
         self.mixed_cost = mixed_cost    # tokens -> seconds above the calm step, if given
@@ -30,14 +35,17 @@ class ScriptedEngine:
         self.steps = []                      # (plan, seconds, allowance)
         self.first_token: dict[int, float] = {}
         self.arrival: dict[int, int] = {}    # request id -> step count when it arrived
+        self.in_flight = None                # (seconds, decode rows, prompt tokens) unread
 
     def add(self, rid, n_prompt):
         self.arrival[rid] = len(self.steps)
         self.sched.add(Sequence(rid, list(range(n_prompt))))
 
     def step(self):
+        """One step as the step loop runs it (engine/core/step_loop.py): step n is planned
+        and queued before step n-1 is read back, so the budget learns one step late."""
         decoding = any(not s.is_prefilling for s in self.sched.running)
-        allowance = self.budget.allowance(decoding)
+        allowance = self.budget.allowance(decoding, self.sched.prompt_tokens_left())
         plan = self.sched.schedule(allowance.tokens)
         seconds = self._cost(plan)
         for s in plan.decode:
@@ -49,7 +57,13 @@ class ScriptedEngine:
             if c.is_last:
                 c.seq.output_ids.append(7)
                 self.first_token[c.seq.request_id] = self.now
-        self.budget.observe(seconds, len(plan.decode), plan.prefill_tokens)
+        self.budget.queued(len(plan.decode), plan.prefill_tokens)
+        if self.in_flight is not None:
+            self.budget.observe(*self.in_flight)
+        self.in_flight = (seconds, len(plan.decode), plan.prefill_tokens)
+        if not self.pipelined:
+            self.budget.observe(*self.in_flight)
+            self.in_flight = None
         self.steps.append((plan, seconds, allowance))
         return plan
 
@@ -104,7 +118,7 @@ def test_gpu_prompt_chunks_fill_the_time_up_to_the_floor():
 
 
 def test_a_fast_prompt_rate_is_read_in_few_large_chunks():
-    eng = ScriptedEngine(decode_s=0.031, prefill_tok_s=40000)
+    eng = ScriptedEngine(decode_s=0.031, prefill_tok_s=40000, pipelined=False)
     eng.streams()
     during = mixed(eng.read(100, 2048))
     # a cautious first chunk, then x4 a step up to what fits the floor
@@ -180,7 +194,7 @@ def test_a_fixed_cost_per_mixed_step_does_not_lock_the_chunk_small():
     kept a policy at 64-token chunks forever (the best is 512: 25 + 0.02 x 512 = 35 ms of
     the 36.7 ms above the calm step). The chunks grow to it within a few steps."""
     eng = ScriptedEngine(decode_s=0.030, prefill_tok_s=2000, mixed_fixed_s=0.025,
-                         mixed_tok_s=50000)
+                         mixed_tok_s=50000, pipelined=False)
     eng.streams()
     steps = eng.read(100, 8192)
     during = mixed(steps)
@@ -215,7 +229,8 @@ def test_a_cost_that_saturates_with_the_tokens_is_followed_not_a_line():
     32 cheap. Every step after the first few stays within the floor."""
     def cost(n):
         return 0.030 * min(n, 96) / 96 + 1e-5 * n
-    eng = ScriptedEngine(decode_s=0.030, prefill_tok_s=4000, mixed_cost=cost, chunk=512)
+    eng = ScriptedEngine(decode_s=0.030, prefill_tok_s=4000, mixed_cost=cost, chunk=512,
+                         pipelined=False)
     eng.streams()
     steps = eng.read(100, 8192)
     during = mixed(steps)
@@ -326,9 +341,13 @@ def test_a_fixed_cost_per_chunk_is_paid_for_from_the_streams_bank():
     t0 = eng.now
     steps = eng.read(100, 2048)
     sizes = [p.prefill_tokens for p, _, _ in steps]
-    assert set(sizes[1:-1]) == {0, 128} and sizes.count(128) >= 15, sizes
+    # the first two: the first measurement, twice (the second planned before the first
+    # is read back)
+    assert set(sizes[2:-1]) == {0, 128} and sizes.count(128) >= 15, sizes
     assert all(a or b for a, b in zip(sizes, sizes[1:]))    # calm steps never two in a row
-    assert_reading_pace(steps)
+    # the pace from the first step planned with a reading back (the first two are
+    # predicted from the alone rate: 54 ms, and took 74)
+    assert_reading_pace(steps[2:])
     assert (eng.first_token[100] - t0) / (2048 / 1900) < 1.9
 
 
@@ -359,3 +378,34 @@ def test_a_bank_that_does_not_fill_never_starves_the_prompt():
     longest_wait = max(len(run) for run in "".join("0" if n == 0 else "x" for n in sizes)
                        .split("x"))
     assert longest_wait <= MAX_BANKING, sizes
+
+
+class NoisySteps(ScriptedEngine):
+    """A GPU's spread: mixed steps take 0.8-1.35x their cost, in a fixed pattern (the
+    H200's 64- and 128-token steps, session 9: 52-104 and 62-126 ms around 65 and 90)."""
+
+    factors = (0.85, 1.35, 0.9, 1.2, 0.8, 1.1)
+
+    def _cost(self, plan) -> float:
+        seconds = super()._cost(plan)
+        if plan.decode and plan.prefills:
+            self.num_mixed = getattr(self, "num_mixed", 0) + 1
+            seconds *= self.factors[self.num_mixed % len(self.factors)]
+        return seconds
+
+
+def test_steps_that_overrun_their_prediction_stay_within_twice_the_floor():
+    """The H200's costs (session 9: calm 20 ms, 64 tokens ~45 ms and 128 ~70 ms above it)
+    with its spread: a 128-token step banked at its mean (90 ms) came out at up to 126 ms,
+    and a 256-token one at 224. The spread measured keeps banked steps short enough that
+    every step stays within twice the floor (issue 21's max gap), none degraded."""
+    def cost(n):
+        return 0.020 + 0.39e-3 * n if n <= 128 else 0.070 + 0.18e-3 * (n - 128)
+    eng = NoisySteps(decode_s=0.020, prefill_tok_s=1900, chunk=512, mixed_cost=cost)
+    eng.streams(7)
+    t0 = eng.now
+    steps = eng.read(100, 2048)
+    assert all(sec <= 2 * FLOOR_S for p, sec, _ in steps if p.decode), steps
+    assert not any(a.degraded for _, _, a in steps)
+    assert eng.budget.overrun() > 1.2                  # the spread was measured
+    assert (eng.first_token[100] - t0) / (2048 / 1900) < 2.5

@@ -215,8 +215,11 @@ def test_an_engine_that_warms_up_reports_it_then_serves(tmp_path, background, at
     is served between those shapes, and the rest runs after it."""
     folder = write_tiny_llama(tmp_path / "m")
     reports = []
+    # fixed shapes as on a GPU; decode not compiled, so the one width and the counts above
+    # hold on every machine (a GPU compiles decode by default: 8 more widths, 18 at load)
     config = EngineConfig(max_num_seqs=2, prefill_chunk=32, warm_up=True, kv_budget_mb=8,
-                          fixed_shapes=True, warm_up_in_background=background)  # as on a GPU
+                          fixed_shapes=True, compile_decode=False,
+                          warm_up_in_background=background)
     with Engine.load(folder, config, on_progress=reports.append) as engine:
         out = engine.generate([[5, 6, 7]], SamplingParams(max_tokens=3, temperature=0.0))
         assert engine.wait_for_warm_up(timeout=120)

@@ -55,6 +55,7 @@ class _ScriptedEngine:
 
     def generate(self, prompts, sampling):
         self.max_tokens = sampling.max_tokens
+        self.sampling = sampling
         for e in self.events:
             for fn in list(self.listeners):
                 fn(e)
@@ -72,3 +73,17 @@ def test_ours_decode_times_the_first_steps_steady_steps():
     assert math.isclose(median, (0.019 + 0.02) / 2)
     assert extra == {"steps": 4, "slowest_s": 0.03, "first_full_s": 0.11}
     assert engine.max_tokens == 4 + 2 * 8 + 4 and engine.listeners == []
+
+
+def test_the_bench_decodes_at_the_apps_sampling_when_asked():
+    """`engine bench --sampling app`: both engines' decode runs sample as a new chat in
+    the app does (its defaults, not a copy of them), greedy otherwise."""
+    from engine.bench.suite import decode_sampling
+    from engine.settings_spec import chat_defaults
+    app = decode_sampling("app")
+    assert app == {"temperature": chat_defaults()["temperature"],
+                   "top_p": chat_defaults()["top_p"]}
+    assert app["temperature"] > 0 and app["top_p"] < 1 and decode_sampling("greedy") is None
+    engine = _ScriptedEngine(_numbered([_step("decode", 1, 0.01)] * 3))
+    ours_decode(engine, [[1] * 32], steps=1, sampling=app)
+    assert (engine.sampling.temperature, engine.sampling.top_p) == (0.7, 0.95)
