@@ -151,7 +151,7 @@ class PrefillBudget:
             return Allowance(min(self.max_chunk, WARMUP_TOKENS))
         floor_s = 1.0 / self.min_stream_tok_s
         tokens = self._longest_within(floor_s - self.decode_s, line)
-        if not tokens and self._held:
+        if not tokens and self._held and any(f.tokens == self._held[0] for f in self._in_flight):
             return Allowance(0)         # a calm step while the surprising length is read again
         if tokens:
             probed = self._probe(tokens, floor_s - self.decode_s, line, False)
@@ -325,8 +325,13 @@ class PrefillBudget:
         elif prefill_tokens and self.decode_s is not None:
             # A mixed step: the time beyond a calm decode step went to the prompt.
             extra_s = seconds - self.decode_s
-            held, self._held = ((self._held, None) if self._held and self._held[0] == prefill_tokens
-                                else (None, self._held))
+            # A held reading lasts until the next mixed step: its second reading, or (a
+            # prompt that ended short of the length, another length planned first) it is
+            # believed as it was, never left to hold the chunk down.
+            held, self._held = self._held, None
+            if held and held[0] != prefill_tokens:
+                self.mixed.observe(*held)
+                held = None
             if q.step_s and q.measured:     # predicted from its own length: its noise
                 self._overruns = (self._overruns + [seconds / q.step_s])[-OVERRUN_STEPS:]
             if (q.step_s and not held and not self.mixed.count(prefill_tokens)

@@ -143,6 +143,26 @@ def test_an_overrun_of_the_predictions_keeps_banked_steps_within_twice_the_floor
     assert b.allowance(True).tokens == 256
 
 
+def test_a_surprising_reading_whose_second_never_comes_does_not_hold_the_prompt_back():
+    """A first reading over twice its prediction is read again before it is believed;
+    where the prompt ends short of that length (the re-read takes 42 tokens), the
+    reading is believed as it was: nothing stays held, a later prompt is read (CI,
+    session 9: a held reading that never resolved left a CPU engine reading no prompt
+    beside streams, in calm steps, until they ended)."""
+    b = measured(4096, decode_s=0.040, prefill_tok_s=20000)
+    b.observe(0.040 + 0.015 + 64 * 5e-5, decode_rows=4, prefill_tokens=64)
+    first = b.allowance(True).tokens
+    assert first > 64                                 # a length not measured yet
+    b.observe(0.040 + 10 * (b.predicted_s(first) - 0.040), decode_rows=4,
+              prefill_tokens=first)                   # 10x its prediction: held
+    assert b.mixed.count(first) == 0
+    assert b.allowance(True).tokens == first          # read again...
+    b.observe(0.040 + 0.017, decode_rows=4, prefill_tokens=42)   # ...but only 42 were left
+    assert b.mixed.count(first) == 1 and b.mixed.count(42) == 1  # believed as it was
+    b.observe(0.040, decode_rows=4, prefill_tokens=0)
+    assert b.allowance(True, prompt_left=500).tokens > 0
+
+
 def test_a_chunk_shorter_than_any_measured_is_not_predicted_below_its_fixed_cost():
     """The H200, session 9: with 64 and 128 tokens measured (45 and 70 ms above the calm
     step) a least-squares line can put 32 tokens near 0 ms; they took 60-80 ms. Below the
