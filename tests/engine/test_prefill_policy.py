@@ -409,3 +409,29 @@ def test_steps_that_overrun_their_prediction_stay_within_twice_the_floor():
     assert not any(a.degraded for _, _, a in steps)
     assert eng.budget.overrun() > 1.2                  # the spread was measured
     assert (eng.first_token[100] - t0) / (2048 / 1900) < 2.5
+
+
+class FirstMixedStepStalls(ScriptedEngine):
+    """One hiccup: the first mixed step takes 100 ms more (a loaded CI machine)."""
+
+    def _cost(self, plan) -> float:
+        seconds = super()._cost(plan)
+        if plan.decode and plan.prefills and not getattr(self, "stalled", False):
+            self.stalled = True
+            seconds += 0.100
+        return seconds
+
+
+def test_a_stalled_first_reading_of_a_prompt_that_ends_short_never_starves_the_next():
+    """CI, session 9 (tests/app/test_third_pane_while_two_stream.py on a tiny model): the
+    first mixed step stalled, its length was held to be read again, the prompt ended
+    short of it (64 + 42 tokens), and the held reading never resolved: every later step
+    was calm, and the next prompt was read only after the streams ended."""
+    for pipelined in (True, False):
+        eng = FirstMixedStepStalls(decode_s=0.003, prefill_tok_s=40000, pipelined=pipelined)
+        eng.streams(2)
+        eng.read(100, 106)
+        eng.add(101, 170)
+        steps = [eng.step() for _ in range(6)]              # bounded: a starved one never ends
+        assert 101 in eng.first_token, [p.prefill_tokens for p in steps]
+        assert all(p.decode for p in steps)                 # read beside the streams
