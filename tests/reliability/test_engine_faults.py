@@ -248,7 +248,11 @@ def _cancelled_by_consumer(engine, consume) -> FinishedEvent:
             ended.set()
     engine.add_listener(listener)
     try:
-        handle = engine.submit([1, 2, 3], SamplingParams(max_tokens=190, **GREEDY))
+        # No end of text: the tiny model's greedy reply ends after 45 tokens, ~0.05 s, which
+        # is the timeout below (a fresh-clone CI run saw it end first). 190 tokens take ~4x.
+        no_end = {t: -100.0 for t in engine.tokenizer.eos_token_ids}
+        handle = engine.submit([1, 2, 3], SamplingParams(max_tokens=190, logit_bias=no_end,
+                                                         **GREEDY))
         asyncio.run(consume(handle))
         assert ended.wait(HANG_S), "the request never ended"
     finally:
