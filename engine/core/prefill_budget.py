@@ -110,8 +110,7 @@ class PrefillBudget:
         self.mixed = MixedStepCost()
         self._last_length = 0       # prompt tokens of the last mixed step
         self._num_same_length = 0   # consecutive mixed steps that read that many
-        # (tokens, predicted seconds above the calm step, degraded) of the last allowance
-        self._predicted: tuple[int, float, bool] | None = None
+        self._last: Allowance | None = None     # the last allowance given
         self._recheck: Allowance | None = None  # a surprising first reading, read again
         # (tokens, seconds above the calm step) of that first reading, kept out of the cost
         # line until the second comes: with a step in flight, the step planned between
@@ -140,9 +139,7 @@ class PrefillBudget:
             return Allowance(self.max_chunk)
         allowance = self._recheck or self._allowance(prompt_left)
         self._recheck = None
-        line = self.cost_line()
-        self._predicted = ((allowance.tokens, line.extra_s(allowance.tokens), allowance.degraded)
-                           if line else None)
+        self._last = allowance
         return allowance
 
     def _allowance(self, prompt_left: int | None = None) -> Allowance:
@@ -242,9 +239,8 @@ class PrefillBudget:
         if not prefill_tokens:
             return _Queued(self.decode_s, 0, 0.0, True, False)
         extra_s = line.extra_s(prefill_tokens)
-        degraded = bool(self._predicted and self._predicted[2])
         return _Queued(self.decode_s + extra_s, prefill_tokens, extra_s,
-                       self.mixed.count(prefill_tokens) > 0, degraded)
+                       self.mixed.count(prefill_tokens) > 0, bool(self._last and self._last.degraded))
 
     def drop_queued(self) -> None:
         """The steps in flight failed: none of them will be observed."""
@@ -314,7 +310,7 @@ class PrefillBudget:
         # last allowance, if they asked for one)
         if self._in_flight:
             q = self._in_flight.pop(0)
-        elif self._predicted is not None:
+        elif self._last is not None:
             q = self._prediction(decode_rows, prefill_tokens)
         else:
             q = _Queued(None, prefill_tokens, 0.0, False, False)
