@@ -1,13 +1,17 @@
 """Micro-benchmark: what `sample_batch` alone costs per decode step.
 
     PYTHONPATH=. python -m engine.bench.sampler_cost [--baseline REF] [--rounds 10]
+        [--top-p-by-sort] [--shapes 248320x1,248320x8] [--kernels]
 
 Times `engine/core/sampler.py`'s `sample_batch` (evaluated, so the lazy graph runs)
 on random normal x3 logits at the app's default sampling (temperature 0.7, top_p
 0.95), temperature 0.7 alone, and greedy, for the built-in model's vocabulary
 (49,152) and Qwen3.5's (248,320), B = 1 and 8. With --baseline REF, the sampler
 as committed at git REF (e.g. `main`) runs too, alternating with this tree's call
-by call in the same process, so machine load hits both alike. Prints medians in ms.
+by call in the same process, so machine load hits both alike. --top-p-by-sort: this
+tree's sampler twice, top-p by bisection and by sort (sampler.TOP_P_BY_SORT pinned).
+--kernels (the GPU machine, where torch is installed): each call's CUDA kernels,
+count and GPU time (engine/bench/kernel_time.py's table). Prints medians in ms.
 Timings live here, never in the tests.
 """
 from __future__ import annotations
@@ -45,17 +49,38 @@ def load_baseline(ref: str):
     return module
 
 
-def time_once(module, logits: mx.array, params: SamplingParams) -> float:
+class Pinned:
+    """A sampler module with its top-p strategy pinned for the duration of each call."""
+
+    def __init__(self, module, by_sort: bool):
+        self.module, self.by_sort = module, by_sort
+        self.RowSampler = module.RowSampler
+
+    def sample_batch(self, logits, states):
+        saved = self.module.TOP_P_BY_SORT
+        self.module.TOP_P_BY_SORT = self.by_sort
+        try:
+            return self.module.sample_batch(logits, states)
+        finally:
+            self.module.TOP_P_BY_SORT = saved
+
+
+def _call(module, logits: mx.array, params: SamplingParams):
     states = [module.RowSampler(params) for _ in range(logits.shape[0])]
     mx.eval([s.key for s in states])
+    return lambda: mx.eval(module.sample_batch(logits, states))
+
+
+def time_once(module, logits: mx.array, params: SamplingParams) -> float:
+    run = _call(module, logits, params)
     start = time.perf_counter()
-    mx.eval(module.sample_batch(logits, states))
+    run()
     return (time.perf_counter() - start) * 1e3
 
 
-def bench(modules: dict, rounds: int) -> None:
+def bench(modules: dict, rounds: int, shapes=SHAPES, kernels: bool = False) -> None:
     print(f"{'vocab':>7} {'B':>2} {'setting':<15} " + " ".join(f"{n:>10}" for n in modules))
-    for vocab, batch in SHAPES:
+    for vocab, batch in shapes:
         rng = np.random.default_rng(0)
         logits = mx.array(rng.normal(size=(batch, vocab)).astype(np.float32) * 3)
         mx.eval(logits)
@@ -68,17 +93,31 @@ def bench(modules: dict, rounds: int) -> None:
             medians = [statistics.median(t[1:]) for t in times.values()]
             print(f"{vocab:>7} {batch:>2} {label:<15} "
                   + " ".join(f"{m:>10.2f}" for m in medians), flush=True)
+            if kernels and setting["temperature"] > 0:
+                from engine.bench.kernel_time import kernel_table
+                for name, module in modules.items():
+                    kernel_table(_call(module, logits, params), 4,
+                                 f"  {vocab} B={batch} {label} {name}", top=6)
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", help="git ref whose sampler runs alongside (e.g. main)")
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--top-p-by-sort", action="store_true",
+                    help="also this tree's sampler with top-p by one sort of the row")
+    ap.add_argument("--shapes", help="VOCABxB,... (default: 49152 and 248320 at B = 1, 8)")
+    ap.add_argument("--kernels", action="store_true", help="CUDA kernel tables (torch)")
     args = ap.parse_args(argv)
     modules = {"this tree": current}
+    if args.top_p_by_sort:
+        modules = {"bisection": Pinned(current, False), "sort": Pinned(current, True)}
     if args.baseline:
         modules = {f"{args.baseline}": load_baseline(args.baseline), **modules}
-    bench(modules, args.rounds)
+    shapes = SHAPES
+    if args.shapes:
+        shapes = [tuple(int(n) for n in item.split("x")) for item in args.shapes.split(",")]
+    bench(modules, args.rounds, shapes, args.kernels)
 
 
 if __name__ == "__main__":

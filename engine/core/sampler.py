@@ -10,11 +10,13 @@ once per step, and its one uniform per step is drawn from that key alone (vmap
 over rows), so a seeded request samples the same tokens alone or inside any batch.
 
 Sampling rows draw by inverse CDF (running sum of the kept weights, one uniform),
-not V Gumbel numbers, and never sort the vocabulary: top-k reads the sorted top
-max(k) values (mx.topk), top-p alone finds its cut by a fixed 31-step bisection
-on the probability order (one masked sum per step). Both are exact: the kept set
-is the one a stable sort by probability would give (ties at a cut keep the lowest
-ids), up to float32 rounding of the sums.
+not V Gumbel numbers. top-k reads the sorted top max(k) values (mx.topk). top-p
+alone finds its cut by a fixed 31-step bisection on the probability order, one
+masked sum per step, which never sorts the vocabulary (a CPU sort of 248k ids
+costs more), or, where pinned (`top_p_by_sort`, off by default), by the top-k
+path with k = V, one sort of the row. All are exact: the kept set is the one a stable sort by
+probability would give (ties at a cut keep the lowest ids), up to float32
+rounding of the sums.
 """
 from __future__ import annotations
 
@@ -41,11 +43,25 @@ _uniform_rows = mx.vmap(lambda k: mx.random.uniform(key=k))            # [B, 2] 
 
 _LOG2_E = 1.4426950408889634
 _SUM_BLOCK = 256
+_SCAN_BLOCK = 16  # _running_sum's tree: levels of 16 (4 levels at V = 248k)
 _BELOW_ONE = 1.0 - 2.0 ** -23  # exact in float32
 _BISECTION_STEPS = 31  # halvings of an int32 key range narrower than 2**31
 # MLX's CUDA sort (mx.sort, mx.topk) runs one block per row on grid.y, at most 65,535:
 # more rows fail at launch ("cudaGraphAddKernelNode ... invalid argument").
 _MAX_SORT_ROWS = 65535
+# True: top-p alone by one sort of the row (top_p_by_sort); benches and tests pin it.
+TOP_P_BY_SORT = False
+
+
+def top_p_by_sort() -> bool:
+    """Whether top-p-only rows find their cut by one sort of the row (the top-k path at
+    k = V) instead of the 31-step bisection. Off on every backend: its sorted running
+    sums are ~2e-6 (of the total) off at a 248k vocabulary's cut, so an id of 2.6e-5 mass
+    there can flip (tests/engine/test_sampler_exact.py); kept to measure on CUDA, where
+    the app's defaults (temperature 0.7, top-p 0.95) cost ~10 ms a decode step at
+    B = 8..32 on the H200 (session 10: greedy 12.0 -> 21.8 ms at B = 8) and the
+    bisection is ~130 dependent [B, V] launches (engine/bench/sampler_cost.py)."""
+    return bool(TOP_P_BY_SORT)
 
 
 class RowSampler:
@@ -199,6 +215,8 @@ def _keep_mask(d: mx.array, weights: mx.array, params: Sequence[SamplingParams])
     Ties at a cut (equal d) keep the lowest ids first, as a stable sort would."""
     num_vocab = d.shape[-1]
     top_k = [p.top_k if 0 < p.top_k < num_vocab else 0 for p in params]
+    if top_p_by_sort():   # top-p alone as top-k at k = V: its cut from the sorted row
+        top_k = [num_vocab if k == 0 and p.top_p < 1.0 else k for k, p in zip(top_k, params)]
     by_rank = [k > 0 for k in top_k]                    # top-k (and its top-p) by candidates
     by_mass = [k == 0 and p.top_p < 1.0 for k, p in zip(top_k, params)]  # top-p by bisection
     keep = mx.ones(d.shape, dtype=mx.bool_)
@@ -227,12 +245,18 @@ def _top_k_keep(d: mx.array, top_k: list[int], top_p: list[float]) -> mx.array:
         return mx.concatenate([_top_k_keep(d[i:i + n], top_k[i:i + n], top_p[i:i + n])
                                for i in range(0, d.shape[0], n)])
     width = max(*top_k, 1)      # a slice may hold no top-k row
-    best = mx.sort(mx.topk(d, width, axis=-1), axis=-1)[:, ::-1]       # [B, K] best first
+    # k = V (top-p by sort) sorts the row itself: a top-k of every id is a wasted pass.
+    best = d if width >= d.shape[-1] else mx.topk(d, width, axis=-1)
+    best = mx.sort(best, axis=-1)[:, ::-1]                             # [B, K] best first
     rank = mx.arange(width)[None, :]                                   # [1, K]
     in_k = rank < _column([max(k, 1) for k in top_k], mx.int32)        # [B, K]
     probs = mx.where(in_k, _exp(best), 0.0)                            # [B, K]
-    mass_before = mx.cumsum(probs, axis=-1) - probs                    # [B, K]
-    target = _column(top_p) * mx.sum(probs, axis=-1, keepdims=True)    # [B, 1]
+    if width > _SUM_BLOCK:      # k = V: one running sum down 248k ids is 3e-4 off on a CPU
+        mass_before, total = _running_sum(probs) - probs, _row_sum(probs)
+    else:
+        mass_before = mx.cumsum(probs, axis=-1) - probs                # [B, K]
+        total = mx.sum(probs, axis=-1, keepdims=True)
+    target = _column(top_p) * total                                    # [B, 1]
     top_p_off = _column([p >= 1.0 for p in top_p], mx.bool_)
     # Rank 0 always survives (mass before it is 0); the count is the kept prefix length.
     kept = in_k & ((mass_before < target) | top_p_off)                 # [B, K]
@@ -291,6 +315,23 @@ def _row_sum(x: mx.array) -> mx.array:
     blocks = x[:, :whole].reshape(rows, -1, _SUM_BLOCK).sum(axis=-1)  # [B, V / 256]
     total = blocks.sum(axis=-1, keepdims=True)                         # [B, 1]
     return total if whole == cols else total + x[:, whole:].sum(axis=-1, keepdims=True)
+
+
+def _running_sum(x: mx.array) -> mx.array:
+    """cumsum of [B, V] along V as a tree: a running sum within blocks of 16, plus the
+    running sum of the blocks before, itself taken the same way. A single running
+    accumulator down 248k ids is 3e-4 off on a CPU, and blocks of 256 still ~1e-6 of the
+    total, the mass of one id at a 248k vocabulary's top-p cut; this is ~1e-7. [B, V]"""
+    rows, cols = x.shape
+    if cols <= _SCAN_BLOCK:
+        return mx.cumsum(x, axis=-1)
+    pad = -cols % _SCAN_BLOCK
+    blocks = (mx.pad(x, [(0, 0), (0, pad)]) if pad else x).reshape(rows, -1, _SCAN_BLOCK)
+    within = mx.cumsum(blocks, axis=-1)                                # [B, V / 16, 16]
+    block_sums = within[:, :, -1]                                      # [B, V / 16]
+    before = _running_sum(block_sums) - block_sums
+    out = (within + before[:, :, None]).reshape(rows, -1)
+    return out[:, :cols] if pad else out
 
 
 def apply_repetition_penalty(logits: mx.array, params: Sequence[SamplingParams],

@@ -253,7 +253,7 @@ def load_shard_bundle(model, config: EngineConfig, group,
                       quantize_bits: int | None = None):
     """This rank's shard with its tokenizer, projections joined and kernels checked, as
     model_bundle.load_bundle does for a whole model."""
-    from engine.loading import cpu_dense, cpu_layout
+    from engine.loading import cpu_dense, cpu_layout, cuda_qmm_guard
     from engine.loading.default_model import default_model_path
     from engine.loading.model_bundle import (
         InMemoryModel,
@@ -277,6 +277,7 @@ def load_shard_bundle(model, config: EngineConfig, group,
     weights = cpu_dense.apply(loaded.model, config.cpu_weights)
     tokenizer = Tokenizer.from_folder(path)
     fuse_projections(loaded.model)
+    cuda_qmm_guard.apply(loaded.model)
     cpu_layout.arrange(loaded.model)
     report(LoadProgress(0.88, "Checking kernels"))
     kernels = _give_kernels(loaded.model, config)

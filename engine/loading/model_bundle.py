@@ -8,7 +8,7 @@ from pathlib import Path
 from engine.config import EngineConfig
 from engine.cpu_blas import blas_info
 from engine.events import LoadProgress
-from engine.loading import cpu_dense, cpu_layout
+from engine.loading import cpu_dense, cpu_layout, cuda_qmm_guard
 from engine.loading.default_model import default_model_path
 from engine.loading.loader import load_model
 from engine.models.base import fuse_projections, use_kernels
@@ -73,6 +73,7 @@ def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
         tokenizer = Tokenizer.from_folder(path)
     report(LoadProgress(0.85, "Joining projections"))
     fuse_projections(loaded.model)
+    cuda_qmm_guard.apply(loaded.model)     # CUDA: no one-group quantized matmul (tiny models)
     cpu_layout.arrange(loaded.model)       # after joining: the joined weights' layout
     report(LoadProgress(0.88, "Checking kernels"))
     kernels = _give_kernels(loaded.model, config)
@@ -87,6 +88,7 @@ def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
     self-test, as from disk."""
     weights = cpu_dense.apply(m.model, config.cpu_weights)
     fuse_projections(m.model)
+    cuda_qmm_guard.apply(m.model)
     cpu_layout.arrange(m.model)
     report(LoadProgress(0.88, "Checking kernels"))
     kernels = _give_kernels(m.model, config)

@@ -7,6 +7,7 @@ import pytest
 from kernel_numpy_ref import to_np
 
 import kernels.moe_experts as me
+from engine.loading import cuda_qmm_guard
 from kernels.backend import NAMES
 from kernels.kernel_set import NO_KERNELS, KernelSet
 from kernels.selftest import random_experts
@@ -131,6 +132,9 @@ def _moe_block(seed=0):
                            norm_topk_prob=True)
     nn.quantize(block, group_size=64, bits=4)
     block.fuse_projections()                  # as at load: gate+up joined
+    # as at load: on CUDA the shared expert's down projection (K = 64 = its group) goes
+    # dense, around MLX's one-group quantized matmul (tests/kernels/test_mlx_cuda_qmm_...)
+    cuda_qmm_guard.apply(block)
     return block
 
 
