@@ -101,16 +101,21 @@ def _dense_weight(m: nn.Module) -> mx.array:
 
 
 def _dense(m: nn.Module) -> nn.Module:
-    w = _dense_weight(m)
+    bias = m.bias.astype(mx.float32) if "bias" in m else None
+    return dense_twin(m, _dense_weight(m), bias)
+
+
+def dense_twin(m: nn.Module, w: mx.array, bias: mx.array | None) -> nn.Module:
+    """The plain module a quantized Linear or Embedding ``m`` stands for, holding the
+    dequantized weight ``w`` [out, in] (and ``bias``, where ``m`` has one)."""
     if isinstance(m, nn.QuantizedEmbedding):
         dense = nn.Embedding(*w.shape)
         dense.weight = w
         return dense
-    bias = "bias" in m
-    dense = nn.Linear(w.shape[1], w.shape[0], bias=bias)
+    dense = nn.Linear(w.shape[1], w.shape[0], bias=bias is not None)
     dense.weight = w
-    if bias:
-        dense.bias = m.bias.astype(mx.float32)
+    if bias is not None:
+        dense.bias = bias
     return dense
 
 

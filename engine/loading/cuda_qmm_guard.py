@@ -21,6 +21,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_unflatten
 
+from engine.loading.cpu_dense import dense_twin
 from kernels.backend import gpu_backend
 
 
@@ -45,16 +46,7 @@ def _dense(m: nn.Module) -> nn.Module:
     kwargs = {"mode": m.mode} if hasattr(m, "mode") else {}
     w = mx.dequantize(m.weight, m.scales, m.get("biases"), m.group_size, m.bits,
                       **kwargs)                                   # [out, K], scales' dtype
-    if isinstance(m, nn.QuantizedEmbedding):
-        dense = nn.Embedding(*w.shape)
-        dense.weight = w
-        return dense
-    bias = "bias" in m
-    dense = nn.Linear(w.shape[1], w.shape[0], bias=bias)
-    dense.weight = w
-    if bias:
-        dense.bias = m.bias
-    return dense
+    return dense_twin(m, w, m.bias if "bias" in m else None)
 
 
 def apply(model: nn.Module, force: bool = False) -> int:
