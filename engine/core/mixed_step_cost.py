@@ -12,8 +12,11 @@ chunk, so the next chunk is small again, and the policy never leaves its smalles
 chunk: on the GPU every mixed step ran degraded with 16-32-token chunks although the
 calm step was well inside the floor.
 
-So the cost of each chunk length is kept apart (a moving average of its time above the
-calm step). A length measured is predicted by its own average (the cost is not linear
+So the cost of each chunk length is kept apart (the median of its last RECENT times
+above the calm step: a GPU's mixed steps spread 0.75-1.4x and now and then one takes
+2-3x; a moving average let one such step at the floor's chunk push every length over
+the floor, and the policy dropped into degraded mode with 256-token chunks at 2-3x the
+floor on the H200, session 11, where the median moves only once most readings do). A length measured is predicted by its own average (the cost is not linear
 in the tokens on an MoE model: the experts a chunk reads saturate at a few dozen
 tokens); between measured lengths, by the segment joining them; past them, by a line
 fitted through them (least squares, its slope never steeper than the last segment's
@@ -28,17 +31,28 @@ Plain Python (no mlx, no clock): PrefillBudget feeds it measured seconds.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, field
 
-_ALPHA = 0.3          # weight of the newest step in a length's moving average
+RECENT = 5            # readings of a length whose median predicts it
 _MAX_AGE = 64         # a length not seen for this many mixed steps is forgotten
 
 
 @dataclass
 class _Length:
-    extra_s: float    # seconds above the calm step (moving average)
     last_seen: int    # mixed-step index of its last observation
-    count: int = 1    # observations
+    recent: list[float] = field(default_factory=list)   # its last RECENT readings
+    count: int = 0    # observations
+
+    @property
+    def extra_s(self) -> float:
+        """Seconds above the calm step: of two readings the lower (a length's first step
+        may include compiling its kernels, 100 ms and more on a GPU), else the median of
+        the recent ones, the lower middle of an even count (a stall is an upward outlier;
+        one moves it not at all)."""
+        if len(self.recent) == 2:
+            return min(self.recent)
+        return statistics.median_low(self.recent)
 
 
 @dataclass(frozen=True)
@@ -94,18 +108,10 @@ class MixedStepCost:
     def observe(self, tokens: int, extra_s: float) -> None:
         """A mixed step of `tokens` prompt tokens took extra_s above the calm step."""
         self._num_observed += 1
-        seen = self._lengths.get(tokens)
-        extra_s = max(extra_s, 0.0)
-        if seen is None:
-            self._lengths[tokens] = _Length(extra_s, self._num_observed)
-        else:
-            # A length's first step may include compiling its kernels (a new shape on a
-            # GPU: 100 ms and more): a lower second reading replaces it outright.
-            lower_second = seen.count == 1 and extra_s < seen.extra_s
-            seen.extra_s = (extra_s if lower_second
-                            else (1 - _ALPHA) * seen.extra_s + _ALPHA * extra_s)
-            seen.last_seen = self._num_observed
-            seen.count += 1
+        seen = self._lengths.setdefault(tokens, _Length(self._num_observed))
+        seen.recent = (seen.recent + [max(extra_s, 0.0)])[-RECENT:]
+        seen.last_seen = self._num_observed
+        seen.count += 1
         for n in [n for n, v in self._lengths.items()
                   if self._num_observed - v.last_seen > _MAX_AGE]:
             del self._lengths[n]

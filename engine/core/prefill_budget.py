@@ -167,8 +167,11 @@ class PrefillBudget:
         if not self.mixed.count(smallest):
             # Degraded mode on a prediction alone would give up the floor for a line's
             # guess: the smallest chunk (the least slowdown) is measured first, and its
-            # cost decides.
-            return Allowance(smallest, degraded=True)
+            # cost decides. Until then the mode has not started (a step flagged degraded
+            # says the floor cannot hold), unless the calm step alone overruns the floor.
+            # On the H200 such a probe read 16 tokens in 48-63 ms, within the 67 ms floor
+            # that a line extrapolated down from 64 tokens had called out of reach.
+            return Allowance(smallest, degraded=self.decode_s > floor_s)
         # The step's bound, on predictions corrected by how much recent steps overran
         # theirs on average (a CPU's mixed steps came out ~25 % over, session 9: the
         # streams' median gap 2.8-2.9x calm against the 2.25x the bound allows)

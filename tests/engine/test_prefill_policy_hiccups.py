@@ -96,3 +96,33 @@ def test_a_stalled_first_reading_of_a_prompt_that_ends_short_never_starves_the_n
         steps = [eng.step() for _ in range(6)]              # bounded: a starved one never ends
         assert 101 in eng.first_token, [p.prefill_tokens for p in steps]
         assert all(p.decode for p in steps)                 # read beside the streams
+
+
+class OneStepSpikes(NoisySteps):
+    """The spread above, and once a step 2.3x its cost (the H200, session 11: a 32-token
+    step of 127 ms among ones of 43-66 ms, calm 14 ms)."""
+
+    spike_at = 10
+
+    def _cost(self, plan) -> float:
+        seconds = super()._cost(plan)
+        if plan.decode and plan.prefills and self.num_mixed == self.spike_at:
+            seconds *= 2.3
+        return seconds
+
+
+def test_one_slow_step_does_not_send_the_policy_into_degraded_mode():
+    """Session 11's H200 costs (calm 14 ms; 16-128 tokens ~38 ms + 0.3 ms a token above
+    it, 256 ~140 ms): one 32-token step at 2.3x its cost had pushed that length's moving
+    average over the floor, so no chunk fitted, and degraded mode read 256-token chunks
+    at 100-210 ms a step (median gap 84 ms, max 276, 18 of 52 steps degraded). A length
+    is now predicted by the median of its recent readings."""
+    def cost(n):
+        return 0.038 + 0.3e-3 * n if n <= 128 else 0.076 + 0.5e-3 * (n - 128)
+    eng = OneStepSpikes(decode_s=0.014, prefill_tok_s=1950, chunk=512, mixed_cost=cost)
+    eng.streams(7)
+    steps = eng.read(100, 2048)
+    assert eng.num_mixed > OneStepSpikes.spike_at                  # the spike came
+    assert not any(a.degraded for _, _, a in steps)
+    spiked = [sec for p, sec, _ in mixed(steps)][OneStepSpikes.spike_at - 1]
+    assert all(sec <= 2 * FLOOR_S for p, sec, _ in steps if p.decode and sec != spiked)
