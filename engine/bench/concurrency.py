@@ -75,14 +75,15 @@ def _ttft(engine: Engine, prompt: list[int]) -> float:
 
 def measure_round(engine: Engine, vocab: int, n_streams: int, length: int, seed: int,
                   sampling: SamplingParams) -> dict:
-    steps: list[StepEvent] = []
+    seen: list[StepEvent] = []
 
-    def listener(ev) -> None:       # the engine thread: the steps while the prompt is read
+    def listener(ev) -> None:       # the engine thread: the steps from the streams' start
         if isinstance(ev, StepEvent):
-            steps.append(ev)
+            seen.append(ev)
     alone = _ttft(engine, _prompt(length, vocab, seed))
     streams = [Stream(engine, _prompt(STREAM_PROMPTS[i % len(STREAM_PROMPTS)], vocab,
                                       seed * 100 + i), sampling) for i in range(n_streams)]
+    engine.add_listener(listener)
     for s in streams:
         s.start()
     while min(len(s.times) for s in streams) < CALM_TOKENS:
@@ -90,7 +91,6 @@ def measure_round(engine: Engine, vocab: int, n_streams: int, length: int, seed:
     t_calm = time.perf_counter()
     while min(len(s.gaps_ms(t_calm, time.perf_counter())) for s in streams) < 6:
         time.sleep(0.02)
-    engine.add_listener(listener)
     t_submit = time.perf_counter()
     loaded = _ttft(engine, _prompt(length, vocab, seed + 5000))
     t_first = t_submit + loaded
@@ -101,17 +101,26 @@ def measure_round(engine: Engine, vocab: int, n_streams: int, length: int, seed:
         s.join(timeout=60)
     before = [g for s in streams for g in s.gaps_ms(t_calm, t_submit)]
     during = [g for s in streams for g in s.gaps_ms(t_submit, t_first)]
+    # the steps while the prompt is read (from a calm step or two before it), and the
+    # streams' own admission before them: the costs the budget had learned by then
+    steps = [e for e in seen if e.t_end >= t_submit]
+    admission = [e for e in seen if e.t_end < t_submit]
     mixed = [e for e in steps if e.kind == "mixed"]
     return {"alone_s": alone, "loaded_s": loaded, "before": before, "during": during,
             "chunks": [e.prefill_tokens for e in mixed],
             # decode-only steps while the prompt waited: the budget banking (prefill_budget)
             "banked": sum(e.kind == "decode" and t_submit <= e.t_start < t_first for e in steps),
             "degraded": sum(e.degraded for e in mixed), "mixed": len(mixed),
-            "steps": [{"step": e.step, "kind": e.kind, "ms": round(1000 * (e.t_end - e.t_start), 2),
-                       "batch": e.batch_size, "prompt_tokens": e.prefill_tokens,
-                       "degraded": e.degraded, "queue_ms": round(1000 * e.queue_s, 2),
-                       "read_ms": round(1000 * e.read_s, 2),
-                       "predicted_ms": round(1000 * e.predicted_s, 2)} for e in steps]}
+            "steps": [_step_record(e) for e in steps],
+            "admission": [_step_record(e) for e in admission if e.kind == "mixed"]}
+
+
+def _step_record(e: StepEvent) -> dict:
+    return {"step": e.step, "kind": e.kind, "ms": round(1000 * (e.t_end - e.t_start), 2),
+            "batch": e.batch_size, "prompt_tokens": e.prefill_tokens,
+            "degraded": e.degraded, "queue_ms": round(1000 * e.queue_s, 2),
+            "read_ms": round(1000 * e.read_s, 2),
+            "predicted_ms": round(1000 * e.predicted_s, 2)}
 
 
 def _summary(length: int, rounds: list[dict], floor_ms: float) -> str:
@@ -150,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-decode-slowdown", type=float, default=None,
                    help="EngineConfig.max_decode_slowdown (default: the engine's)")
     p.add_argument("--steps-log", default=None,
-                   help="write every step while a new prompt is read (JSON lines) here")
+                   help="write every step while a new prompt is read, and the mixed steps "
+                   "that admitted the streams before it (JSON lines) here")
     add_moe_max_pairs_arg(p)
     args = p.parse_args(argv)
     apply_moe_max_pairs(args)
@@ -176,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                 with open(args.steps_log, "a") as f:
                     for r, result in enumerate(rounds):
                         f.write(json.dumps({"prompt": length, "round": r,
-                                            "steps": result["steps"]}) + "\n")
+                                            "steps": result["steps"],
+                                            "admission": result["admission"]}) + "\n")
     return 0
 
 
