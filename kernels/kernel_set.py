@@ -26,6 +26,7 @@ import kernels.gdn_conv_step as gcs
 import kernels.moe_experts as me
 import kernels.moe_route as mr
 import kernels.paged_attention as pa
+import kernels.top_p_cut as tpc
 from kernels.backend import NAMES
 from kernels.stand_in import COUNT
 
@@ -172,6 +173,14 @@ class KernelSet:
         if backend is None or not grn.applies(y, z, weight):
             return None
         return grn.kernel(y, z, weight, eps, backend=backend)
+
+    def top_p_cut(self, key, weights, target):
+        """[B, 1] int32 of kernels.top_p_cut: top-p's cut key over each row (key, weights
+        [B, V], target [B, 1]), as the sampler's bisection finds it."""
+        backend = self.launches(tpc.NAME)
+        if backend is None or not tpc.applies(key, weights, target):
+            return None
+        return tpc.kernel(key, weights, target, backend=backend)
 
 
 # What a layer holds until its model is given a kernel set (models built outside an engine).

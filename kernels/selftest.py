@@ -20,6 +20,7 @@ import kernels.gdn_conv_step as gcs
 import kernels.moe_experts as me
 import kernels.moe_route as mr
 import kernels.paged_attention as pa
+import kernels.top_p_cut as tpc
 from kernels.backend import absent_reason, gpu_backend
 from kernels.kernel_set import BACKENDS, KernelSet
 
@@ -226,12 +227,31 @@ def check_attention_prep(backend: str) -> float:
     return max(_err_past_bf16(g, w) for g, w in zip((got, k_pool[slots], v_pool[slots]), want))
 
 
+def check_top_p_cut(backend: str) -> float:
+    """Rows of a sampler's keys and weights (a peaked row, a flat one, ties and dropped
+    ids); the error is how far the kernel's cut misses its definition, as a share of
+    the row's mass: sum(w[key < cut]) below target and sum(w[key <= cut]) at least it."""
+    logits = mx.random.normal((3, 5003), key=mx.random.key(12)) * mx.array([[6.0], [0.5], [3.0]])
+    logits = mx.concatenate([mx.round(logits[:2] * 4) / 4, logits[2:]], axis=0)     # ties
+    logits = mx.where(mx.arange(5003) % 97 == 5, -mx.inf, logits)                  # dropped
+    d = logits - mx.max(logits, axis=-1, keepdims=True)
+    w = mx.power(2.0, d * 1.4426950408889634)
+    key = (0.0 - d).view(mx.int32)
+    total = w.sum(axis=-1, keepdims=True)
+    target = mx.array([[0.95], [0.5], [0.999]]) * total
+    cut = tpc.kernel(key, w, target, backend=backend)
+    below = mx.where(key < cut, w, 0.0).sum(axis=-1, keepdims=True)
+    upto = mx.where(key <= cut, w, 0.0).sum(axis=-1, keepdims=True)
+    miss = mx.maximum(below - target, target - upto) / total
+    return max(0.0, miss.max().item())
+
+
 CHECKS = {"gated_delta_step": lambda b: max(check_step(b), check_step_raw_gates(b)),
           "gated_delta_chunk": check_chunk,
           "paged_attention": check_paged, "moe_route": check_route,
           "moe_experts": check_experts, "gdn_conv_step": check_conv,
           "add_rms_norm": check_add_rms_norm, "gated_rms_norm": check_gated_rms_norm,
-          "attention_prep": check_attention_prep}
+          "attention_prep": check_attention_prep, "top_p_cut": check_top_p_cut}
 
 
 def run_selftest(verbose: bool = True) -> dict:

@@ -87,8 +87,9 @@ class RowSampler:
             self.tracker.confirm(int(token_id))
 
 
-def sample_batch(logits: mx.array, states: Sequence[RowSampler]) -> mx.array:
-    """Sample one id per row; advances each sampling row's key. Returns lazy [B] int32."""
+def sample_batch(logits: mx.array, states: Sequence[RowSampler], kernels=None) -> mx.array:
+    """Sample one id per row; advances each sampling row's key. Returns lazy [B] int32.
+    kernels: the model's KernelSet (top-p's cut in one launch where it runs), or None."""
     params = [s.params for s in states]
     if logits.ndim == 3:
         logits = logits[:, -1, :]
@@ -103,7 +104,7 @@ def sample_batch(logits: mx.array, states: Sequence[RowSampler]) -> mx.array:
     for s in grammar_rows:
         s.tracker.feed_early()
     logits = apply_constraints(apply_logit_bias(logits, params), params)
-    ids = _sample_batch(logits, states, params)
+    ids = _sample_batch(logits, states, params, kernels)
     _track_samples(model_logits, ids, states)
     return ids
 
@@ -125,7 +126,7 @@ def _track_samples(logits: mx.array, ids: mx.array, states: Sequence[RowSampler]
 
 
 def _sample_batch(logits: mx.array, states: Sequence[RowSampler],
-                  params: list[SamplingParams]) -> mx.array:
+                  params: list[SamplingParams], kernels=None) -> mx.array:
     keys = None
     if not all(p.greedy for p in params):
         split = _split_keys(mx.stack([s.key for s in states]))         # [B, 2, 2]
@@ -134,12 +135,12 @@ def _sample_batch(logits: mx.array, states: Sequence[RowSampler],
         keys = split[:, 1]                                             # [B, 2]
     needs_history = any(p.repetition_penalty != 1.0 for p in params)
     histories = [s.recent for s in states] if needs_history else None
-    return sample(logits, params, histories, keys)
+    return sample(logits, params, histories, keys, kernels)
 
 
 def sample(logits: mx.array, params: Sequence[SamplingParams],
            histories: Sequence[Sequence[int]] | None = None,
-           keys: mx.array | None = None) -> mx.array:
+           keys: mx.array | None = None, kernels=None) -> mx.array:
     """Functional core. logits [B, V] (or [B, T, V]: last position); keys [B, 2] per-row
     step keys, or None to draw fresh ones. Returns lazy [B] int32."""
     if logits.ndim == 3:
@@ -154,7 +155,7 @@ def sample(logits: mx.array, params: Sequence[SamplingParams],
         return greedy_ids.astype(mx.int32)  # the common case: one argmax, no sort, no noise
     if keys is None:
         keys = mx.random.split(mx.random.key(random.getrandbits(63)), len(params))
-    sampled = _sample_rows(logits, params, keys)
+    sampled = _sample_rows(logits, params, keys, kernels)
     is_greedy = mx.array([p.greedy for p in params])                   # [B]
     return mx.where(is_greedy, greedy_ids, sampled).astype(mx.int32)
 
@@ -168,17 +169,18 @@ def _column(values: list, dtype=mx.float32) -> mx.array:
     return mx.array(values, dtype=dtype)[:, None]                      # [B, 1]
 
 
-def _sample_rows(logits: mx.array, params: Sequence[SamplingParams], keys: mx.array) -> mx.array:
-    return _draw(_kept_weights(logits, params), keys)
+def _sample_rows(logits: mx.array, params: Sequence[SamplingParams], keys: mx.array,
+                 kernels=None) -> mx.array:
+    return _draw(_kept_weights(logits, params, kernels), keys)
 
 
-def filtered_probs(logits: mx.array, params: Sequence[SamplingParams]) -> mx.array:
+def filtered_probs(logits: mx.array, params: Sequence[SamplingParams], kernels=None) -> mx.array:
     """The distribution sampling rows draw from: temperature, top-k, top-p, min-p. [B, V]"""
-    kept = _kept_weights(logits.astype(mx.float32), params)
+    kept = _kept_weights(logits.astype(mx.float32), params, kernels)
     return kept / _row_sum(kept)
 
 
-def _kept_weights(logits: mx.array, params: Sequence[SamplingParams]) -> mx.array:
+def _kept_weights(logits: mx.array, params: Sequence[SamplingParams], kernels=None) -> mx.array:
     """Unnormalized probabilities (max 1) of the ids the filters keep, 0 elsewhere. [B, V]"""
     # Greedy rows get temperature 1 here; their result is replaced by argmax anyway.
     temps = _column([p.temperature if not p.greedy else 1.0 for p in params])
@@ -189,7 +191,7 @@ def _kept_weights(logits: mx.array, params: Sequence[SamplingParams]) -> mx.arra
     weights = _exp(d)                                                  # [B, V], max 1
     if not any(p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0.0 for p in params):
         return weights
-    return mx.where(_keep_mask(d, weights, params), weights, 0.0)
+    return mx.where(_keep_mask(d, weights, params, kernels), weights, 0.0)
 
 
 def _exp(x: mx.array) -> mx.array:
@@ -210,7 +212,8 @@ def _draw(kept: mx.array, keys: mx.array) -> mx.array:
     return mx.sum(running <= u, axis=-1)                               # [B]
 
 
-def _keep_mask(d: mx.array, weights: mx.array, params: Sequence[SamplingParams]) -> mx.array:
+def _keep_mask(d: mx.array, weights: mx.array, params: Sequence[SamplingParams],
+               kernels=None) -> mx.array:
     """Which ids survive top-k, then top-p over the top-k mass, then min-p. [B, V] bool.
     Ties at a cut (equal d) keep the lowest ids first, as a stable sort would."""
     num_vocab = d.shape[-1]
@@ -225,7 +228,7 @@ def _keep_mask(d: mx.array, weights: mx.array, params: Sequence[SamplingParams])
         keep = mx.where(_column(by_rank, mx.bool_), rank_keep, keep)
     if any(by_mass):
         mass_keep = _top_p_keep(d, weights, [p.top_p if m else 0.5
-                                             for p, m in zip(params, by_mass)])
+                                             for p, m in zip(params, by_mass)], kernels)
         keep = mx.where(_column(by_mass, mx.bool_), mass_keep, keep)
     # min-p: keep p >= min_p * p_max, i.e. d >= log(min_p); log(0) = -inf keeps all.
     return keep & (d >= mx.log(_column([p.min_p for p in params])))
@@ -268,7 +271,7 @@ def _top_k_keep(d: mx.array, top_k: list[int], top_p: list[float]) -> mx.array:
     return above | (at_cut & (_tie_rank(at_cut) < room))
 
 
-def _top_p_keep(d: mx.array, weights: mx.array, top_p: list[float]) -> mx.array:
+def _top_p_keep(d: mx.array, weights: mx.array, top_p: list[float], kernels=None) -> mx.array:
     """top-p over the whole vocabulary without sorting: bisection on the cut's value.
 
     key = the int32 bits of -d >= 0, ordered like -d (smaller = likelier). The cut is
@@ -282,7 +285,10 @@ def _top_p_keep(d: mx.array, weights: mx.array, top_p: list[float]) -> mx.array:
     p = _column(top_p)
     target = p * _row_sum(weights)                                     # [B, 1]
     bound = mx.log(d.shape[-1] / mx.maximum(1.0 - p, 1e-30)) + 1.0     # [B, 1]
-    lo = _bisect_cut(key, weights, target, mx.minimum(bound, 3.0e38).view(mx.int32))
+    # one launch where the model's kernel set runs kernels/top_p_cut (the same cut)
+    lo = kernels.top_p_cut(key, weights, target) if kernels is not None else None
+    if lo is None:
+        lo = _bisect_cut(key, weights, target, mx.minimum(bound, 3.0e38).view(mx.int32))
     above = key < lo                                                   # [B, V] likelier than the cut
     at_cut = key == lo
     tied = mx.where(at_cut, weights, 0.0)

@@ -21,6 +21,7 @@ from engine.core.scheduler import Scheduler, StepPlan
 from engine.core.sequence import Sequence, Status, request_stats
 from engine.core.step_event import step_event
 from engine.events import ErrorEvent, FinishedEvent, TokenEvent
+from engine.models.base import kernel_set_of
 
 # FinishedEvent.message of a reply the KV pool could not hold any longer.
 POOL_FULL_NOTE = ("The reply filled the whole KV cache and was cut here; raise the KV "
@@ -47,6 +48,7 @@ class StepLoop:
         self.config = config
         self.mixed_forwards = runs_mixed_forwards(config)   # one forward for a mixed step
         self.runner = (make_runner or Runner)(model, config, num_pages)
+        self.kernels = kernel_set_of(model)     # the sampler's too (kernels/top_p_cut)
         # The pool's memory is taken now, while the model loads, not during the first
         # request (2.4 GB of zeros cost ~4 s on a CPU: a restarted conversation's TTFT).
         mx.eval(self.runner.cache_arrays())
@@ -179,7 +181,7 @@ class StepLoop:
         out = []
         if plan.decode:
             reqs = [self.requests[s.request_id] for s in plan.decode]
-            ids = sample_batch(decode_logits, [r.sampler for r in reqs])
+            ids = sample_batch(decode_logits, [r.sampler for r in reqs], self.kernels)
             out += [(r, ids, i) for i, r in enumerate(reqs)]
         if plan.prefills:
             out += self._sample_prefill(plan.prefills, prefill_logits)
@@ -218,7 +220,7 @@ class StepLoop:
         reqs = [self.requests[chunks[i].seq.request_id] for i in finishing]
         if len(finishing) < len(chunks):
             logits = logits[mx.array(finishing)]
-        ids = sample_batch(logits, [r.sampler for r in reqs])
+        ids = sample_batch(logits, [r.sampler for r in reqs], self.kernels)
         return [(r, ids, row) for row, r in enumerate(reqs)]
 
     # -- postprocess --------------------------------------------------------

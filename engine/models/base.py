@@ -98,6 +98,13 @@ def use_kernels(model: nn.Module, kernels: KernelSet) -> None:
             module.kernel_set = kernels
 
 
+def kernel_set_of(model: nn.Module) -> KernelSet | None:
+    """The kernel set `use_kernels` gave `model`'s layers (the sampler launches from it
+    too), or None for a model without kernel-capable layers."""
+    return next((m.kernel_set for _, m in model.named_modules() if hasattr(m, "kernel_set")),
+                None)
+
+
 def fuse_projections(model: nn.Module) -> None:
     """Join the projections that read the same input, where the family can (after
     loading; engine/models/fused.py). Fewer operations per step, the same numbers."""

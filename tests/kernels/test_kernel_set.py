@@ -72,5 +72,5 @@ def test_status_names_every_kernel():
                            "paged_attention": "metal", "moe_route": "metal",
                            "moe_experts": "metal", "gdn_conv_step": "metal",
                            "add_rms_norm": "metal", "gated_rms_norm": "metal",
-                           "attention_prep": "metal"}
+                           "attention_prep": "metal", "top_p_cut": "metal"}
     assert set(KernelSet.plain("no GPU").status().values()) == {"reference (no GPU)"}
