@@ -1,7 +1,7 @@
 """Micro-benchmark: what `sample_batch` alone costs per decode step.
 
     PYTHONPATH=. python -m engine.bench.sampler_cost [--baseline REF] [--rounds 10]
-        [--top-p-by-sort] [--shapes 248320x1,248320x8] [--kernels]
+        [--top-p-by-sort] [--top-p-kernel] [--shapes 248320x1,248320x8] [--kernels]
 
 Times `engine/core/sampler.py`'s `sample_batch` (evaluated, so the lazy graph runs)
 on random normal x3 logits at the app's default sampling (temperature 0.7, top_p
@@ -10,6 +10,8 @@ on random normal x3 logits at the app's default sampling (temperature 0.7, top_p
 as committed at git REF (e.g. `main`) runs too, alternating with this tree's call
 by call in the same process, so machine load hits both alike. --top-p-by-sort: this
 tree's sampler twice, top-p by bisection and by sort (sampler.TOP_P_BY_SORT pinned).
+--top-p-kernel: this tree's sampler twice, by bisection and with the self-tested kernel
+set (kernels/top_p_cut.py where it passes; a GPU).
 --kernels (the GPU machine, where torch is installed): each call's CUDA kernels,
 count and GPU time (engine/bench/kernel_time.py's table). Prints medians in ms.
 Timings live here, never in the tests.
@@ -65,6 +67,19 @@ class Pinned:
             self.module.TOP_P_BY_SORT = saved
 
 
+class WithKernels:
+    """A sampler module whose calls pass the kernel set the engine would load with."""
+
+    def __init__(self, module):
+        from kernels.selftest import select_kernels
+        self.module, self.kernels = module, select_kernels()
+        self.RowSampler = module.RowSampler
+        print(f"# kernel set: top_p_cut {self.kernels.status()['top_p_cut']}", flush=True)
+
+    def sample_batch(self, logits, states):
+        return self.module.sample_batch(logits, states, self.kernels)
+
+
 def _call(module, logits: mx.array, params: SamplingParams):
     states = [module.RowSampler(params) for _ in range(logits.shape[0])]
     mx.eval([s.key for s in states])
@@ -106,12 +121,16 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--top-p-by-sort", action="store_true",
                     help="also this tree's sampler with top-p by one sort of the row")
+    ap.add_argument("--top-p-kernel", action="store_true",
+                    help="also this tree's sampler with the kernel set (kernels/top_p_cut)")
     ap.add_argument("--shapes", help="VOCABxB,... (default: 49152 and 248320 at B = 1, 8)")
     ap.add_argument("--kernels", action="store_true", help="CUDA kernel tables (torch)")
     args = ap.parse_args(argv)
     modules = {"this tree": current}
     if args.top_p_by_sort:
         modules = {"bisection": Pinned(current, False), "sort": Pinned(current, True)}
+    if args.top_p_kernel:
+        modules = {**modules, "kernel": WithKernels(current)}
     if args.baseline:
         modules = {f"{args.baseline}": load_baseline(args.baseline), **modules}
     shapes = SHAPES
