@@ -113,3 +113,15 @@ def test_the_self_test_check_measures_a_miss(monkeypatch):
     assert check_top_p_cut("test") <= 1e-5
     monkeypatch.setattr(tpc, "kernel", lambda *a, backend: tpc.reference(*a) + (1 << 20))
     assert check_top_p_cut("test") > 2e-3
+
+
+def test_the_apps_default_sampling_through_the_kernel_keeps_what_the_bisection_keeps(backend):
+    """A new chat's settings on Qwen3.5's vocabulary, B = 8: the ids kept with the kernel
+    and by the plain bisection differ at most by ids within float32 rounding of the cut."""
+    from engine.settings_spec import chat_defaults
+    p = SamplingParams.from_settings(chat_defaults())
+    logits = mx.array(np.random.default_rng(8).standard_normal((8, 248_320)).astype(np.float32) * 3)
+    plain = np.array(sampler.filtered_probs(logits, [p] * 8))
+    launched = np.array(sampler.filtered_probs(logits, [p] * 8, KernelSet(backend)))
+    differ = (plain > 0) != (launched > 0)
+    assert np.where(differ, np.maximum(plain, launched), 0).sum(-1).max() <= _bound(248_320)
