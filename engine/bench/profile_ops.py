@@ -39,7 +39,8 @@ from engine.bench.synthetic import QWEN3_5_TOY, SMOLLM2_135M
 from engine.config import EngineConfig
 from engine.core.runner import Runner
 from engine.core.sequence import Sequence
-from kernels.stand_in import gpu_graph
+from kernels.kernel_set import KernelSet
+from kernels.stand_in import COUNT, gpu_graph
 
 # Primitives that only relabel memory (views) or order work: they launch nothing on the GPU.
 VIEWS = {"Broadcast", "Reshape", "ExpandDims", "Squeeze", "Transpose", "Slice", "Flatten",
@@ -176,9 +177,10 @@ def main(argv=None) -> int:
             _print_by_primitive(path, blocks[path, "tandem"], blocks[path, "mlx-lm"])
     print(f"\nsampling a decode step of B={args.batch} after the forward (ops of sample_batch "
           "uncompiled, an upper bound on its launches; its bisection is one mx.compile)")
-    print("| sampling | ops |\n|---|---|")
+    print("| sampling | ops | GPU path (kernels/top_p_cut) |\n|---|---|---|")
     for label, params in SAMPLINGS:
-        print(f"| {label} | {sampler_ops(args.batch, params)} |", flush=True)
+        print(f"| {label} | {sampler_ops(args.batch, params)} "
+              f"| {sampler_ops(args.batch, params, gpu=True)} |", flush=True)
     return 0
 
 
@@ -199,8 +201,9 @@ SAMPLINGS = (("greedy", dict(temperature=0.0)), ("temperature 0.7", dict(tempera
               dict(temperature=0.7, top_p=0.95)))
 
 
-def sampler_ops(batch: int, params: dict, vocab: int = 248320) -> int:
-    """Ops `sample_batch` adds to a decode step of `batch` rows at `params`."""
+def sampler_ops(batch: int, params: dict, vocab: int = 248320, gpu: bool = False) -> int:
+    """Ops `sample_batch` adds to a decode step of `batch` rows at `params`; gpu: with the
+    kernel set a GPU loads (kernels/top_p_cut as one counted launch)."""
     from engine.core.sampler import RowSampler, sample_batch
     from engine.sampling_params import SamplingParams
     logits = mx.zeros((batch, vocab))
@@ -208,7 +211,10 @@ def sampler_ops(batch: int, params: dict, vocab: int = 248320) -> int:
     states = [RowSampler(SamplingParams(**params)) for _ in range(batch)]
     mx.disable_compile()
     try:
-        return count_ops(sample_batch(logits, states))
+        if not gpu:
+            return count_ops(sample_batch(logits, states))
+        with gpu_graph():
+            return count_ops(sample_batch(logits, states, KernelSet(COUNT)))
     finally:
         mx.enable_compile()
 

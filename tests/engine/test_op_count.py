@@ -78,6 +78,21 @@ def test_sampling_at_the_apps_defaults_is_counted_beside_the_forward():
     assert mx.compile(lambda x: x + 1)(mx.array(1)).item() == 2    # compile is back on
 
 
+def test_on_a_gpu_the_apps_top_p_cut_is_one_launch():
+    """With the kernel set a GPU loads, top-p's cut is kernels/top_p_cut's one launch a
+    step instead of the bisection (~190 launches compiled on the H200, session 11): the
+    app's sampling then costs about 50 ops a step (temperature alone: 26), at any batch."""
+    from engine.core.sampler import RowSampler, sample_batch
+    from engine.sampling_params import SamplingParams
+    app = dict(temperature=0.7, top_p=0.95)
+    counts = [profile_ops.sampler_ops(b, app, vocab=4096, gpu=True) for b in (1, 8)]
+    assert abs(counts[0] - counts[1]) <= 2 and max(counts) <= 60, counts
+    states = [RowSampler(SamplingParams(**app)) for _ in range(3)]
+    with gpu_graph() as ledger:
+        sample_batch(mx.zeros((3, 4096)), states, KernelSet(COUNT))
+    assert ledger.calls == {"top_p_cut": 1}
+
+
 def test_attention_prep_runs_only_where_the_paged_kernel_reads_its_pools():
     """attention_prep writes the K/V pools in place; on a GPU only a reader that takes its
     q is ordered after those writes (kernels/README.md, "Ordering on a GPU"). Where the
