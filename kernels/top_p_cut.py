@@ -90,7 +90,7 @@ _METAL_SOURCE = """
   const int V = key_shape[1];
   const int row = int(threadgroup_position_in_grid.x);
   const int tid = int(thread_position_in_threadgroup.x);
-  const int lane = int(thread_index_in_simdgroup), warp = int(simdgroup_index_in_threadgroup);
+  const int lane = int(thread_index_in_simdgroup), warp = tid / 32;   // 32-wide simdgroups
   const int nthreads = int(threads_per_threadgroup.x);
   device const int* k = key + size_t(row) * V;
   device const float* w = weights + size_t(row) * V;
