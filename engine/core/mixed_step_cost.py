@@ -16,8 +16,9 @@ So the cost of each chunk length is kept apart (the median of its last RECENT ti
 above the calm step: a GPU's mixed steps spread 0.75-1.4x and now and then one takes
 2-3x; a moving average let one such step at the floor's chunk push every length over
 the floor, and the policy dropped into degraded mode with 256-token chunks at 2-3x the
-floor on the H200, session 11, where the median moves only once most readings do). A length measured is predicted by its own average (the cost is not linear
-in the tokens on an MoE model: the experts a chunk reads saturate at a few dozen
+floor on the H200, session 11, where the median moves only once most readings do). A
+length measured is predicted by its own median (the cost is not linear in the tokens
+on an MoE model: the experts a chunk reads saturate at a few dozen
 tokens); between measured lengths, by the segment joining them; past them, by a line
 fitted through them (least squares, its slope never steeper than the last segment's
 nor the alone bound) up to twice the longest, and at least the alone rate beyond

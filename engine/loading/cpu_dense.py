@@ -83,7 +83,12 @@ def choose(model: nn.Module, setting: str = "auto",
 def dequantize_model(model: nn.Module) -> int:
     """Replace every QuantizedLinear / QuantizedEmbedding by its float32 dense twin;
     returns how many modules were replaced."""
-    replaced = [(path, _dense(m)) for path, m in _quantized_modules(model)]
+    return replace_modules(model, [(path, _dense(m)) for path, m in _quantized_modules(model)])
+
+
+def replace_modules(model: nn.Module, replaced: list[tuple[str, nn.Module]]) -> int:
+    """Put each (path, module) into `model` and evaluate its parameters now (at load, not
+    in a first request); returns how many were replaced."""
     if replaced:
         model.update_modules(tree_unflatten(replaced))
         mx.eval(model.parameters())

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_unflatten
 
-from engine.loading.cpu_dense import dense_twin
+from engine.loading.cpu_dense import dense_twin, replace_modules
 from kernels.backend import gpu_backend
 
 
@@ -55,8 +54,5 @@ def apply(model: nn.Module, force: bool = False) -> int:
     Runs where the model is loaded (the engine thread), after its projections are joined."""
     if not (force or needs_guard()):
         return 0
-    replaced = [(path, _dense(m)) for path, m in model.named_modules() if _one_group(m)]
-    if replaced:
-        model.update_modules(tree_unflatten(replaced))
-        mx.eval(model.parameters())
-    return len(replaced)
+    return replace_modules(model, [(path, _dense(m)) for path, m in model.named_modules()
+                                   if _one_group(m)])
