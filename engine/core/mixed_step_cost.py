@@ -28,6 +28,15 @@ cost is then bounded by the alone prefill's (seconds per token when a prompt is 
 with nobody streaming, which includes that step's own fixed cost, so it is an upper
 bound), and the rest is the fixed cost.
 
+Whatever was measured, no chunk is predicted below MIN_ALONE_SHARE of the least its
+tokens cost alone (engine/core/alone_prefill_cost.py; a floor on every prediction). Readings are seconds above the calm step as it
+was estimated then; while streams are admitted (other batch widths, first shapes
+compiling) that estimate can be far off, and on the H200 (session 12) such readings had
+a 512-token chunk predicted 41 ms above the calm step: it took 250 ms, as alone (the
+chunk's forward is the alone forward where mixed forwards are off), and the streams
+waited 270 ms twice. Tokens beside decode rows save at most the weight reads those rows
+already made; their arithmetic is the same.
+
 Plain Python (no mlx, no clock): PrefillBudget feeds it measured seconds.
 """
 from __future__ import annotations
@@ -35,7 +44,15 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from engine.core.alone_prefill_cost import AlonePrefillCost
+
 RECENT = 5            # readings of a length whose median predicts it
+# The least share of a chunk's alone cost (AlonePrefillCost.least_s) that a prediction
+# may come out at. Half: on the H200 a 512-token chunk beside 7 streams cost
+# 0.95x its alone time and 16-token ones 2-3x theirs; on this CPU, with the mixed
+# forward, 0.8-1.1x (engine.bench.concurrency --steps-log). Half leaves room for a
+# mixed forward that shares more than those did, and still calls 4x too cheap wrong.
+MIN_ALONE_SHARE = 0.5
 _MAX_AGE = 64         # a length not seen for this many mixed steps is forgotten
 
 
@@ -72,9 +89,15 @@ class CostLine:
     # nearly flat, and a chunk 4x the longest measured was predicted to fit and took
     # 3.6x the floor (the H200, session 6). A wrong guess one length up costs ~2x.
     past_per_token_s: float | None = None
+    # What chunks read alone cost: no chunk is predicted below MIN_ALONE_SHARE of its least
+    alone: AlonePrefillCost | None = None
 
     def extra_s(self, tokens: int) -> float:
         """Seconds a chunk of `tokens` adds to a calm step."""
+        least = MIN_ALONE_SHARE * self.alone.least_s(tokens) if self.alone else 0.0
+        return max(self._measured_extra_s(tokens), least)
+
+    def _measured_extra_s(self, tokens: int) -> float:
         line = self.fixed_s + tokens * self.per_token_s
         for (n0, e0), (n1, e1) in zip(self.points, self.points[1:]):
             if n0 <= tokens <= n1:             # between two measured lengths
@@ -122,9 +145,11 @@ class MixedStepCost:
         seen = self._lengths.get(tokens)
         return seen.count if seen else 0
 
-    def line(self, alone_per_token_s: float | None) -> CostLine | None:
+    def line(self, alone_per_token_s: float | None,
+             alone: AlonePrefillCost | None = None) -> CostLine | None:
         """The fitted cost line, or None before any mixed step. alone_per_token_s: the
-        alone prefill's seconds per token (an upper bound on per_token), if known."""
+        alone prefill's seconds per token (an upper bound on per_token), if known;
+        alone: what chunks read alone cost (a floor on every prediction)."""
         if not self._lengths:
             return None
         points = sorted((n, v.extra_s) for n, v in self._lengths.items())
@@ -138,7 +163,7 @@ class MixedStepCost:
                 # Refit the intercept for a clamped slope; a fixed cost is never negative.
                 fixed = max(0.0, sum(e - n * per_token for n, e in points) / len(points))
                 return CostLine(fixed, per_token, known_slope=True, points=tuple(points),
-                                past_per_token_s=alone_per_token_s)
+                                past_per_token_s=alone_per_token_s, alone=alone)
         # One length (or no rising line): the longest's cost per token, bounded.
         n, e = points[-1]
         per_token = e / n
@@ -146,7 +171,8 @@ class MixedStepCost:
         if bounded:
             per_token = alone_per_token_s
         return CostLine(max(0.0, e - n * per_token), per_token, known_slope=bounded,
-                        points=tuple(points), past_per_token_s=alone_per_token_s)
+                        points=tuple(points), past_per_token_s=alone_per_token_s,
+                        alone=alone)
 
 
 def _least_squares(points: list[tuple[int, float]]) -> tuple[float, float]:

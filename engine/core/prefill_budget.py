@@ -67,6 +67,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from engine.core.alone_prefill_cost import AlonePrefillCost
 from engine.core.mixed_step_cost import CostLine, MixedStepCost
 from engine.core.shapes import MIN_CHUNK, chunk_lengths
 
@@ -107,6 +108,7 @@ class PrefillBudget:
         self.max_slowdown = max_slowdown
         self.decode_s: float | None = None      # seconds of a calm (decode-only) step
         self.prefill_tok_s: float | None = None  # prompt tokens per second, alone
+        self.alone = AlonePrefillCost()          # the least a chunk costs, read alone
         self.mixed = MixedStepCost()
         self._last_length = 0       # prompt tokens of the last mixed step
         self._num_same_length = 0   # consecutive mixed steps that read that many
@@ -265,9 +267,9 @@ class PrefillBudget:
         """What a chunk adds to a calm step: measured from mixed steps, else (before any)
         bounded by the alone prefill rate (no fixed cost assumed); None: nothing known."""
         alone = 1.0 / self.prefill_tok_s if self.prefill_tok_s else None
-        line = self.mixed.line(alone)
+        line = self.mixed.line(alone, self.alone)
         if line is None and alone is not None:
-            return CostLine(0.0, alone, known_slope=True)
+            return CostLine(0.0, alone, known_slope=True, alone=self.alone)
         return line
 
     def _longest_within(self, prompt_s: float, line: CostLine) -> int:
@@ -329,6 +331,7 @@ class PrefillBudget:
             self.decode_s = _mix(self.decode_s, seconds)
         elif prefill_tokens and not decode_rows:
             self.prefill_tok_s = _mix(self.prefill_tok_s, prefill_tokens / seconds)
+            self.alone.observe(prefill_tokens, seconds)
         elif prefill_tokens and self.decode_s is not None:
             # A mixed step: the time beyond a calm decode step went to the prompt.
             extra_s = seconds - self.decode_s

@@ -3,7 +3,8 @@ compiles, a GPU's spread of step times, a one-off stall on a loaded machine (scr
 clock, as in test_prefill_policy.py; no timing)."""
 from test_prefill_policy import FLOOR_S, ScriptedEngine, mixed
 
-from engine.core.prefill_budget import BURST
+from engine.core.mixed_step_cost import MIN_ALONE_SHARE
+from engine.core.prefill_budget import BURST, PrefillBudget
 
 
 class FirstStepStalls(ScriptedEngine):
@@ -126,3 +127,24 @@ def test_one_slow_step_does_not_send_the_policy_into_degraded_mode():
     assert not any(a.degraded for _, _, a in steps)
     spiked = [sec for p, sec, _ in mixed(steps)][OneStepSpikes.spike_at - 1]
     assert all(sec <= 2 * FLOOR_S for p, sec, _ in steps if p.decode and sec != spiked)
+
+
+def test_readings_taken_against_a_stale_calm_step_never_call_a_chunk_cheaper_than_alone():
+    """The H200, session 12 (docs/bench/h200-session12-conc_steps.jsonl, round 0): while
+    the streams were admitted, calm steps stalled (new batch widths compiling), and a
+    256-token chunk read then came out 36 ms above that inflated calm step. Beside 7
+    streams at 20 ms, 512 tokens were predicted at ~60 ms; they took 270 ms, their alone
+    time, twice. No chunk is predicted below half what its tokens cost alone, so the
+    floor's chunk stays short of it."""
+    budget = PrefillBudget(512, min_stream_tok_s=15.0, max_slowdown=1.25)
+    for _ in range(4):
+        budget.observe(0.270, 0, 512)          # a prompt read alone: 512 tokens in 270 ms
+    for _ in range(10):
+        budget.observe(0.150, 2, 0)            # admission: calm steps stalling
+    budget.observe(0.186, 2, 256)              # 36 ms above the inflated calm step
+    for _ in range(20):
+        budget.observe(0.020, 7, 0)            # 7 streams, calm
+    line = budget.cost_line()
+    for n in (64, 256, 512):
+        assert line.extra_s(n) >= MIN_ALONE_SHARE * 0.270 * n / 512 - 1e-12, n
+    assert budget.allowance(True).tokens <= 128
