@@ -1,15 +1,14 @@
 """Micro-benchmark: what `sample_batch` alone costs per decode step.
 
     PYTHONPATH=. python -m engine.bench.sampler_cost [--baseline REF] [--rounds 10]
-        [--top-p-by-sort] [--top-p-kernel] [--shapes 248320x1,248320x8] [--kernels]
+        [--top-p-kernel] [--shapes 248320x1,248320x8] [--kernels]
 
 Times `engine/core/sampler.py`'s `sample_batch` (evaluated, so the lazy graph runs)
 on random normal x3 logits at the app's default sampling (temperature 0.7, top_p
 0.95), temperature 0.7 alone, and greedy, for the built-in model's vocabulary
 (49,152) and Qwen3.5's (248,320), B = 1 and 8. With --baseline REF, the sampler
 as committed at git REF (e.g. `main`) runs too, alternating with this tree's call
-by call in the same process, so machine load hits both alike. --top-p-by-sort: this
-tree's sampler twice, top-p by bisection and by sort (sampler.TOP_P_BY_SORT pinned).
+by call in the same process, so machine load hits both alike.
 --top-p-kernel: this tree's sampler twice, by bisection and with the self-tested kernel
 set (kernels/top_p_cut.py where it passes; a GPU).
 --kernels (the GPU machine, where torch is installed): each call's CUDA kernels,
@@ -49,22 +48,6 @@ def load_baseline(ref: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-class Pinned:
-    """A sampler module with its top-p strategy pinned for the duration of each call."""
-
-    def __init__(self, module, by_sort: bool):
-        self.module, self.by_sort = module, by_sort
-        self.RowSampler = module.RowSampler
-
-    def sample_batch(self, logits, states):
-        saved = self.module.TOP_P_BY_SORT
-        self.module.TOP_P_BY_SORT = self.by_sort
-        try:
-            return self.module.sample_batch(logits, states)
-        finally:
-            self.module.TOP_P_BY_SORT = saved
 
 
 class WithKernels:
@@ -119,16 +102,12 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", help="git ref whose sampler runs alongside (e.g. main)")
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--top-p-by-sort", action="store_true",
-                    help="also this tree's sampler with top-p by one sort of the row")
     ap.add_argument("--top-p-kernel", action="store_true",
                     help="also this tree's sampler with the kernel set (kernels/top_p_cut)")
     ap.add_argument("--shapes", help="VOCABxB,... (default: 49152 and 248320 at B = 1, 8)")
     ap.add_argument("--kernels", action="store_true", help="CUDA kernel tables (torch)")
     args = ap.parse_args(argv)
     modules = {"this tree": current}
-    if args.top_p_by_sort:
-        modules = {"bisection": Pinned(current, False), "sort": Pinned(current, True)}
     if args.top_p_kernel:
         modules = {**modules, "kernel": WithKernels(current)}
     if args.baseline:

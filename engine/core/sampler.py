@@ -13,8 +13,8 @@ Sampling rows draw by inverse CDF (running sum of the kept weights, one uniform)
 not V Gumbel numbers. top-k reads the sorted top max(k) values (mx.topk). top-p
 alone finds its cut by a fixed 31-step bisection on the probability order, one
 masked sum per step, which never sorts the vocabulary (a CPU sort of 248k ids
-costs more), or, where pinned (`top_p_by_sort`, off by default), by the top-k
-path with k = V, one sort of the row. All are exact: the kept set is the one a stable sort by
+costs more), or, where the model's kernel set has it (a GPU), by kernels/top_p_cut's
+radix select, one launch a row. All are exact: the kept set is the one a stable sort by
 probability would give (ties at a cut keep the lowest ids), up to float32
 rounding of the sums.
 """
@@ -49,19 +49,6 @@ _BISECTION_STEPS = 31  # halvings of an int32 key range narrower than 2**31
 # MLX's CUDA sort (mx.sort, mx.topk) runs one block per row on grid.y, at most 65,535:
 # more rows fail at launch ("cudaGraphAddKernelNode ... invalid argument").
 _MAX_SORT_ROWS = 65535
-# True: top-p alone by one sort of the row (top_p_by_sort); benches and tests pin it.
-TOP_P_BY_SORT = False
-
-
-def top_p_by_sort() -> bool:
-    """Whether top-p-only rows find their cut by one sort of the row (the top-k path at
-    k = V) instead of the 31-step bisection. Off on every backend: its sorted running
-    sums are ~2e-6 (of the total) off at a 248k vocabulary's cut, so an id of 2.6e-5 mass
-    there can flip (tests/engine/test_sampler_exact.py); kept to measure on CUDA, where
-    the app's defaults (temperature 0.7, top-p 0.95) cost ~10 ms a decode step at
-    B = 8..32 on the H200 (session 10: greedy 12.0 -> 21.8 ms at B = 8) and the
-    bisection is ~130 dependent [B, V] launches (engine/bench/sampler_cost.py)."""
-    return bool(TOP_P_BY_SORT)
 
 
 class RowSampler:
@@ -218,8 +205,6 @@ def _keep_mask(d: mx.array, weights: mx.array, params: Sequence[SamplingParams],
     Ties at a cut (equal d) keep the lowest ids first, as a stable sort would."""
     num_vocab = d.shape[-1]
     top_k = [p.top_k if 0 < p.top_k < num_vocab else 0 for p in params]
-    if top_p_by_sort():   # top-p alone as top-k at k = V: its cut from the sorted row
-        top_k = [num_vocab if k == 0 and p.top_p < 1.0 else k for k, p in zip(top_k, params)]
     by_rank = [k > 0 for k in top_k]                    # top-k (and its top-p) by candidates
     by_mass = [k == 0 and p.top_p < 1.0 for k, p in zip(top_k, params)]  # top-p by bisection
     keep = mx.ones(d.shape, dtype=mx.bool_)
@@ -248,13 +233,12 @@ def _top_k_keep(d: mx.array, top_k: list[int], top_p: list[float]) -> mx.array:
         return mx.concatenate([_top_k_keep(d[i:i + n], top_k[i:i + n], top_p[i:i + n])
                                for i in range(0, d.shape[0], n)])
     width = max(*top_k, 1)      # a slice may hold no top-k row
-    # k = V (top-p by sort) sorts the row itself: a top-k of every id is a wasted pass.
-    best = d if width >= d.shape[-1] else mx.topk(d, width, axis=-1)
+    best = mx.topk(d, width, axis=-1)
     best = mx.sort(best, axis=-1)[:, ::-1]                             # [B, K] best first
     rank = mx.arange(width)[None, :]                                   # [1, K]
     in_k = rank < _column([max(k, 1) for k in top_k], mx.int32)        # [B, K]
     probs = mx.where(in_k, _exp(best), 0.0)                            # [B, K]
-    if width > _SUM_BLOCK:      # k = V: one running sum down 248k ids is 3e-4 off on a CPU
+    if width > _SUM_BLOCK:      # a large k: one running sum down 248k ids is 3e-4 off on a CPU
         mass_before, total = _running_sum(probs) - probs, _row_sum(probs)
     else:
         mass_before = mx.cumsum(probs, axis=-1) - probs                # [B, K]

@@ -13,20 +13,6 @@ from engine.core.sampler import filtered_probs, sample
 from engine.sampling_params import SamplingParams
 
 
-@pytest.fixture(autouse=True, params=[False, True], ids=["bisection", "sort"])
-def top_p_strategy(request, monkeypatch):
-    """Every check runs on both top-p strategies (sampler.top_p_by_sort): the backend
-    picks one, and each must meet the same reference."""
-    from engine.core import sampler
-    if request.param and request.node.get_closest_marker("bisection_precision"):
-        # Sorted running sums sit ~2e-6 (of the total) off at a 248k cut, the float32 ulp
-        # of sums near the total: an id of 2.6e-5 mass that close to the cut flips, over
-        # these tests' 2e-5 bound. The sort strategy is therefore no backend's default yet.
-        pytest.skip("top-p by sort: 248k-vocabulary precision not met (sampler.top_p_by_sort)")
-    monkeypatch.setattr(sampler, "TOP_P_BY_SORT", request.param)
-    return request.param
-
-
 CHI2_LIMIT = 60.0  # df <= 11: a chance exceedance is p < 1e-8; the seeds are fixed anyway
 
 
@@ -106,7 +92,6 @@ def test_ties_at_the_top_k_cut_keep_the_lowest_ids():
     assert np.array_equal(np.flatnonzero(got[0]), [1, 2, 3])
 
 
-@pytest.mark.bisection_precision
 def test_huge_vocab_top_p_matches_the_reference_to_float32_rounding():
     # The bisection's range and step count at a real vocabulary size, far-off logits included.
     # Ids near a 248k-vocabulary cut hold ~1e-6 each, as fine as float32 sums resolve, so
@@ -196,7 +181,6 @@ def test_the_draw_never_lands_on_a_dropped_id(monkeypatch, uniform, expected):
 QWEN3_5_VOCAB = 248_320
 
 
-@pytest.mark.bisection_precision
 @pytest.mark.parametrize("rows", [1, 2, 8, 32])
 def test_the_apps_default_sampling_matches_the_reference(rows):
     """A new chat's settings (temperature 0.7, top-p 0.95) on Qwen3.5's vocabulary, at the
