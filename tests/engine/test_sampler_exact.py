@@ -12,7 +12,6 @@ import pytest
 from engine.core.sampler import filtered_probs, sample
 from engine.sampling_params import SamplingParams
 
-
 CHI2_LIMIT = 60.0  # df <= 11: a chance exceedance is p < 1e-8; the seeds are fixed anyway
 
 
