@@ -5,7 +5,9 @@ tokens, so a token costs less in a longer chunk: a chunk of n tokens costs at le
 the seconds a token took in any chunk of n or more tokens read alone, and, longer than
 every chunk read alone, at least what the longest one cost. Of the readings the cheapest
 counts (a stall, a first shape compiling, is an upward outlier; a bound must not move
-with one).
+with one). Where the only readings stalled, the bound stays high until a cheaper alone
+reading comes: chunks beside the streams then come out shorter than they could be (a
+slower prompt), never longer (a longer gap).
 
 Plain Python (no mlx, no clock): PrefillBudget feeds it the steps that read a prompt
 with nobody streaming.
