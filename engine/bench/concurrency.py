@@ -135,7 +135,8 @@ def _summary(length: int, rounds: list[dict], floor_ms: float) -> str:
             f"({loaded / alone:.2f}x; rounds {ratios}) | "
             f"stream gap before median {med(before):.0f} ms max {max(before):.0f} ms, "
             f"during median {med(during):.0f} ms mean {statistics.fmean(during):.0f} ms "
-            f"max {max(during):.0f} ms "
+            f"max {max(during):.0f} ms, {sum(g > 2 * floor_ms for g in during)}/{len(during)} "
+            f"over 2x the floor "
             f"(floor {floor_ms:.0f} ms, {med(during) / med(before):.2f}x calm) | "
             f"chunks {chunks}, {sum(r.get('banked', 0) for r in rounds)} calm steps between | degraded "
             f"{sum(r['degraded'] for r in rounds)}/{sum(r['mixed'] for r in rounds)} mixed steps")
