@@ -5,9 +5,11 @@ tokens, so a token costs less in a longer chunk: a chunk of n tokens costs at le
 the seconds a token took in any chunk of n or more tokens read alone, and, longer than
 every chunk read alone, at least what the longest one cost. Of the readings the cheapest
 counts (a stall, a first shape compiling, is an upward outlier; a bound must not move
-with one). Where the only readings stalled, the bound stays high until a cheaper alone
-reading comes: chunks beside the streams then come out shorter than they could be (a
-slower prompt), never longer (a longer gap).
+with one), and only lengths read alone at least twice count: a length's one reading may
+be its compile (a chat's first prompt, one chunk, read right after a cold start), and a
+bound too high does harm too. In degraded mode a chunk may cost up to 2.25x the
+smallest's predicted cost, so a smallest chunk predicted seconds dear lets a 512-token
+chunk in (prefill_budget.py).
 
 Plain Python (no mlx, no clock): PrefillBudget feeds it the steps that read a prompt
 with nobody streaming.
@@ -27,11 +29,14 @@ class AlonePrefillCost:
             self._readings = (self._readings + [(tokens, seconds)])[-RECENT:]
 
     def least_s(self, tokens: int) -> float:
-        """The least seconds a chunk of `tokens` costs alone (0.0: nothing read alone)."""
-        if not self._readings or tokens <= 0:
+        """The least seconds a chunk of `tokens` costs alone (0.0: no length read alone
+        twice)."""
+        lengths = [n for n, _ in self._readings]
+        readings = [(n, s) for n, s in self._readings if lengths.count(n) >= 2]
+        if not readings or tokens <= 0:
             return 0.0
-        longer = [s / n for n, s in self._readings if n >= tokens]
+        longer = [s / n for n, s in readings if n >= tokens]
         if longer:
             return tokens * min(longer)
-        longest = max(n for n, _ in self._readings)
-        return min(s for n, s in self._readings if n == longest)
+        longest = max(n for n, _ in readings)
+        return min(s for n, s in readings if n == longest)
