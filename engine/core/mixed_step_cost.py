@@ -29,13 +29,13 @@ with nobody streaming, which includes that step's own fixed cost, so it is an up
 bound), and the rest is the fixed cost.
 
 Whatever was measured, no chunk is predicted below MIN_ALONE_SHARE of the least its
-tokens cost alone (engine/core/alone_prefill_cost.py; a floor on every prediction). Readings are seconds above the calm step as it
-was estimated then; while streams are admitted (other batch widths, first shapes
-compiling) that estimate can be far off, and on the H200 (session 12) such readings had
-a 512-token chunk predicted 41 ms above the calm step: it took 250 ms, as alone (the
-chunk's forward is the alone forward where mixed forwards are off), and the streams
-waited 270 ms twice. Tokens beside decode rows save at most the weight reads those rows
-already made; their arithmetic is the same.
+tokens cost alone (engine/core/alone_prefill_cost.py): a floor on every prediction.
+Readings are seconds above the calm step as it was estimated then; while streams are
+admitted (other batch widths, first shapes compiling) that estimate can be far off, and
+on the H200 (session 12) such readings had a 512-token chunk predicted 41 ms above the
+calm step: it took 250 ms, as alone (the chunk's forward is the alone forward where
+mixed forwards are off), and the streams waited 270 ms twice. Tokens beside decode rows
+save at most the weight reads those rows already made; their arithmetic is the same.
 
 Plain Python (no mlx, no clock): PrefillBudget feeds it measured seconds.
 """
@@ -49,8 +49,8 @@ from engine.core.alone_prefill_cost import AlonePrefillCost
 RECENT = 5            # readings of a length whose median predicts it
 # The least share of a chunk's alone cost (AlonePrefillCost.least_s) that a prediction
 # may come out at. Half: on the H200 a 512-token chunk beside 7 streams cost
-# 0.95x its alone time and 16-token ones 2-3x theirs; on this CPU, with the mixed
-# forward, 0.8-1.1x (engine.bench.concurrency --steps-log). Half leaves room for a
+# 0.95x its alone time and 16-token ones 1.5-3x theirs; on this CPU, with the mixed
+# forward, 0.8-1.0x (engine.bench.concurrency --steps-log). Half leaves room for a
 # mixed forward that shares more than those did, and still calls 4x too cheap wrong.
 MIN_ALONE_SHARE = 0.5
 _MAX_AGE = 64         # a length not seen for this many mixed steps is forgotten
@@ -89,7 +89,8 @@ class CostLine:
     # nearly flat, and a chunk 4x the longest measured was predicted to fit and took
     # 3.6x the floor (the H200, session 6). A wrong guess one length up costs ~2x.
     past_per_token_s: float | None = None
-    # What chunks read alone cost: no chunk is predicted below MIN_ALONE_SHARE of its least
+    # What chunks read alone cost: no chunk is predicted below MIN_ALONE_SHARE of the
+    # least its tokens cost alone (None: no floor)
     alone: AlonePrefillCost | None = None
 
     def extra_s(self, tokens: int) -> float:
