@@ -16,23 +16,28 @@ with nobody streaming.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 RECENT = 16     # alone steps kept
 
 
 class AlonePrefillCost:
     def __init__(self):
         self._readings: list[tuple[int, float]] = []    # (tokens, seconds), newest last
+        self._counted: list[tuple[int, float]] = []     # those of lengths read twice
 
     def observe(self, tokens: int, seconds: float) -> None:
         """A step read `tokens` prompt tokens, and nothing else, in `seconds`."""
         if tokens > 0 and seconds > 0:
             self._readings = (self._readings + [(tokens, seconds)])[-RECENT:]
+            lengths = Counter(n for n, _ in self._readings)
+            self._counted = [(n, s) for n, s in self._readings if lengths[n] >= 2]
 
     def least_s(self, tokens: int) -> float:
         """The least seconds a chunk of `tokens` costs alone (0.0: no length read alone
-        twice)."""
-        lengths = [n for n, _ in self._readings]
-        readings = [(n, s) for n, s in self._readings if lengths.count(n) >= 2]
+        twice). Called for every chunk length a step's plan weighs: the readings that
+        count are sorted out when they come, in observe."""
+        readings = self._counted
         if not readings or tokens <= 0:
             return 0.0
         longer = [s / n for n, s in readings if n >= tokens]

@@ -268,10 +268,10 @@ def _top_p_keep(d: mx.array, weights: mx.array, top_p: list[float], kernels=None
     key = (0.0 - d).view(mx.int32)                                     # [B, V], 0 - 0 = +0
     p = _column(top_p)
     target = p * _row_sum(weights)                                     # [B, 1]
-    bound = mx.log(d.shape[-1] / mx.maximum(1.0 - p, 1e-30)) + 1.0     # [B, 1]
     # one launch where the model's kernel set runs kernels/top_p_cut (the same cut)
     lo = kernels.top_p_cut(key, weights, target) if kernels is not None else None
     if lo is None:
+        bound = mx.log(d.shape[-1] / mx.maximum(1.0 - p, 1e-30)) + 1.0  # [B, 1]
         lo = _bisect_cut(key, weights, target, mx.minimum(bound, 3.0e38).view(mx.int32))
     above = key < lo                                                   # [B, V] likelier than the cut
     at_cut = key == lo
