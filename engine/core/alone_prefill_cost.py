@@ -11,6 +11,12 @@ bound too high does harm too. In degraded mode a chunk may cost up to 2.25x the
 smallest's predicted cost, so a smallest chunk predicted seconds dear lets a 512-token
 chunk in (prefill_budget.py).
 
+A chunk read beside decode rows is predicted at no less than a share of that least
+cost (floor_s). Where a step runs the chunk as its own forward (mixed forwards off, as
+on CUDA), the chunk's kernels and launches are the alone ones: OWN_FORWARD_SHARE. Where
+one mixed forward reads the chunk and the decode rows together, the chunk shares the
+weight reads the rows make: MIXED_FORWARD_SHARE.
+
 Plain Python (no mlx, no clock): PrefillBudget feeds it the steps that read a prompt
 with nobody streaming.
 """
@@ -19,10 +25,22 @@ from __future__ import annotations
 from collections import Counter
 
 RECENT = 16     # alone steps kept
+# A chunk run as its own forward: on the H200 (session 13, engine.bench.concurrency
+# --steps-log) 256-token chunks beside 7 streams cost 1.02x their alone time and 32-token
+# ones 1.75x. Not 1: the step's read-back and sampling (a few ms) are paid once, by the
+# calm step the chunk's cost is read above.
+OWN_FORWARD_SHARE = 0.9
+# One mixed forward: on the H200 a 512-token chunk cost 0.95x its alone time and 16-token
+# ones 1.5-3x theirs; on this CPU 0.8-1.0x (session 12). Half leaves room for a mixed
+# forward that shares more than those did, and still calls 4x too cheap wrong.
+MIXED_FORWARD_SHARE = 0.5
 
 
 class AlonePrefillCost:
-    def __init__(self):
+    def __init__(self, share: float = MIXED_FORWARD_SHARE):
+        """share: the least share of its alone cost a chunk beside decode rows costs
+        (OWN_FORWARD_SHARE or MIXED_FORWARD_SHARE)."""
+        self.share = share
         self._readings: list[tuple[int, float]] = []    # (tokens, seconds), newest last
         self._counted: list[tuple[int, float]] = []     # those of lengths read twice
 
@@ -45,3 +63,7 @@ class AlonePrefillCost:
             return tokens * min(longer)
         longest = max(n for n, _ in readings)
         return min(s for n, s in readings if n == longest)
+
+    def floor_s(self, tokens: int) -> float:
+        """The least a chunk of `tokens` may be predicted to add beside decode rows."""
+        return self.share * self.least_s(tokens)

@@ -28,8 +28,8 @@ cost is then bounded by the alone prefill's (seconds per token when a prompt is 
 with nobody streaming, which includes that step's own fixed cost, so it is an upper
 bound), and the rest is the fixed cost.
 
-Whatever was measured, no chunk is predicted below MIN_ALONE_SHARE of the least its
-tokens cost alone (engine/core/alone_prefill_cost.py): a floor on every prediction.
+Whatever was measured, no chunk is predicted below a share of the least its tokens
+cost alone (engine/core/alone_prefill_cost.py): a floor on every prediction.
 Readings are seconds above the calm step as it was estimated then; while streams are
 admitted (other batch widths, first shapes compiling) that estimate can be far off, and
 on the H200 (session 12) such readings had a 512-token chunk predicted 41 ms above the
@@ -47,12 +47,6 @@ from dataclasses import dataclass, field
 from engine.core.alone_prefill_cost import AlonePrefillCost
 
 RECENT = 5            # readings of a length whose median predicts it
-# The least share of a chunk's alone cost (AlonePrefillCost.least_s) that a prediction
-# may come out at. Half: on the H200 a 512-token chunk beside 7 streams cost
-# 0.95x its alone time and 16-token ones 1.5-3x theirs; on this CPU, with the mixed
-# forward, 0.8-1.0x (engine.bench.concurrency --steps-log). Half leaves room for a
-# mixed forward that shares more than those did, and still calls 4x too cheap wrong.
-MIN_ALONE_SHARE = 0.5
 _MAX_AGE = 64         # a length not seen for this many mixed steps is forgotten
 
 
@@ -89,13 +83,13 @@ class CostLine:
     # nearly flat, and a chunk 4x the longest measured was predicted to fit and took
     # 3.6x the floor (the H200, session 6). A wrong guess one length up costs ~2x.
     past_per_token_s: float | None = None
-    # What chunks read alone cost: no chunk is predicted below MIN_ALONE_SHARE of the
-    # least its tokens cost alone (None: no floor)
+    # What chunks read alone cost: no chunk is predicted below its share of the least
+    # its tokens cost alone (AlonePrefillCost.floor_s; None: no floor)
     alone: AlonePrefillCost | None = None
 
     def extra_s(self, tokens: int) -> float:
         """Seconds a chunk of `tokens` adds to a calm step."""
-        least = MIN_ALONE_SHARE * self.alone.least_s(tokens) if self.alone else 0.0
+        least = self.alone.floor_s(tokens) if self.alone else 0.0
         return max(self._measured_extra_s(tokens), least)
 
     def _measured_extra_s(self, tokens: int) -> float:
@@ -140,6 +134,13 @@ class MixedStepCost:
         for n in [n for n, v in self._lengths.items()
                   if self._num_observed - v.last_seen > _MAX_AGE]:
             del self._lengths[n]
+
+    def add_to_newest(self, tokens: int, seconds: float) -> None:
+        """The newest reading of this length took `seconds` more (its tail, read in the
+        step after it: PrefillBudget._charge_tail); nothing if the length is forgotten."""
+        seen = self._lengths.get(tokens)
+        if seen and seen.recent:
+            seen.recent[-1] += seconds
 
     def count(self, tokens: int) -> int:
         """Observations of this chunk length (0: none current)."""

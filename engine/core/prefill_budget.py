@@ -67,7 +67,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from engine.core.alone_prefill_cost import AlonePrefillCost
+from engine.core.alone_prefill_cost import MIXED_FORWARD_SHARE, AlonePrefillCost
 from engine.core.mixed_step_cost import CostLine, MixedStepCost
 from engine.core.shapes import MIN_CHUNK, chunk_lengths
 
@@ -94,6 +94,15 @@ class _Queued:
     degraded: bool          # chosen in degraded mode
 
 
+@dataclass
+class _Observed:
+    """A mixed step as observed: where its reading went, so that its tail can follow."""
+    tokens: int                 # prompt tokens it read
+    seconds: float              # its cadence
+    predicted_s: float | None   # its prediction, where its overrun was kept
+    held: bool                  # its reading is the held one, not yet in the cost line
+
+
 @dataclass(frozen=True)
 class Allowance:
     tokens: int              # padded prompt tokens the next step may read
@@ -101,14 +110,18 @@ class Allowance:
 
 
 class PrefillBudget:
-    def __init__(self, max_chunk: int, min_stream_tok_s: float, max_slowdown: float):
-        """min_stream_tok_s 0: no floor, every step reads a whole chunk."""
+    def __init__(self, max_chunk: int, min_stream_tok_s: float, max_slowdown: float,
+                 alone_share: float = MIXED_FORWARD_SHARE):
+        """min_stream_tok_s 0: no floor, every step reads a whole chunk. alone_share: the
+        least share of its alone cost a chunk beside decode rows is predicted at
+        (engine/core/alone_prefill_cost.py: OWN_FORWARD_SHARE where a step runs the chunk
+        as a forward of its own)."""
         self.max_chunk = max_chunk
         self.min_stream_tok_s = min_stream_tok_s
         self.max_slowdown = max_slowdown
         self.decode_s: float | None = None      # seconds of a calm (decode-only) step
         self.prefill_tok_s: float | None = None  # prompt tokens per second, alone
-        self.alone = AlonePrefillCost()          # the least a chunk costs, read alone
+        self.alone = AlonePrefillCost(alone_share)   # the least a chunk costs, read alone
         self.mixed = MixedStepCost()
         self._last_length = 0       # prompt tokens of the last mixed step
         self._num_same_length = 0   # consecutive mixed steps that read that many
@@ -132,6 +145,9 @@ class PrefillBudget:
         # actual / predicted seconds of recent mixed steps at a length measured before:
         # how far a step overruns what it was chosen by (a GPU's steps vary by ~1.4x)
         self._overruns: list[float] = []
+        # The last step observed, if it read a chunk beside decode rows: a calm step right
+        # after it may carry the chunk's tail (_charge_tail)
+        self._last_mixed: _Observed | None = None
 
     def allowance(self, decoding: bool, prompt_left: int | None = None) -> Allowance:
         """The next step's prompt tokens; the whole chunk when nobody is streaming.
@@ -327,8 +343,13 @@ class PrefillBudget:
             # is not paid back by the prompt waiting longer.
             self.bank_s = min(BURST * floor_s, max(0.0, self.bank_s + floor_s - seconds))
             self._last_over_floor = seconds > floor_s
+        last_mixed, self._last_mixed = self._last_mixed, None
         if decode_rows and not prefill_tokens:
-            self.decode_s = _mix(self.decode_s, seconds)
+            tail_s = seconds - self.decode_s if self.decode_s is not None else 0.0
+            if last_mixed is not None and tail_s > 0:
+                self._charge_tail(last_mixed, tail_s)
+            else:
+                self.decode_s = _mix(self.decode_s, seconds)
         elif prefill_tokens and not decode_rows:
             self.prefill_tok_s = _mix(self.prefill_tok_s, prefill_tokens / seconds)
             self.alone.observe(prefill_tokens, seconds)
@@ -342,8 +363,9 @@ class PrefillBudget:
             if held and held[0] != prefill_tokens:
                 self.mixed.observe(*held)
                 held = None
-            if q.step_s and q.measured:     # predicted from its own length: its noise
-                self._overruns = (self._overruns + [seconds / q.step_s])[-OVERRUN_STEPS:]
+            kept = q.step_s if q.step_s and q.measured else None
+            if kept:                        # predicted from its own length: its noise
+                self._overruns = (self._overruns + [seconds / kept])[-OVERRUN_STEPS:]
             if (q.step_s and not held and not self.mixed.count(prefill_tokens)
                     and q.tokens == prefill_tokens and extra_s > 2 * q.extra_s):
                 self._held = (prefill_tokens, extra_s)     # read it again before believing it
@@ -351,9 +373,28 @@ class PrefillBudget:
                     self._recheck = Allowance(prefill_tokens, q.degraded)  # (else: in flight)
             else:                                          # of two readings, the lower counts
                 self.mixed.observe(prefill_tokens, min(extra_s, held[1]) if held else extra_s)
+            self._last_mixed = _Observed(prefill_tokens, seconds, kept, self._held is not None)
             same = prefill_tokens == self._last_length
             self._num_same_length = self._num_same_length + 1 if same else 1
             self._last_length = prefill_tokens
+
+    def _charge_tail(self, chunk: _Observed, tail_s: float) -> None:
+        """A calm step right after a mixed one took tail_s over the calm step: the end of
+        the chunk's device work, not a calm reading. The step loop queues step n+1
+        before it reads step n back, so a chunk whose device time outlasts the host's
+        queuing of it finishes inside the next step (the H200, session 13: a 256-token
+        chunk's step took 83 ms and the calm one after it 76, against 14; its cost,
+        ~130 ms above the calm step, is its alone time). Read as calm steps, such tails
+        took the calm estimate from 14 to ~60 ms: nothing fit the floor any more, and the
+        degraded mode read a 496-token chunk in 328 ms. So the tail goes to the chunk's
+        reading (and its overrun), and the calm estimate keeps to calm steps. A step
+        after a mixed one that comes in at or under the calm estimate is calm."""
+        if chunk.held and self._held and self._held[0] == chunk.tokens:
+            self._held = (chunk.tokens, self._held[1] + tail_s)
+        elif not chunk.held:
+            self.mixed.add_to_newest(chunk.tokens, tail_s)
+        if chunk.predicted_s and self._overruns:
+            self._overruns[-1] = (chunk.seconds + tail_s) / chunk.predicted_s
 
 
 def _mix(old: float | None, new: float) -> float:

@@ -11,6 +11,7 @@ import mlx.core as mx
 
 from engine.cache.cache_manager import CacheManager
 from engine.config import EngineConfig
+from engine.core.alone_prefill_cost import MIXED_FORWARD_SHARE, OWN_FORWARD_SHARE
 from engine.core.compiled_forward import runs_mixed_forwards
 from engine.core.disk_transfer import HostCopies, schema
 from engine.core.output_stream import OutputStream
@@ -72,8 +73,9 @@ class StepLoop:
         self._inflight = None
         self._current: StepPlan | None = None    # the plan being queued (step_failed)
         self._completing: StepPlan | None = None # the plan being read back (step_failed)
-        self.budget = PrefillBudget(config.prefill_chunk, config.min_stream_tok_s,
-                                    config.max_decode_slowdown)
+        self.budget = PrefillBudget(
+            config.prefill_chunk, config.min_stream_tok_s, config.max_decode_slowdown,
+            MIXED_FORWARD_SHARE if self.mixed_forwards else OWN_FORWARD_SHARE)
 
     @property
     def has_work(self) -> bool:

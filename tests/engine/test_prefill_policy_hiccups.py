@@ -3,7 +3,7 @@ compiles, a GPU's spread of step times, a one-off stall on a loaded machine (scr
 clock, as in test_prefill_policy.py; no timing)."""
 from test_prefill_policy import FLOOR_S, ScriptedEngine, mixed
 
-from engine.core.mixed_step_cost import MIN_ALONE_SHARE
+from engine.core.alone_prefill_cost import MIXED_FORWARD_SHARE, OWN_FORWARD_SHARE
 from engine.core.prefill_budget import BURST, PrefillBudget
 
 
@@ -146,5 +146,72 @@ def test_readings_taken_against_a_stale_calm_step_never_call_a_chunk_cheaper_tha
         budget.observe(0.020, 7, 0)            # 7 streams, calm
     line = budget.cost_line()
     for n in (64, 256, 512):
-        assert line.extra_s(n) >= MIN_ALONE_SHARE * 0.270 * n / 512 - 1e-12, n
+        assert line.extra_s(n) >= MIXED_FORWARD_SHARE * 0.270 * n / 512 - 1e-12, n
     assert budget.allowance(True).tokens <= 128
+
+
+class ChunkOutlastsItsStep(ScriptedEngine):
+    """A GPU where the host queues a chunk faster than the device runs it: the step loop
+    queues the next step before it reads this one back, so the chunk's device time past
+    the host's queuing (its tail) lands in the next step, whatever that step reads."""
+
+    def __init__(self, *args, tail=lambda n: 0.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tail, self.carried = tail, 0.0
+
+    def _cost(self, plan) -> float:
+        seconds, self.carried = super()._cost(plan) + self.carried, 0.0
+        if plan.decode and plan.prefills:
+            self.carried = self.tail(plan.prefill_tokens)
+            seconds -= self.carried
+        return seconds
+
+
+def test_a_chunk_whose_device_time_spills_into_the_next_step_is_charged_for_it():
+    """The H200, session 13 (docs/bench/h200-session13-conc_steps.jsonl): 7 streams at
+    14 ms calm; a chunk 13 ms + 0.46 ms a token above that (its alone time, as a forward
+    of its own), of which the host's queuing covers 25 ms + 0.18 ms a token. A 256-token
+    step took 83 ms and the calm step after it 76. Read as a calm step, each tail raised
+    the calm estimate until nothing fit the floor: degraded mode, a 496-token chunk in
+    328 ms. Charged to its chunk, the calm estimate stays the calm step's, no step is
+    degraded and every step stays within twice the floor."""
+    eng = ChunkOutlastsItsStep(
+        decode_s=0.014, prefill_tok_s=2000, chunk=512, alone_fixed_s=0.010,
+        mixed_cost=lambda n: 0.013 + 0.46e-3 * n,
+        tail=lambda n: max(0.0, (0.013 + 0.46e-3 * n) - (0.025 + 0.18e-3 * n)))
+    eng.budget = PrefillBudget(512, 15.0, 1.25, OWN_FORWARD_SHARE)
+    eng.read(99, 2048)          # alone first, as engine.bench.concurrency does
+    eng.streams()
+    for _ in range(10):         # the streams' calm steps, before a prompt comes
+        eng.step()
+    for rid in (100, 101):
+        eng.read(rid, 2048)
+        for _ in range(4):
+            eng.step()
+    assert eng.budget.decode_s <= 0.014 * 1.1
+    during = [(p, sec, a) for p, sec, a in eng.steps[6:] if p.decode]
+    assert not any(a.degraded for _, _, a in during)
+    assert max(sec for _, sec, _ in during) <= 2 * FLOOR_S, max(sec for _, sec, _ in during)
+
+
+def test_the_calm_estimate_is_not_raised_by_the_tails_of_banked_chunks():
+    """The H200, session 13, round 2 of docs/bench/h200-session13-conc_steps.jsonl,
+    replayed: banked 256-token steps (80-100 ms), each followed by a calm step that
+    carried its tail (76-85 ms against 14), then a 512-token chunk whose tail made the
+    calm step after it 148 ms. Read as calm steps, those tails took the calm estimate
+    past the floor's reach: the next step was degraded and read 496 tokens in 328 ms.
+    The tails are the chunks' cost: the calm estimate stays the calm steps'."""
+    budget = PrefillBudget(512, min_stream_tok_s=15.0, max_slowdown=1.25,
+                           alone_share=OWN_FORWARD_SHARE)
+    for _ in range(4):
+        budget.observe(0.260, 0, 512)          # the prompt read alone: 512 tokens in 260 ms
+    for _ in range(10):
+        budget.observe(0.014, 7, 0)            # 7 streams, calm
+    for seconds, tokens in [(0.100, 256), (0.085, 0), (0.080, 256), (0.079, 0),
+                            (0.081, 256), (0.079, 0), (0.081, 256), (0.079, 0),
+                            (0.015, 0), (0.052, 16), (0.119, 512), (0.148, 0), (0.014, 0)]:
+        budget.observe(seconds, 7, tokens)
+    assert budget.decode_s <= 0.015
+    assert not budget.allowance(True, prompt_left=496).degraded
+    # each 256-token chunk read with its tail: ~130 ms above the calm step, its alone time
+    assert budget.cost_line().extra_s(256) >= 0.9 * 0.260 / 2
