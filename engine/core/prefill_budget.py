@@ -366,8 +366,12 @@ class PrefillBudget:
             kept = q.step_s if q.step_s and q.measured else None
             if kept:                        # predicted from its own length: its noise
                 self._overruns = (self._overruns + [seconds / kept])[-OVERRUN_STEPS:]
+            # Only a length of the set is held: a prompt's remainder (its last tokens,
+            # any count) cannot be read again, and held, it capped every chunk below it
+            # until the next prompt (the H200, session 13: its first steps degraded)
             if (q.step_s and not held and not self.mixed.count(prefill_tokens)
-                    and q.tokens == prefill_tokens and extra_s > 2 * q.extra_s):
+                    and q.tokens == prefill_tokens and extra_s > 2 * q.extra_s
+                    and prefill_tokens in chunk_lengths(self.max_chunk)):
                 self._held = (prefill_tokens, extra_s)     # read it again before believing it
                 if not any(f.tokens == prefill_tokens for f in self._in_flight):
                     self._recheck = Allowance(prefill_tokens, q.degraded)  # (else: in flight)

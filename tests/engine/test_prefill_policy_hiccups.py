@@ -215,3 +215,28 @@ def test_the_calm_estimate_is_not_raised_by_the_tails_of_banked_chunks():
     assert not budget.allowance(True, prompt_left=496).degraded
     # each 256-token chunk read with its tail: ~130 ms above the calm step, its alone time
     assert budget.cost_line().extra_s(256) >= 0.9 * 0.260 / 2
+
+
+def test_a_prompts_last_few_tokens_held_for_a_second_reading_never_block_the_next_prompt():
+    """The H200, session 13 (docs/bench/h200-session13b-conc_steps.jsonl, round 2): a
+    prompt's last 4 tokens took over twice their prediction, so that reading was held
+    for a second one, which the prompt, ended, could not give. Only calm steps came until
+    the next prompt, and "nothing as long as the held length" left no length at all:
+    the next prompt's first two steps were flagged degraded at 28 ms, well within the
+    floor (or, with no step in flight, its first step re-read 4 tokens). Only lengths of
+    the chunk set are held."""
+    budget = PrefillBudget(512, min_stream_tok_s=15.0, max_slowdown=1.25,
+                           alone_share=OWN_FORWARD_SHARE)
+    for _ in range(4):
+        budget.observe(0.255, 0, 512)          # a prompt read alone
+    for _ in range(10):
+        budget.observe(0.014, 7, 0)            # 7 streams, calm
+    for _ in range(5):
+        budget.queued(7, 32)
+        budget.observe(0.050, 7, 32)           # 32-token chunks, 36 ms above calm
+    budget.queued(7, 4)
+    budget.observe(0.120, 7, 4)                # the prompt's last 4 tokens, surprising
+    for _ in range(20):
+        budget.observe(0.014, 7, 0)            # the streams alone until the next prompt
+    allowance = budget.allowance(True, prompt_left=2048)
+    assert not allowance.degraded and allowance.tokens >= 16, allowance
