@@ -69,7 +69,7 @@ from dataclasses import dataclass
 
 from engine.core.alone_prefill_cost import MIXED_FORWARD_SHARE, AlonePrefillCost
 from engine.core.mixed_step_cost import CostLine, MixedStepCost
-from engine.core.shapes import MIN_CHUNK, chunk_lengths
+from engine.core.shapes import MIN_CHUNK, chunk_lengths, padded_chunk
 
 WARMUP_TOKENS = 64  # before anything is measured, read this much beside a decode
 # Banked steps (module docstring, "The bank"): a step may last up to (1 + BURST) x the
@@ -111,11 +111,13 @@ class Allowance:
 
 class PrefillBudget:
     def __init__(self, max_chunk: int, min_stream_tok_s: float, max_slowdown: float,
-                 alone_share: float = MIXED_FORWARD_SHARE):
+                 alone_share: float = MIXED_FORWARD_SHARE, pads_chunks: bool = False):
         """min_stream_tok_s 0: no floor, every step reads a whole chunk. alone_share: the
         least share of its alone cost a chunk beside decode rows is predicted at
         (engine/core/alone_prefill_cost.py: OWN_FORWARD_SHARE where a step runs the chunk
-        as a forward of its own)."""
+        as a forward of its own). pads_chunks: the runner pads a chunk up to a length
+        of the set (runner.pads_to_fixed_shapes), so any other length costs that one."""
+        self.pads_chunks = pads_chunks
         self.max_chunk = max_chunk
         self.min_stream_tok_s = min_stream_tok_s
         self.max_slowdown = max_slowdown
@@ -165,7 +167,7 @@ class PrefillBudget:
         if self.decode_s is None or line is None:
             return Allowance(min(self.max_chunk, WARMUP_TOKENS))
         floor_s = 1.0 / self.min_stream_tok_s
-        tokens = self._longest_within(floor_s - self.decode_s, line)
+        tokens = self._longest_within(floor_s - self.decode_s, line, prompt_left)
         if not tokens and self._held and any(f.tokens == self._held[0] for f in self._in_flight):
             return Allowance(0)         # a calm step while the surprising length is read again
         if tokens:
@@ -196,7 +198,7 @@ class PrefillBudget:
         bound_s = max(floor_s, self.decode_s * (1 + self.max_slowdown)) / self.bias()
         prompt_s = max(bound_s - self.decode_s, 0.0)
         prompt_s = max(prompt_s, (1 + self.max_slowdown) * line.extra_s(smallest))
-        tokens = max(self._longest_within(prompt_s, line), smallest)
+        tokens = max(self._longest_within(prompt_s, line, prompt_left), smallest)
         tokens = self._probe(tokens, prompt_s, line, True)
         return Allowance(tokens, degraded=True)
 
@@ -288,10 +290,16 @@ class PrefillBudget:
             return CostLine(0.0, alone, known_slope=True, alone=self.alone)
         return line
 
-    def _longest_within(self, prompt_s: float, line: CostLine) -> int:
+    def _longest_within(self, prompt_s: float, line: CostLine,
+                        prompt_left: int | None = None) -> int:
         """The longest chunk length (at most 4x the longest measured beside a decode,
         WARMUP_TOKENS before any: the alone rate says little about a mixed step) whose
-        cost fits in prompt_s seconds above the calm step; 0 if none does."""
+        cost fits in prompt_s seconds above the calm step; 0 if none does. prompt_left
+        (the fewest tokens a prompt has left) is a length too where it is longer than
+        that one and fits: the prompt's rest in this step rather than a step for its
+        last few tokens (on the CPU, a 200-token prompt read as 6 x 32 + 8 paid a whole
+        ~300 ms step for its last 8 tokens; 40 cost ~26 ms more than 32). Its cost is
+        that of the length its forward runs at (pads_chunks)."""
         measured = self.mixed.lengths
         cap = 4 * measured[-1] if measured else WARMUP_TOKENS
         lengths = chunk_lengths(self.max_chunk)
@@ -299,7 +307,12 @@ class PrefillBudget:
             cap = min(cap, self._held[0] - 1)   # long, and no new length (another guess)
             lengths = [n for n in lengths if n in measured]
         fitting = [n for n in lengths if n <= cap and line.extra_s(n) <= prompt_s + 1e-9]
-        return fitting[-1] if fitting else 0
+        best = fitting[-1] if fitting else 0
+        if prompt_left and best < prompt_left <= min(cap, self.max_chunk) and not self._held:
+            runs_at = padded_chunk(prompt_left, self.max_chunk) if self.pads_chunks else prompt_left
+            if line.extra_s(runs_at) <= prompt_s + 1e-9:
+                return prompt_left
+        return best
 
     def _probe(self, tokens: int, prompt_s: float, line: CostLine, degraded: bool) -> int:
         """tokens, or the next chunk length up when tokens is the one length measured

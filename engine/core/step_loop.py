@@ -16,7 +16,7 @@ from engine.core.compiled_forward import runs_mixed_forwards
 from engine.core.disk_transfer import HostCopies, schema
 from engine.core.output_stream import OutputStream
 from engine.core.prefill_budget import PrefillBudget
-from engine.core.runner import Runner
+from engine.core.runner import Runner, pads_to_fixed_shapes
 from engine.core.sampler import RowSampler, sample_batch
 from engine.core.scheduler import Scheduler, StepPlan
 from engine.core.sequence import Sequence, Status, request_stats
@@ -75,7 +75,8 @@ class StepLoop:
         self._completing: StepPlan | None = None # the plan being read back (step_failed)
         self.budget = PrefillBudget(
             config.prefill_chunk, config.min_stream_tok_s, config.max_decode_slowdown,
-            MIXED_FORWARD_SHARE if self.mixed_forwards else OWN_FORWARD_SHARE)
+            MIXED_FORWARD_SHARE if self.mixed_forwards else OWN_FORWARD_SHARE,
+            pads_to_fixed_shapes(config))
 
     @property
     def has_work(self) -> bool:

@@ -361,3 +361,30 @@ def test_a_bank_that_does_not_fill_never_starves_the_prompt():
     longest_wait = max(len(run) for run in "".join("0" if n == 0 else "x" for n in sizes)
                        .split("x"))
     assert longest_wait <= MAX_BANKING, sizes
+
+
+def test_a_prompts_last_few_tokens_ride_with_its_chunk_where_they_fit():
+    """This CPU's costs (docs/PERFORMANCE.md: 3 streams, calm ~150 ms, a chunk 45 ms +
+    3.3 ms a token above it, degraded mode): a 200-token prompt read as 6 x 32 + 8 paid
+    a whole step for its last 8 tokens. 40 tokens fit the step's bound too, so the
+    prompt's rest is read with its last chunk: one step fewer, every step within the
+    degraded mode's bound."""
+    eng = ScriptedEngine(decode_s=0.150, prefill_tok_s=278, chunk=512, mixed_fixed_s=0.045,
+                         mixed_tok_s=303, slowdown=1.25, alone_fixed_s=0.045)
+    eng.streams(3)
+    eng.read(100, 200)               # the first prompt measures the smallest chunk
+    during = mixed(eng.read(101, 200))
+    assert [p.prefill_tokens for p, _, _ in during] == [32] * 5 + [40]
+    assert all(sec <= 0.150 * (1 + 1.25) + 1e-9 for _, sec, _ in during)
+
+
+def test_where_chunks_are_padded_the_prompts_rest_is_priced_at_its_padded_length():
+    """The same world with the runner padding chunks to the set (a GPU's fixed shapes):
+    40 tokens run as 64, which does not fit the bound, so the last 8 get their own step."""
+    eng = ScriptedEngine(decode_s=0.150, prefill_tok_s=278, chunk=512, mixed_fixed_s=0.045,
+                         mixed_tok_s=303, slowdown=1.25, alone_fixed_s=0.045)
+    eng.budget = PrefillBudget(512, 15.0, 1.25, pads_chunks=True)
+    eng.streams(3)
+    eng.read(100, 200)
+    during = mixed(eng.read(101, 200))
+    assert [p.prefill_tokens for p, _, _ in during] == [32] * 6 + [8]
