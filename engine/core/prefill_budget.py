@@ -295,11 +295,13 @@ class PrefillBudget:
         """The longest chunk length (at most 4x the longest measured beside a decode,
         WARMUP_TOKENS before any: the alone rate says little about a mixed step) whose
         cost fits in prompt_s seconds above the calm step; 0 if none does. prompt_left
-        (the fewest tokens a prompt has left) is a length too where it is longer than
-        that one and fits: the prompt's rest in this step rather than a step for its
-        last few tokens (on the CPU, a 200-token prompt read as 6 x 32 + 8 paid a whole
-        ~300 ms step for its last 8 tokens; 40 cost ~26 ms more than 32). Its cost is
-        that of the length its forward runs at (pads_chunks)."""
+        (the fewest tokens a prompt has left) is a length too where it leaves that one
+        fewer than MIN_CHUNK tokens and fits: the prompt's rest in this step rather than
+        a step for its last few tokens (on the CPU, a 200-token prompt read as 6 x 32 + 8
+        paid a whole ~300 ms step for its last 8 tokens; 40 cost ~26 ms more than 32).
+        Its cost is that of the length its forward runs at (pads_chunks). Only a few
+        tokens past a length that fits: an odd length far past the measured ones is
+        predicted by a line, and on the CPU such a line let 128 tokens in at 3.3x calm."""
         measured = self.mixed.lengths
         cap = 4 * measured[-1] if measured else WARMUP_TOKENS
         lengths = chunk_lengths(self.max_chunk)
@@ -308,7 +310,8 @@ class PrefillBudget:
             lengths = [n for n in lengths if n in measured]
         fitting = [n for n in lengths if n <= cap and line.extra_s(n) <= prompt_s + 1e-9]
         best = fitting[-1] if fitting else 0
-        if prompt_left and best < prompt_left <= min(cap, self.max_chunk) and not self._held:
+        if (best and prompt_left and best < prompt_left < best + MIN_CHUNK
+                and prompt_left <= self.max_chunk and not self._held):
             runs_at = padded_chunk(prompt_left, self.max_chunk) if self.pads_chunks else prompt_left
             if line.extra_s(runs_at) <= prompt_s + 1e-9:
                 return prompt_left
