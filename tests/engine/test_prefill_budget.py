@@ -208,3 +208,17 @@ def test_a_chunk_shorter_than_any_measured_is_not_predicted_below_its_fixed_cost
 def test_policy_settings_are_validated(bad):
     with pytest.raises(ValueError, match="EngineConfig"):
         EngineConfig(**bad)
+
+
+def test_a_longer_chunk_is_never_predicted_cheaper_than_a_shorter_one_was_measured():
+    """The CPU, session 13 (engine.bench.concurrency --steps-log): a prompt's remainders
+    are measured at odd lengths among the set's, and a 52-token reading above the
+    64-token one had the segments predict 72 tokens 140 ms under 64."""
+    from engine.core.mixed_step_cost import MixedStepCost
+    cost = MixedStepCost()
+    for n, e in [(16, 0.170), (32, 0.250), (52, 0.420), (64, 0.300), (80, 0.330)]:
+        cost.observe(n, e)
+    line = cost.line(None)
+    assert line.extra_s(64) >= 0.420 and line.extra_s(72) >= 0.420
+    lengths = range(16, 160, 4)
+    assert all(line.extra_s(a) <= line.extra_s(b) for a, b in zip(lengths, lengths[1:]))
