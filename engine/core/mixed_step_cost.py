@@ -86,14 +86,17 @@ class CostLine:
     # What chunks read alone cost: no chunk is predicted below its share of the least
     # its tokens cost alone (AlonePrefillCost.floor_s; None: no floor)
     alone: AlonePrefillCost | None = None
+    # (length, seconds) of the points read at least twice: what a longer chunk is never
+    # predicted under. A single reading may be a stall (a new decode trace, 300 ms on the
+    # H200), and as this floor one such had every chunk of the next prompt degraded.
+    confirmed: tuple[tuple[int, float], ...] = ()
 
     def extra_s(self, tokens: int) -> float:
         """Seconds a chunk of `tokens` adds to a calm step: never less than a shorter
-        length was measured at (more tokens never cost less; the odd lengths a prompt's
-        last tokens give sit among the set's, and on the CPU their readings had 72
-        tokens predicted 140 ms under 64), nor than the alone floor."""
+        length was measured at, twice or more (more tokens never cost less; on the CPU
+        odd lengths had 72 tokens predicted 140 ms under 64), nor than the alone floor."""
         least = self.alone.floor_s(tokens) if self.alone else 0.0
-        shorter = max((e for n, e in self.points if n <= tokens), default=0.0)
+        shorter = max((e for n, e in self.confirmed if n <= tokens), default=0.0)
         return max(self._measured_extra_s(tokens), shorter, least)
 
     def _measured_extra_s(self, tokens: int) -> float:
@@ -159,6 +162,8 @@ class MixedStepCost:
         if not self._lengths:
             return None
         points = sorted((n, v.extra_s) for n, v in self._lengths.items())
+        confirmed = tuple((n, v.extra_s) for n, v in sorted(self._lengths.items())
+                          if v.count >= 2)
         if len(points) >= 2:
             fixed, per_token = _least_squares(points)
             (n0, e0), (n1, e1) = points[-2:]
@@ -169,7 +174,8 @@ class MixedStepCost:
                 # Refit the intercept for a clamped slope; a fixed cost is never negative.
                 fixed = max(0.0, sum(e - n * per_token for n, e in points) / len(points))
                 return CostLine(fixed, per_token, known_slope=True, points=tuple(points),
-                                past_per_token_s=alone_per_token_s, alone=alone)
+                                past_per_token_s=alone_per_token_s, alone=alone,
+                                confirmed=confirmed)
         # One length (or no rising line): the longest's cost per token, bounded.
         n, e = points[-1]
         per_token = e / n
@@ -178,7 +184,7 @@ class MixedStepCost:
             per_token = alone_per_token_s
         return CostLine(max(0.0, e - n * per_token), per_token, known_slope=bounded,
                         points=tuple(points), past_per_token_s=alone_per_token_s,
-                        alone=alone)
+                        alone=alone, confirmed=confirmed)
 
 
 def _least_squares(points: list[tuple[int, float]]) -> tuple[float, float]:

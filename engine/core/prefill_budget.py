@@ -81,6 +81,11 @@ BANK_GAIN = 0.9     # a banked chunk must read this much faster per token than t
 MAX_BANKING = 3     # calm steps in a row a waiting prompt may give up before reading anyway
 PROBE_EVERY = 16    # mixed steps at one length before the next length up is tried
 OVERRUN_STEPS = 16  # recent mixed steps whose overrun of their prediction is kept
+# A step over this many times its prediction is a one-off (a new decode trace, a page-in),
+# not the spread of the steps: its overrun is kept neither for the banked steps' margin
+# nor for the bias. Kept, one 3.4 s stall (44x) barred every banked chunk for the next
+# 16 mixed steps (the H200, session 14); the spread there is up to ~2.2x (CUDA graphs).
+STALL_OVERRUN = 3.0
 _ALPHA = 0.2        # weight of the newest step in the moving averages
 
 
@@ -97,7 +102,7 @@ class _Queued:
 @dataclass
 class _Observed:
     """A mixed step as observed: where its reading went, so that its tail can follow."""
-    tokens: int                 # prompt tokens it read
+    length: int | None          # the chunk length its reading is kept at (None: nowhere)
     seconds: float              # its cadence
     predicted_s: float | None   # its prediction, where its overrun was kept
     held: bool                  # its reading is the held one, not yet in the cost line
@@ -261,9 +266,23 @@ class PrefillBudget:
             return _Queued(None, prefill_tokens, 0.0, False, False)
         if not prefill_tokens:
             return _Queued(self.decode_s, 0, 0.0, True, False)
-        extra_s = line.extra_s(prefill_tokens)
+        length = self._reading_length(prefill_tokens)
+        extra_s = line.extra_s(length or prefill_tokens)
         return _Queued(self.decode_s + extra_s, prefill_tokens, extra_s,
-                       self.mixed.count(prefill_tokens) > 0, bool(self._last and self._last.degraded))
+                       bool(length and self.mixed.count(length)),
+                       bool(self._last and self._last.degraded))
+
+    def _reading_length(self, tokens: int) -> int | None:
+        """The chunk length a mixed step of `tokens` prompt tokens is read as: the length
+        its forward runs at (padded up where chunks are padded), if that is a length of
+        the set; None for any other (a prompt's rest where chunks are not padded, or
+        several prompts' chunks past the longest), whose reading is not kept. Such a
+        step is read once and never again, so a one-off in it (a new decode trace while
+        streams are admitted: 300 ms on the H200, session 14) cannot be told from its
+        cost, and kept at its own length it set the least that every longer chunk was
+        predicted at (CostLine.extra_s): each step of the next prompt ran degraded."""
+        length = padded_chunk(tokens, self.max_chunk) if self.pads_chunks else tokens
+        return length if length in chunk_lengths(self.max_chunk) else None
 
     def drop_queued(self) -> None:
         """The steps in flight failed: none of them will be observed."""
@@ -372,28 +391,33 @@ class PrefillBudget:
         elif prefill_tokens and self.decode_s is not None:
             # A mixed step: the time beyond a calm decode step went to the prompt.
             extra_s = seconds - self.decode_s
+            length = self._reading_length(prefill_tokens)
             # A held reading lasts until the next mixed step: its second reading, or (a
-            # prompt that ended short of the length, another length planned first) it is
-            # believed as it was, never left to hold the chunk down.
+            # prompt that ended short of the length, another length planned first) it
+            # is dropped, never left to hold the chunk down, and never believed alone:
+            # believed, one stall (a new decode trace while streams were admitted) was
+            # the least any chunk was predicted at (the H200, session 14: 3.4 s).
             held, self._held = self._held, None
-            if held and held[0] != prefill_tokens:
-                self.mixed.observe(*held)
+            if held and held[0] != length:
                 held = None
             kept = q.step_s if q.step_s and q.measured else None
+            if kept and seconds > STALL_OVERRUN * kept:
+                kept = None                 # a one-off, not the steps' spread
             if kept:                        # predicted from its own length: its noise
                 self._overruns = (self._overruns + [seconds / kept])[-OVERRUN_STEPS:]
-            # Only a length of the set is held: a prompt's remainder (its last tokens,
-            # any count) cannot be read again, and held, it capped every chunk below it
-            # until the next prompt (the H200, session 13: its first steps degraded)
-            if (q.step_s and not held and not self.mixed.count(prefill_tokens)
-                    and q.tokens == prefill_tokens and extra_s > 2 * q.extra_s
-                    and prefill_tokens in chunk_lengths(self.max_chunk)):
-                self._held = (prefill_tokens, extra_s)     # read it again before believing it
-                if not any(f.tokens == prefill_tokens for f in self._in_flight):
-                    self._recheck = Allowance(prefill_tokens, q.degraded)  # (else: in flight)
+            if length is None:
+                pass                        # an odd length: not kept (_reading_length)
+            elif (q.step_s and not held and not self.mixed.count(length)
+                    and q.tokens == prefill_tokens and extra_s > 2 * q.extra_s):
+                self._held = (length, extra_s)     # read it again before believing it
+                # read again at once where it is a whole chunk and none is in flight; a
+                # prompt's padded rest is read again by the next chunk of its length
+                if prefill_tokens == length and not any(
+                        f.tokens == length for f in self._in_flight):
+                    self._recheck = Allowance(length, q.degraded)
             else:                                          # of two readings, the lower counts
-                self.mixed.observe(prefill_tokens, min(extra_s, held[1]) if held else extra_s)
-            self._last_mixed = _Observed(prefill_tokens, seconds, kept, self._held is not None)
+                self.mixed.observe(length, min(extra_s, held[1]) if held else extra_s)
+            self._last_mixed = _Observed(length, seconds, kept, self._held is not None)
             same = prefill_tokens == self._last_length
             self._num_same_length = self._num_same_length + 1 if same else 1
             self._last_length = prefill_tokens
@@ -409,12 +433,18 @@ class PrefillBudget:
         degraded mode read a 496-token chunk in 328 ms. So the tail goes to the chunk's
         reading (and its overrun), and the calm estimate keeps to calm steps. A step
         after a mixed one that comes in at or under the calm estimate is calm."""
-        if chunk.held and self._held and self._held[0] == chunk.tokens:
-            self._held = (chunk.tokens, self._held[1] + tail_s)
+        if chunk.length is None:
+            pass                        # a reading not kept: its tail neither
+        elif chunk.held and self._held and self._held[0] == chunk.length:
+            self._held = (chunk.length, self._held[1] + tail_s)
         elif not chunk.held:
-            self.mixed.add_to_newest(chunk.tokens, tail_s)
+            self.mixed.add_to_newest(chunk.length, tail_s)
         if chunk.predicted_s and self._overruns:
-            self._overruns[-1] = (chunk.seconds + tail_s) / chunk.predicted_s
+            overrun = (chunk.seconds + tail_s) / chunk.predicted_s
+            if overrun > STALL_OVERRUN:
+                self._overruns.pop()        # with its tail, a one-off after all
+            else:
+                self._overruns[-1] = overrun
 
 
 def _mix(old: float | None, new: float) -> float:

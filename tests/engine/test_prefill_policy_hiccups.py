@@ -240,3 +240,34 @@ def test_a_prompts_last_few_tokens_held_for_a_second_reading_never_block_the_nex
         budget.observe(0.014, 7, 0)            # the streams alone until the next prompt
     allowance = budget.allowance(True, prompt_left=2048)
     assert not allowance.degraded and allowance.tokens >= 16, allowance
+
+
+def test_one_off_stalls_while_streams_are_admitted_never_price_the_next_prompt():
+    """The H200, session 14 (docs/bench/h200-session14-conc_steps.jsonl, rounds 0-1,
+    replayed): while the streams were admitted, a step reading one prompt's padded rest
+    (48 tokens) took 3.4 s and others reading 8 or 12 tokens ~300 ms (new decode
+    traces, not their tokens). Kept at their odd lengths, each was the least every
+    longer chunk was predicted at: every step of the next prompt was flagged degraded
+    and read 512-token chunks beside 7 streams (max gap 431 ms). A padded rest is read
+    as the length its forward runs at, and one reading sets no chunk's least."""
+    budget = PrefillBudget(512, min_stream_tok_s=15.0, max_slowdown=1.25,
+                           alone_share=OWN_FORWARD_SHARE, pads_chunks=True)
+    for _ in range(4):
+        budget.observe(0.254, 0, 512)          # a prompt read alone: 512 tokens in 254 ms
+    budget.observe(0.013, 1, 0)
+    for seconds, rows, tokens in [(0.052, 1, 16), (0.079, 1, 16), (0.078, 1, 64),
+                                  (3.450, 1, 48), (0.058, 2, 16), (0.049, 3, 32),
+                                  (0.047, 3, 32), (0.049, 3, 16), (0.046, 3, 16),
+                                  (0.314, 3, 16), (0.045, 4, 16), (0.047, 4, 16),
+                                  (0.309, 4, 12), (0.055, 5, 16), (0.048, 5, 32),
+                                  (0.334, 5, 8), (0.067, 6, 32)]:
+        budget.allowance(True)                 # as the step loop asks (replayed: its tokens)
+        budget.queued(rows, tokens)
+        budget.observe(seconds, rows, tokens)
+    for _ in range(20):
+        budget.allowance(True, prompt_left=0)
+        budget.observe(0.014, 7, 0)            # 7 streams, calm, until the next prompt
+    assert budget.overrun() < 2                # the stalls are not the steps' spread
+    allowance = budget.allowance(True, prompt_left=2048)
+    assert not allowance.degraded and 32 <= allowance.tokens <= 128, allowance
+    assert budget.predicted_s(64) < 1 / 15.0 * 1.5
