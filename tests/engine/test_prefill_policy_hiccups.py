@@ -271,3 +271,38 @@ def test_one_off_stalls_while_streams_are_admitted_never_price_the_next_prompt()
     allowance = budget.allowance(True, prompt_left=2048)
     assert not allowance.degraded and 32 <= allowance.tokens <= 128, allowance
     assert budget.predicted_s(64) < 1 / 15.0 * 1.5
+
+
+def test_a_step_far_over_its_prediction_is_set_aside_once_and_a_cost_that_moved_is_learned():
+    """The H200, session 14 (docs/bench/h200-session14-conc3_steps.jsonl, round 1's
+    admission): 16-token steps of ~45 ms, and among them steps of 226, 302 and 195 ms (a
+    first shape in a fresh process). Three of the length's five readings, their median
+    priced the smallest chunk over the floor, and every step of the next prompt was
+    degraded, with 512-token chunks (max gap 432 ms). A step over 3x its prediction is
+    set aside, up to two in a row; a third is believed with them (the cost moved),
+    for calm steps too."""
+    budget = PrefillBudget(512, min_stream_tok_s=15.0, max_slowdown=1.25,
+                           alone_share=OWN_FORWARD_SHARE, pads_chunks=True)
+    for _ in range(4):
+        budget.observe(0.254, 0, 512)
+    for _ in range(5):
+        budget.observe(0.014, 7, 0)
+
+    def mixed_step(seconds, tokens=16):
+        budget.allowance(True)
+        budget.queued(7, tokens)
+        budget.observe(seconds, 7, tokens)
+
+    for seconds in (0.045, 0.047, 0.044, 0.226, 0.302, 0.059, 0.195):
+        mixed_step(seconds)
+    assert budget.predicted_s(16) < 1 / 15.0
+    assert not budget.allowance(True, prompt_left=2048).degraded
+    for _ in range(3):
+        mixed_step(0.200)                      # the cost itself moved: learned
+    assert budget.predicted_s(16) > 0.150
+    budget.observe(0.014, 7, 0)                # calm (a step right after a chunk is its tail)
+    budget.observe(0.300, 7, 0)                # calm steps stall: set aside
+    budget.observe(0.300, 7, 0)
+    assert budget.decode_s < 0.015
+    budget.observe(0.300, 7, 0)                # three in a row: the calm step moved
+    assert budget.decode_s > 0.100
