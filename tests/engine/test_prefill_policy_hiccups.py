@@ -243,7 +243,7 @@ def test_a_prompts_last_few_tokens_held_for_a_second_reading_never_block_the_nex
 
 
 def test_one_off_stalls_while_streams_are_admitted_never_price_the_next_prompt():
-    """The H200, session 14 (docs/bench/h200-session14-conc_steps.jsonl, rounds 0-1,
+    """The H200, session 14 (docs/bench/h200-session14a-conc_steps.jsonl, rounds 0-1,
     replayed): while the streams were admitted, a step reading one prompt's padded rest
     (48 tokens) took 3.4 s and others reading 8 or 12 tokens ~300 ms (new decode
     traces, not their tokens). Kept at their odd lengths, each was the least every
