@@ -69,6 +69,7 @@ from dataclasses import dataclass
 
 from engine.core.alone_prefill_cost import MIXED_FORWARD_SHARE, AlonePrefillCost
 from engine.core.mixed_step_cost import CostLine, MixedStepCost
+from engine.core.one_off_steps import OneOffSteps, is_one_off
 from engine.core.shapes import MIN_CHUNK, chunk_lengths, padded_chunk
 
 WARMUP_TOKENS = 64  # before anything is measured, read this much beside a decode
@@ -81,18 +82,6 @@ BANK_GAIN = 0.9     # a banked chunk must read this much faster per token than t
 MAX_BANKING = 3     # calm steps in a row a waiting prompt may give up before reading anyway
 PROBE_EVERY = 16    # mixed steps at one length before the next length up is tried
 OVERRUN_STEPS = 16  # recent mixed steps whose overrun of their prediction is kept
-# A step over this many times its prediction is a one-off (a new decode trace, a page-in),
-# not the spread of the steps: its overrun is kept neither for the banked steps' margin
-# nor for the bias. Kept, one 3.4 s stall (44x) barred every banked chunk for the next
-# 16 mixed steps (the H200, session 14); the spread there is up to ~2.2x (CUDA graphs).
-STALL_OVERRUN = 3.0
-# Nor is such a step a reading of its length (or of the calm step): a first shape in a
-# fresh process (PTX to machine code, a decode trace) took 200-300 ms, 3.4 s once, at
-# steps whose medians are 45 ms (the H200, session 14: three of one length's five
-# readings, and its median priced the smallest chunk over the floor: degraded mode
-# with 512-token chunks). Up to MAX_SET_ASIDE in a row are set aside (that admission
-# had two in a row at one length); the next is the cost, learned with them (_readings).
-MAX_SET_ASIDE = 2
 _ALPHA = 0.2        # weight of the newest step in the moving averages
 
 
@@ -162,9 +151,9 @@ class PrefillBudget:
         # The last step observed, if it read a chunk beside decode rows: a calm step right
         # after it may carry the chunk's tail (_charge_tail)
         self._last_mixed: _Observed | None = None
-        # Readings set aside as one-offs, the last ones in a row of each key ("calm", or
-        # a chunk length)
-        self._set_aside: dict[object, list[float]] = {}
+        # Steps far over their prediction are not readings (engine/core/one_off_steps.py):
+        # nor are their overruns the steps' spread (the banked cap, the bias)
+        self._one_offs = OneOffSteps()
 
     def allowance(self, decoding: bool, prompt_left: int | None = None) -> Allowance:
         """The next step's prompt tokens; the whole chunk when nobody is streaming.
@@ -394,7 +383,7 @@ class PrefillBudget:
             if last_mixed is not None and tail_s > 0:
                 self._charge_tail(last_mixed, tail_s)
             else:
-                for reading in self._readings("calm", seconds, seconds, self.decode_s):
+                for reading in self._one_offs.readings("calm", seconds, seconds, self.decode_s):
                     self.decode_s = _mix(self.decode_s, reading)
         elif prefill_tokens and not decode_rows:
             self.prefill_tok_s = _mix(self.prefill_tok_s, prefill_tokens / seconds)
@@ -412,11 +401,11 @@ class PrefillBudget:
             if held and held[0] != length:
                 held = None
             kept = q.step_s if q.step_s and q.measured else None
-            if kept and seconds > STALL_OVERRUN * kept:
+            if is_one_off(seconds, kept):
                 kept = None                 # a one-off, not the steps' spread
             readings = [extra_s]
             if length is not None and q.measured:
-                readings = self._readings(length, extra_s, seconds, q.step_s)
+                readings = self._one_offs.readings(length, extra_s, seconds, q.step_s)
                 if not readings:
                     length = None           # a one-off: nor a reading of its length
             if kept:                        # predicted from its own length: its noise
@@ -441,21 +430,6 @@ class PrefillBudget:
             self._num_same_length = self._num_same_length + 1 if same else 1
             self._last_length = prefill_tokens
 
-    def _readings(self, key, reading: float, seconds: float,
-                  predicted_s: float | None) -> list[float]:
-        """What to learn of `key` ("calm" or a chunk length) from a step of `seconds`,
-        predicted at predicted_s from that key's own readings (reading: its value):
-        nothing where it is a one-off (over STALL_OVERRUN x its prediction, with fewer
-        than MAX_SET_ASIDE set aside in a row before it); else the reading, after those
-        set aside in a row where it is one more of them (the cost itself moved)."""
-        aside = self._set_aside.pop(key, [])
-        if not (predicted_s and seconds > STALL_OVERRUN * predicted_s):
-            return [reading]            # within the spread: those set aside were one-offs
-        if len(aside) < MAX_SET_ASIDE:
-            self._set_aside[key] = aside + [reading]
-            return []
-        return aside + [reading]
-
     def _charge_tail(self, chunk: _Observed, tail_s: float) -> None:
         """A calm step right after a mixed one took tail_s over the calm step: the end of
         the chunk's device work, not a calm reading. The step loop queues step n+1
@@ -474,11 +448,10 @@ class PrefillBudget:
         elif not chunk.held:
             self.mixed.add_to_newest(chunk.length, tail_s)
         if chunk.predicted_s and self._overruns:
-            overrun = (chunk.seconds + tail_s) / chunk.predicted_s
-            if overrun > STALL_OVERRUN:
+            if is_one_off(chunk.seconds + tail_s, chunk.predicted_s):
                 self._overruns.pop()        # with its tail, a one-off after all
             else:
-                self._overruns[-1] = overrun
+                self._overruns[-1] = (chunk.seconds + tail_s) / chunk.predicted_s
 
 
 def _mix(old: float | None, new: float) -> float:
