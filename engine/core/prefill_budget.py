@@ -58,8 +58,8 @@ CPU, or a batch whose calm step is itself slower than the floor; measured, not
 predicted: the smallest chunk is read once before the mode starts), the floor cannot
 hold. The step may then be max(floor, calm x (1 + max_decode_slowdown)), and the
 prompt still gets at least the smallest chunk so that a new conversation's wait stays
-bounded (prompt length / MIN_CHUNK steps); where the smallest chunk's own cost is near
-or over that, the chunk may cost up to NEAR_SMALLEST x the smallest's. The
+bounded (prompt length / MIN_CHUNK steps); where the smallest chunk's own cost overruns
+that, the chunk may cost up to (1 + max_decode_slowdown) x the smallest's. The
 allowance says the mode is active; the step loop puts it in every StepEvent.
 """
 from __future__ import annotations
@@ -81,11 +81,6 @@ BURST = 0.75
 BANK_GAIN = 0.9     # a banked chunk must read this much faster per token than the floor's
 MAX_BANKING = 3     # calm steps in a row a waiting prompt may give up before reading anyway
 PROBE_EVERY = 16    # mixed steps at one length before the next length up is tried
-# In degraded mode a chunk may cost up to this many times the smallest's (module
-# docstring). It was 1 + max_decode_slowdown (2.25): on this 2-core CPU 16 tokens cost
-# about one calm step, so steps of ~3.3x calm were allowed, 64-128-token chunks were
-# read, and the streams' gap reached 2.9-3.1x calm against the 2.25x bound (session 14).
-NEAR_SMALLEST = 1.25
 OVERRUN_STEPS = 16  # recent mixed steps whose overrun of their prediction is kept
 _ALPHA = 0.2        # weight of the newest step in the moving averages
 
@@ -189,9 +184,9 @@ class PrefillBudget:
                 return Allowance(probed)
             return Allowance(self._banked(tokens, floor_s, line))
         self.bank_s = 0.0       # degraded: the floor is not held, nothing to bank
-        # Where the smallest chunk's cost is near or over that step's room (its fixed
-        # cost), a chunk costing up to NEAR_SMALLEST x the smallest's is read instead:
-        # nearly the same step, more tokens (on the CPU 32 tokens cost about what 16 do).
+        # Where even the smallest chunk overruns that step (its fixed cost), a chunk
+        # costing up to max_slowdown more than the smallest is read instead: nearly the
+        # same step, many more tokens.
         smallest = min(MIN_CHUNK, self.max_chunk)
         if not self.mixed.count(smallest):
             # Degraded mode on a prediction alone would give up the floor for a line's
@@ -206,7 +201,7 @@ class PrefillBudget:
         # streams' median gap 2.8-2.9x calm against the 2.25x the bound allows)
         bound_s = max(floor_s, self.decode_s * (1 + self.max_slowdown)) / self.bias()
         prompt_s = max(bound_s - self.decode_s, 0.0)
-        prompt_s = max(prompt_s, NEAR_SMALLEST * line.extra_s(smallest))
+        prompt_s = max(prompt_s, (1 + self.max_slowdown) * line.extra_s(smallest))
         tokens = max(self._longest_within(prompt_s, line, prompt_left), smallest)
         tokens = self._probe(tokens, prompt_s, line, True)
         return Allowance(tokens, degraded=True)
