@@ -401,14 +401,14 @@ class PrefillBudget:
             if held and held[0] != length:
                 held = None
             kept = q.step_s if q.step_s and q.measured else None
-            if is_one_off(seconds, kept):
-                kept = None                 # a one-off, not the steps' spread
             readings = [extra_s]
-            if length is not None and q.measured:
-                readings = self._one_offs.readings(length, extra_s, seconds, q.step_s)
+            if kept:                        # predicted from its own length (so one of the set)
+                readings = self._one_offs.readings(length, extra_s, seconds, kept)
                 if not readings:
                     length = None           # a one-off: nor a reading of its length
-            if kept:                        # predicted from its own length: its noise
+            if is_one_off(seconds, kept):
+                kept = None                 # a one-off, not the steps' spread
+            if kept:                        # its noise
                 self._overruns = (self._overruns + [seconds / kept])[-OVERRUN_STEPS:]
             if length is None:
                 pass                        # an odd length: not kept (_reading_length)
