@@ -68,6 +68,7 @@ import math
 from dataclasses import dataclass
 
 from engine.core.alone_prefill_cost import MIXED_FORWARD_SHARE, AlonePrefillCost
+from engine.core.chunk_tails import ChunkTails
 from engine.core.mixed_step_cost import CostLine, MixedStepCost
 from engine.core.one_off_steps import OneOffSteps, is_one_off
 from engine.core.shapes import MIN_CHUNK, chunk_lengths, padded_chunk
@@ -102,6 +103,7 @@ class _Observed:
     seconds: float              # its cadence
     predicted_s: float | None   # its prediction, where its overrun was kept
     held: bool                  # its reading is the held one, not yet in the cost line
+    tail_s: float = 0.0         # its predicted tail (the part of its cost in the next step)
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,8 @@ class PrefillBudget:
         # Steps far over their prediction are not readings (engine/core/one_off_steps.py):
         # nor are their overruns the steps' spread (the banked cap, the bias)
         self._one_offs = OneOffSteps()
+        # What part of a chunk's cost lands in the step after it (engine/core/chunk_tails.py)
+        self.tails = ChunkTails()
 
     def allowance(self, decoding: bool, prompt_left: int | None = None) -> Allowance:
         """The next step's prompt tokens; the whole chunk when nobody is streaming.
@@ -171,9 +175,25 @@ class PrefillBudget:
         if self.decode_s is None or line is None:
             return Allowance(min(self.max_chunk, WARMUP_TOKENS))
         floor_s = 1.0 / self.min_stream_tok_s
-        tokens = self._longest_within(floor_s - self.decode_s, line, prompt_left)
+        room_s = floor_s - self.decode_s
+        # what fits a step and the one after it (its tail) decides whether the floor holds
+        tokens = self._longest_within(room_s, line, prompt_left, follow_s=room_s)
         if not tokens and self._held and any(f.tokens == self._held[0] for f in self._in_flight):
             return Allowance(0)         # a calm step while the surprising length is read again
+        pending_s = self._pending_tail_s(line)
+        if tokens and pending_s:
+            # The step in flight's tail lands in this step whatever it reads: a chunk
+            # beside it (what still fits) must read about as fast a token as the chunk a
+            # step without a tail fits, else a calm step takes the tail. On the H200 a
+            # 16-token chunk squeezed beside a 128-token one's tail made a floor-long step
+            # at a third of the pace: time the streams give and the prompt barely uses.
+            free = tokens
+            tokens = self._longest_within(room_s - pending_s, line, prompt_left, room_s)
+            if tokens and (prompt_left is None or prompt_left > tokens) and (
+                    self._rate(tokens, line) < BANK_GAIN * self._rate(free, line)):
+                tokens = 0
+            if not tokens:
+                return Allowance(0)
         if tokens:
             probed = self._probe(tokens, floor_s - self.decode_s, line, False)
             if probed != tokens and self._ahead(floor_s)[1]:
@@ -182,7 +202,7 @@ class PrefillBudget:
                 self._banking = 0           # no prompt waits: a new one starts afresh
             if probed != tokens or (prompt_left is not None and prompt_left <= tokens):
                 return Allowance(probed)
-            return Allowance(self._banked(tokens, floor_s, line))
+            return Allowance(self._banked(tokens, floor_s, line, pending_s))
         self.bank_s = 0.0       # degraded: the floor is not held, nothing to bank
         # Where even the smallest chunk overruns that step (its fixed cost), a chunk
         # costing up to max_slowdown more than the smallest is read instead: nearly the
@@ -206,20 +226,24 @@ class PrefillBudget:
         tokens = self._probe(tokens, prompt_s, line, True)
         return Allowance(tokens, degraded=True)
 
-    def _banked(self, tokens: int, floor_s: float, line: CostLine) -> int:
+    def _banked(self, tokens: int, floor_s: float, line: CostLine, pending_s: float) -> int:
         """The floor's chunk (tokens), or where a fixed cost per chunk makes a longer one
         much cheaper per token (BANK_GAIN), that longer one once the bank affords it, and
         until then no prompt at all (0: a calm step, banking its time under the floor).
         Reading the most tokens per second at an average step of the floor means reading
-        the chunk with the most tokens per second of its own cost (module docstring)."""
+        the chunk with the most tokens per second of its own cost (module docstring).
+        pending_s: the tail of the step in flight, which lands in this one."""
         # A banked step may last (1 + BURST) x the floor as predicted, and at most twice
-        # the floor (issue 21's max gap) after the overrun the recent steps showed.
+        # the floor (issue 21's max gap) after the overrun the recent steps showed; the
+        # step after it (the chunk's tail) within the floor.
         ceiling_s = min((1 + BURST) * floor_s, 2 * floor_s / self.overrun())
-        best = self._longest_within(ceiling_s - self.decode_s, line)
+        best = self._longest_within(ceiling_s - self.decode_s - pending_s, line,
+                                    follow_s=floor_s - self.decode_s)
         if best <= tokens or (tokens / max(line.extra_s(tokens), 1e-9)
                               >= BANK_GAIN * best / max(line.extra_s(best), 1e-9)):
             return tokens
-        need_s = self.decode_s + line.extra_s(best) - floor_s     # its time over the floor
+        # its time over the floor
+        need_s = self.decode_s + pending_s + self._own_s(best, line) - floor_s
         bank_s, over_floor = self._ahead(floor_s)
         if not over_floor and need_s <= bank_s:                   # never two in a row
             self._banking = 0
@@ -260,16 +284,39 @@ class PrefillBudget:
         self._in_flight.append(self._prediction(decode_rows, prefill_tokens))
 
     def _prediction(self, decode_rows: int, prefill_tokens: int) -> _Queued:
+        """A step's prediction as it is queued: after the steps already in flight."""
         line = self.cost_line()
         if not decode_rows or self.decode_s is None or (prefill_tokens and line is None):
             return _Queued(None, prefill_tokens, 0.0, False, False)
+        pending_s = self._pending_tail_s(line) if line else 0.0
         if not prefill_tokens:
-            return _Queued(self.decode_s, 0, 0.0, True, False)
+            return _Queued(self.decode_s + pending_s, 0, 0.0, True, False)
         length = self._reading_length(prefill_tokens)
         extra_s = line.extra_s(length or prefill_tokens)
-        return _Queued(self.decode_s + extra_s, prefill_tokens, extra_s,
-                       bool(length and self.mixed.count(length)),
+        return _Queued(self.decode_s + pending_s + self._own_s(prefill_tokens, line),
+                       prefill_tokens, extra_s, bool(length and self.mixed.count(length)),
                        bool(self._last and self._last.degraded))
+
+    def _tail_s(self, prefill_tokens: int, line: CostLine) -> float:
+        """The part of a chunk's cost that lands in the step after it (chunk_tails.py)."""
+        length = self._reading_length(prefill_tokens)
+        return self.tails.tail_s(length, line.extra_s(length)) if length else 0.0
+
+    def _own_s(self, prefill_tokens: int, line: CostLine) -> float:
+        """The part of a chunk's cost in its own step (above the calm step)."""
+        length = self._reading_length(prefill_tokens) or prefill_tokens
+        return line.extra_s(length) - self._tail_s(prefill_tokens, line)
+
+    def _rate(self, prefill_tokens: int, line: CostLine) -> float:
+        """A chunk's tokens per second of its cost (at the length its forward runs at)."""
+        length = self._reading_length(prefill_tokens) or prefill_tokens
+        return prefill_tokens / max(line.extra_s(length), 1e-9)
+
+    def _pending_tail_s(self, line: CostLine) -> float:
+        """The tail of the newest step in flight, if it read a chunk beside decode rows:
+        it lands in the step planned now."""
+        q = self._in_flight[-1] if self._in_flight else None
+        return self._tail_s(q.tokens, line) if q and q.tokens and q.step_s else 0.0
 
     def _reading_length(self, tokens: int) -> int | None:
         """The chunk length a mixed step of `tokens` prompt tokens is read as: the length
@@ -294,7 +341,7 @@ class PrefillBudget:
         line = self.cost_line()
         if self.decode_s is None or line is None:
             return 0.0
-        return self.decode_s + line.extra_s(prefill_tokens)
+        return self.decode_s + self._pending_tail_s(line) + self._own_s(prefill_tokens, line)
 
     def tokens(self, decoding: bool) -> int:
         return self.allowance(decoding).tokens
@@ -308,8 +355,8 @@ class PrefillBudget:
             return CostLine(0.0, alone, known_slope=True, alone=self.alone)
         return line
 
-    def _longest_within(self, prompt_s: float, line: CostLine,
-                        prompt_left: int | None = None) -> int:
+    def _longest_within(self, prompt_s: float, line: CostLine, prompt_left: int | None = None,
+                        follow_s: float | None = None) -> int:
         """The longest chunk length (at most 4x the longest measured beside a decode,
         WARMUP_TOKENS before any: the alone rate says little about a mixed step) whose
         cost fits in prompt_s seconds above the calm step; 0 if none does. prompt_left
@@ -319,19 +366,27 @@ class PrefillBudget:
         paid a whole ~300 ms step for its last 8 tokens; 40 cost ~26 ms more than 32).
         Its cost is that of the length its forward runs at (pads_chunks). Only a few
         tokens past a length that fits: an odd length far past the measured ones is
-        predicted by a line, and on the CPU such a line let 128 tokens in at 3.3x calm."""
+        predicted by a line, and on the CPU such a line let 128 tokens in at 3.3x calm.
+        follow_s: a chunk's own step must fit prompt_s and its tail (chunk_tails.py)
+        follow_s, the step after it; None: its whole cost must fit prompt_s."""
         measured = self.mixed.lengths
         cap = 4 * measured[-1] if measured else WARMUP_TOKENS
         lengths = chunk_lengths(self.max_chunk)
         if self._held:          # a surprising reading waits for its second: nothing that
             cap = min(cap, self._held[0] - 1)   # long, and no new length (another guess)
             lengths = [n for n in lengths if n in measured]
-        fitting = [n for n in lengths if n <= cap and line.extra_s(n) <= prompt_s + 1e-9]
+        def fits(n: int) -> bool:
+            if follow_s is None:
+                return line.extra_s(n) <= prompt_s + 1e-9
+            return (self._own_s(n, line) <= prompt_s + 1e-9
+                    and self._tail_s(n, line) <= follow_s + 1e-9)
+
+        fitting = [n for n in lengths if n <= cap and fits(n)]
         best = fitting[-1] if fitting else 0
         if (best and prompt_left and best < prompt_left < best + MIN_CHUNK
                 and prompt_left <= self.max_chunk and not self._held):
             runs_at = padded_chunk(prompt_left, self.max_chunk) if self.pads_chunks else prompt_left
-            if line.extra_s(runs_at) <= prompt_s + 1e-9:
+            if fits(runs_at):
                 return prompt_left
         return best
 
@@ -380,6 +435,8 @@ class PrefillBudget:
         last_mixed, self._last_mixed = self._last_mixed, None
         if decode_rows and not prefill_tokens:
             tail_s = seconds - self.decode_s if self.decode_s is not None else 0.0
+            if last_mixed is not None and last_mixed.length:
+                self.tails.observe(last_mixed.length, tail_s)
             if last_mixed is not None and tail_s > 0:
                 self._charge_tail(last_mixed, tail_s)
             else:
@@ -389,8 +446,14 @@ class PrefillBudget:
             self.prefill_tok_s = _mix(self.prefill_tok_s, prefill_tokens / seconds)
             self.alone.observe(prefill_tokens, seconds)
         elif prefill_tokens and self.decode_s is not None:
-            # A mixed step: the time beyond a calm decode step went to the prompt.
+            # A mixed step: the time beyond a calm decode step went to the prompt, less
+            # the tail of a chunk right before it, which goes to that chunk's reading.
             extra_s = seconds - self.decode_s
+            line = self.cost_line()
+            if last_mixed is not None and last_mixed.length and line is not None:
+                carried_s = self.tails.tail_s(last_mixed.length, line.extra_s(last_mixed.length))
+                extra_s -= carried_s
+                self._charge_tail(last_mixed, carried_s, measured=False)
             length = self._reading_length(prefill_tokens)
             # A held reading lasts until the next mixed step: its second reading, or (a
             # prompt that ended short of the length, another length planned first) it
@@ -425,12 +488,13 @@ class PrefillBudget:
             else:
                 for reading in readings:
                     self.mixed.observe(length, reading)
-            self._last_mixed = _Observed(length, seconds, kept, self._held is not None)
+            self._last_mixed = _Observed(length, seconds, kept, self._held is not None,
+                                         self._tail_s(prefill_tokens, line) if line else 0.0)
             same = prefill_tokens == self._last_length
             self._num_same_length = self._num_same_length + 1 if same else 1
             self._last_length = prefill_tokens
 
-    def _charge_tail(self, chunk: _Observed, tail_s: float) -> None:
+    def _charge_tail(self, chunk: _Observed, tail_s: float, measured: bool = True) -> None:
         """A calm step right after a mixed one took tail_s over the calm step: the end of
         the chunk's device work, not a calm reading. The step loop queues step n+1
         before it reads step n back, so a chunk whose device time outlasts the host's
@@ -440,18 +504,21 @@ class PrefillBudget:
         took the calm estimate from 14 to ~60 ms: nothing fit the floor any more, and the
         degraded mode read a 496-token chunk in 328 ms. So the tail goes to the chunk's
         reading (and its overrun), and the calm estimate keeps to calm steps. A step
-        after a mixed one that comes in at or under the calm estimate is calm."""
+        after a mixed one that comes in at or under the calm estimate is calm. Not
+        measured: the tail predicted for a chunk followed by another (chunk_tails.py),
+        moved from the second's reading to the first's; the overruns stay as they were."""
         if chunk.length is None:
             pass                        # a reading not kept: its tail neither
         elif chunk.held and self._held and self._held[0] == chunk.length:
             self._held = (chunk.length, self._held[1] + tail_s)
         elif not chunk.held:
             self.mixed.add_to_newest(chunk.length, tail_s)
-        if chunk.predicted_s and self._overruns:
-            if is_one_off(chunk.seconds + tail_s, chunk.predicted_s):
+        if chunk.predicted_s and self._overruns and measured:
+            predicted_s = chunk.predicted_s + chunk.tail_s     # the two steps, as predicted
+            if is_one_off(chunk.seconds + tail_s, predicted_s):
                 self._overruns.pop()        # with its tail, a one-off after all
             else:
-                self._overruns[-1] = (chunk.seconds + tail_s) / chunk.predicted_s
+                self._overruns[-1] = (chunk.seconds + tail_s) / predicted_s
 
 
 def _mix(old: float | None, new: float) -> float:

@@ -1,0 +1,40 @@
+"""Where a chunk's device time lands: in its own step, and in the next one (its tail).
+
+The step loop queues step n+1 before it reads step n back (engine/core/step_loop.py),
+so on a GPU the part of a chunk's device work past the host's queuing of it ends
+inside the next step, whatever that step reads. On the H200 (session 15, 7 streams, a
+14 ms calm step) a 64-token step took ~55 ms and the calm step after it ~22; a
+128-token one ~64 and then ~43; a 256-token one ~87 and then ~78.
+
+A chunk's cost (engine/core/mixed_step_cost.py) is both parts together: it is what
+sets the prompt's pace. What the streams see is each step. Predicted as one step, a
+128-token chunk (~105 ms over two steps) did not fit the 67 ms floor although each of
+its steps did, and the policy read 64-token chunks between calm steps: 64 tokens per
+~75 ms instead of 128 per ~107 (TTFT 2.2-2.5x alone instead of ~1.6x). And a mixed step
+right after another carries the first one's tail: kept as its own cost, a 32-token
+chunk read after a 64-token one was priced above 64 tokens.
+
+So each length's tail is learned from the calm steps that carry it (their seconds over
+the calm step; the median of the recent few, as for the costs), and a chunk's step is
+predicted as its cost less its tail plus the tail of the step before it. A length
+whose tail was never read has none: its whole cost lands in its own step.
+"""
+from __future__ import annotations
+
+import statistics
+
+RECENT = 5      # tail readings of a length whose median predicts it
+
+
+class ChunkTails:
+    def __init__(self):
+        self._recent: dict[int, list[float]] = {}
+
+    def observe(self, length: int, tail_s: float) -> None:
+        """A calm step right after a chunk of `length` took tail_s over the calm step."""
+        self._recent[length] = (self._recent.get(length, []) + [max(tail_s, 0.0)])[-RECENT:]
+
+    def tail_s(self, length: int | None, cost_s: float) -> float:
+        """Seconds of a chunk of `length` (cost_s in all) that land in the next step."""
+        recent = self._recent.get(length) if length else None
+        return min(statistics.median_low(recent), cost_s) if recent else 0.0

@@ -1,0 +1,95 @@
+"""A chunk's device time split between its own step and the next (engine/core/
+chunk_tails.py): the H200's session-15 steps fed to the budget, as the step loop feeds
+them (queued before the step before it is observed); no timing."""
+from test_prefill_policy_hiccups import ChunkOutlastsItsStep
+
+from engine.core.alone_prefill_cost import OWN_FORWARD_SHARE
+from engine.core.chunk_tails import ChunkTails
+from engine.core.prefill_budget import PrefillBudget
+
+FLOOR_S = 1 / 15.0
+CALM_S = 0.014
+
+
+def h200_budget() -> PrefillBudget:
+    """7 streams at a 14 ms calm step, a 2,048-token prompt read alone in 1.05 s."""
+    budget = PrefillBudget(512, min_stream_tok_s=15.0, max_slowdown=1.25,
+                           alone_share=OWN_FORWARD_SHARE, pads_chunks=True)
+    for _ in range(4):
+        budget.queued(0, 512)
+        budget.observe(0.262, 0, 512)
+    for _ in range(10):
+        budget.queued(7, 0)
+        budget.observe(CALM_S, 7, 0)
+    return budget
+
+
+def feed(budget: PrefillBudget, steps) -> None:
+    """(seconds, prompt tokens) steps beside 7 streams, in order."""
+    for seconds, tokens in steps:
+        budget.queued(7, tokens)
+        budget.observe(seconds, 7, tokens)
+
+
+def test_tails_are_the_median_of_recent_readings_and_never_more_than_the_cost():
+    tails = ChunkTails()
+    assert tails.tail_s(128, 0.080) == 0.0          # never read: none
+    for tail_s in (0.029, 0.030, 0.250, 0.028, -0.004):
+        tails.observe(128, tail_s)
+    assert tails.tail_s(128, 0.080) == 0.029        # a stall moves the median not at all
+    assert tails.tail_s(128, 0.020) == 0.020
+    assert tails.tail_s(None, 0.080) == 0.0
+
+
+def test_a_chunk_whose_steps_each_fit_the_floor_is_read_though_its_cost_does_not():
+    """Session 15 (docs/bench/h200-session15-conc2_steps.jsonl, round 2): a 128-token
+    step took ~64 ms and the calm step after it ~43 (a ~79 ms cost over two steps, each
+    within the 67 ms floor). Predicted as one 93 ms step, 128 tokens needed the bank
+    and the policy read 64-token chunks between calm steps, half the pace. Split, 128
+    tokens fit a step; the step after it carries the tail, so it is calm, not a 16-token
+    chunk squeezed into a floor-long step."""
+    budget = h200_budget()
+    feed(budget, [(0.064, 128), (0.043, 0)] * 5)
+    assert abs(budget.tails.tail_s(128, 1.0) - (0.043 - CALM_S)) < 1e-3
+    assert budget.predicted_s(128) <= FLOOR_S
+    assert budget.allowance(True, prompt_left=2048).tokens == 128
+    budget.queued(7, 128)                           # in flight: its tail lands next
+    assert budget.allowance(True, prompt_left=1920).tokens == 0
+
+
+def test_a_chunk_read_right_after_another_is_not_charged_the_first_ones_tail():
+    """A mixed step right after a 128-token one carries that chunk's ~29 ms tail: kept
+    as its own cost, 32 tokens were priced above 64 (session 15, conc round 0: 32-token
+    steps of 78-87 ms after 64-token ones). The known tail goes to the chunk it
+    belongs to."""
+    budget = h200_budget()
+    feed(budget, [(0.064, 128), (0.043, 0)] * 5)
+    feed(budget, [(0.064, 128), (0.070, 32)] * 5)   # 32 tokens: ~27 ms of its own
+    cost_32 = budget.cost_line().extra_s(32)
+    assert abs(cost_32 - (0.070 - 0.029 - CALM_S)) < 0.003, cost_32
+    cost_128 = budget.cost_line().extra_s(128)
+    assert abs(cost_128 - (0.064 + 0.029 - CALM_S)) < 0.003, cost_128
+
+
+def test_the_h200s_costs_read_a_long_chunk_and_a_calm_step_in_turn():
+    """The step loop's planning on session 15's costs: a chunk costs 18 ms + 0.46 ms a
+    token above the 15 ms calm step, of which its own step holds 29 ms + 0.17 ms a
+    token and the next step the rest. Every step stays within the floor, and 128-token
+    chunks alternate with the calm steps that carry their tails."""
+    eng = ChunkOutlastsItsStep(
+        decode_s=0.015, prefill_tok_s=1950, chunk=512, alone_fixed_s=0.005,
+        mixed_cost=lambda n: 0.018 + 0.46e-3 * n,
+        tail=lambda n: max(0.0, (0.018 + 0.46e-3 * n) - (0.029 + 0.167e-3 * n)))
+    eng.budget = PrefillBudget(512, 15.0, 1.25, OWN_FORWARD_SHARE, pads_chunks=True)
+    eng.read(99, 2048)
+    eng.streams()
+    for _ in range(10):
+        eng.step()
+    eng.read(100, 2048)
+    for _ in range(4):
+        eng.step()
+    steps = eng.read(101, 2048)
+    sizes = [p.prefill_tokens for p, _, _ in steps]
+    assert sizes[:-1] == [128, 0] * 15, sizes
+    assert all(sec <= FLOOR_S for p, sec, _ in steps if p.decode)
+    assert not any(a.degraded for _, _, a in steps)
