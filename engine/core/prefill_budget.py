@@ -65,7 +65,7 @@ allowance says the mode is active; the step loop puts it in every StepEvent.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.core.alone_prefill_cost import MIXED_FORWARD_SHARE, AlonePrefillCost
 from engine.core.chunk_tails import ChunkTails
@@ -94,6 +94,7 @@ class _Queued:
     extra_s: float          # its predicted seconds above the calm step
     measured: bool          # its length had been measured: predicted from itself
     degraded: bool          # chosen in degraded mode
+    behind: bool = False    # queued behind a step in flight, whose tail may land in it
 
 
 @dataclass
@@ -104,6 +105,7 @@ class _Observed:
     predicted_s: float | None   # its prediction, where its overrun was kept
     held: bool                  # its reading is the held one, not yet in the cost line
     tail_s: float = 0.0         # its predicted tail (the part of its cost in the next step)
+    runs_at: int | None = None  # the chunk length its forward ran at: whose tail it has
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,13 @@ class PrefillBudget:
         return allowance
 
     def _allowance(self, prompt_left: int | None = None) -> Allowance:
+        q = self._in_flight[-1] if self._in_flight else None
+        runs_at = self._reading_length(q.tokens) if q and q.tokens and q.step_s else None
+        if runs_at and not self.tails.known(runs_at):
+            # A chunk in flight whose tail was never read: a calm step after it reads its
+            # tail, and the reading of whatever follows it is not spoilt by an unknown
+            # tail (chunk_tails.py). Once per length.
+            return Allowance(0)
         line = self.cost_line()
         if self.decode_s is None or line is None:
             return Allowance(min(self.max_chunk, WARMUP_TOKENS))
@@ -286,16 +295,17 @@ class PrefillBudget:
     def _prediction(self, decode_rows: int, prefill_tokens: int) -> _Queued:
         """A step's prediction as it is queued: after the steps already in flight."""
         line = self.cost_line()
+        behind = bool(self._in_flight)
         if not decode_rows or self.decode_s is None or (prefill_tokens and line is None):
-            return _Queued(None, prefill_tokens, 0.0, False, False)
+            return _Queued(None, prefill_tokens, 0.0, False, False, behind)
         pending_s = self._pending_tail_s(line) if line else 0.0
         if not prefill_tokens:
-            return _Queued(self.decode_s + pending_s, 0, 0.0, True, False)
+            return _Queued(self.decode_s + pending_s, 0, 0.0, True, False, behind)
         length = self._reading_length(prefill_tokens)
         extra_s = line.extra_s(length or prefill_tokens)
         return _Queued(self.decode_s + pending_s + self._own_s(prefill_tokens, line),
                        prefill_tokens, extra_s, bool(length and self.mixed.count(length)),
-                       bool(self._last and self._last.degraded))
+                       bool(self._last and self._last.degraded), behind)
 
     def _tail_s(self, prefill_tokens: int, line: CostLine) -> float:
         """The part of a chunk's cost that lands in the step after it (chunk_tails.py)."""
@@ -417,13 +427,13 @@ class PrefillBudget:
     def observe(self, seconds: float, decode_rows: int, prefill_tokens: int) -> None:
         """Learn from a finished step (its cadence, in seconds)."""
         # the step's prediction when it was queued (callers that do not queue: as of their
-        # last allowance, if they asked for one)
+        # last allowance, if they asked for one, and taken to run behind the step before)
         if self._in_flight:
             q = self._in_flight.pop(0)
         elif self._last is not None:
-            q = self._prediction(decode_rows, prefill_tokens)
+            q = replace(self._prediction(decode_rows, prefill_tokens), behind=True)
         else:
-            q = _Queued(None, prefill_tokens, 0.0, False, False)
+            q = _Queued(None, prefill_tokens, 0.0, False, False, behind=True)
         if seconds <= 0:
             return
         if decode_rows and self.min_stream_tok_s > 0:
@@ -433,10 +443,12 @@ class PrefillBudget:
             self.bank_s = min(BURST * floor_s, max(0.0, self.bank_s + floor_s - seconds))
             self._last_over_floor = seconds > floor_s
         last_mixed, self._last_mixed = self._last_mixed, None
+        if not q.behind:
+            last_mixed = None       # queued after it was read back: no tail of it here
         if decode_rows and not prefill_tokens:
             tail_s = seconds - self.decode_s if self.decode_s is not None else 0.0
-            if last_mixed is not None and last_mixed.length:
-                self.tails.observe(last_mixed.length, tail_s)
+            if last_mixed is not None and last_mixed.runs_at:
+                self.tails.observe(last_mixed.runs_at, tail_s)
             if last_mixed is not None and tail_s > 0:
                 self._charge_tail(last_mixed, tail_s)
             else:
@@ -450,11 +462,13 @@ class PrefillBudget:
             # the tail of a chunk right before it, which goes to that chunk's reading.
             extra_s = seconds - self.decode_s
             line = self.cost_line()
-            if last_mixed is not None and last_mixed.length and line is not None:
-                carried_s = self.tails.tail_s(last_mixed.length, line.extra_s(last_mixed.length))
+            length = runs_at = self._reading_length(prefill_tokens)
+            before = last_mixed.runs_at if last_mixed is not None else None
+            if before and line is not None:
+                carried_s = self.tails.tail_s(before, line.extra_s(before))
                 extra_s -= carried_s
-                self._charge_tail(last_mixed, carried_s, measured=False)
-            length = self._reading_length(prefill_tokens)
+                if last_mixed.length:
+                    self._charge_tail(last_mixed, carried_s, measured=False)
             # A held reading lasts until the next mixed step: its second reading, or (a
             # prompt that ended short of the length, another length planned first) it
             # is dropped, never left to hold the chunk down, and never believed alone:
@@ -489,7 +503,8 @@ class PrefillBudget:
                 for reading in readings:
                     self.mixed.observe(length, reading)
             self._last_mixed = _Observed(length, seconds, kept, self._held is not None,
-                                         self._tail_s(prefill_tokens, line) if line else 0.0)
+                                         self._tail_s(prefill_tokens, line) if line else 0.0,
+                                         runs_at)
             same = prefill_tokens == self._last_length
             self._num_same_length = self._num_same_length + 1 if same else 1
             self._last_length = prefill_tokens

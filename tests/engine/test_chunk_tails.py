@@ -25,10 +25,14 @@ def h200_budget() -> PrefillBudget:
 
 
 def feed(budget: PrefillBudget, steps) -> None:
-    """(seconds, prompt tokens) steps beside 7 streams, in order."""
+    """(seconds, prompt tokens) steps beside 7 streams, in order, each queued before the
+    one before it is observed (the step loop's pipeline); the last one stays in flight."""
+    previous = None
     for seconds, tokens in steps:
         budget.queued(7, tokens)
-        budget.observe(seconds, 7, tokens)
+        if previous:
+            budget.observe(*previous)
+        previous = (seconds, 7, tokens)
 
 
 def test_tails_are_the_median_of_recent_readings_and_never_more_than_the_cost():
@@ -93,3 +97,25 @@ def test_the_h200s_costs_read_a_long_chunk_and_a_calm_step_in_turn():
     assert sizes[:-1] == [128, 0] * 15, sizes
     assert all(sec <= FLOOR_S for p, sec, _ in steps if p.decode)
     assert not any(a.degraded for _, _, a in steps)
+
+
+def test_a_length_whose_tail_was_never_read_is_followed_by_a_calm_step():
+    """Session 15, each process's first prompt under load (docs/bench/h200-session15b-
+    conc2_steps.jsonl, round 0): 128-token chunks back to back took 56-110 ms, each with
+    the tail of the one before, and were priced at that; then 64, 32 and 16 tokens as
+    dear: 20 steps of 16 tokens at 55 ms. A chunk whose length's tail is unknown is
+    followed by a calm step, which reads it; after that the length is read in turn with
+    the calm steps that carry its tail."""
+    budget = h200_budget()
+    first = budget.allowance(True, prompt_left=2048).tokens
+    assert first > 0
+    budget.queued(7, first)
+    assert budget.allowance(True, prompt_left=2048 - first).tokens == 0
+    budget.queued(7, 0)
+    budget.observe(0.064, 7, first)
+    second = budget.allowance(True, prompt_left=2048 - first).tokens
+    assert second >= first
+    budget.queued(7, second)
+    budget.observe(0.043, 7, 0)                     # the calm step: the tail, read
+    assert budget.tails.known(first)
+    assert budget.cost_line().extra_s(first) > 0.064 - CALM_S + 0.025
