@@ -68,6 +68,7 @@ import math
 from dataclasses import dataclass, replace
 
 from engine.core.alone_prefill_cost import MIXED_FORWARD_SHARE, AlonePrefillCost
+from engine.core.calm_rows import CalmRows
 from engine.core.chunk_tails import ChunkTails
 from engine.core.mixed_step_cost import CostLine, MixedStepCost
 from engine.core.one_off_steps import OneOffSteps, is_one_off
@@ -127,6 +128,7 @@ class PrefillBudget:
         self.min_stream_tok_s = min_stream_tok_s
         self.max_slowdown = max_slowdown
         self.decode_s: float | None = None      # seconds of a calm (decode-only) step
+        self.calm_rows = CalmRows()     # of how many decode rows (engine/core/calm_rows.py)
         self.prefill_tok_s: float | None = None  # prompt tokens per second, alone
         self.alone = AlonePrefillCost(alone_share)   # the least a chunk costs, read alone
         self.mixed = MixedStepCost()
@@ -447,11 +449,15 @@ class PrefillBudget:
             last_mixed = None       # queued after it was read back: no tail of it here
         if decode_rows and not prefill_tokens:
             tail_s = seconds - self.decode_s if self.decode_s is not None else 0.0
+            if last_mixed is not None and not self.calm_rows.of(decode_rows):
+                last_mixed = None       # another batch's calm step: no tail to read in it
             if last_mixed is not None and last_mixed.runs_at:
                 self.tails.observe(last_mixed.runs_at, tail_s)
             if last_mixed is not None and tail_s > 0:
                 self._charge_tail(last_mixed, tail_s)
-            else:
+            elif (fresh_s := self.calm_rows.calm(decode_rows, seconds)) is not None:
+                self.decode_s = fresh_s                 # the batch's size changed
+            elif self.calm_rows.of(decode_rows):
                 for reading in self._one_offs.readings("calm", seconds, seconds, self.decode_s):
                     self.decode_s = _mix(self.decode_s, reading)
         elif prefill_tokens and not decode_rows:
@@ -463,6 +469,8 @@ class PrefillBudget:
             extra_s = seconds - self.decode_s
             line = self.cost_line()
             length = runs_at = self._reading_length(prefill_tokens)
+            if not self.calm_rows.of(decode_rows):
+                length = None       # beside a batch the calm estimate is not of: no reading
             before = last_mixed.runs_at if last_mixed is not None else None
             if before and line is not None:
                 carried_s = self.tails.tail_s(before, line.extra_s(before))
@@ -477,7 +485,7 @@ class PrefillBudget:
             held, self._held = self._held, None
             if held and held[0] != length:
                 held = None
-            kept = q.step_s if q.step_s and q.measured else None
+            kept = q.step_s if q.step_s and q.measured and length else None
             readings = [extra_s]
             if kept:                        # predicted from its own length (so one of the set)
                 readings = self._one_offs.readings(length, extra_s, seconds, kept)

@@ -72,8 +72,8 @@ def test_degraded_when_the_calm_step_is_slower_than_the_floor():
 
 def test_mixed_steps_teach_the_cost_of_a_chunk():
     b = PrefillBudget(4096, 15.0, 0.25)
-    b.observe(0.040, decode_rows=4, prefill_tokens=0)
-    b.observe(0.050, decode_rows=4, prefill_tokens=64)       # 10 ms for 64 tokens
+    b.observe(0.040, decode_rows=7, prefill_tokens=0)
+    b.observe(0.050, decode_rows=7, prefill_tokens=64)       # 10 ms for 64 tokens
     line = b.cost_line()
     assert not line.known_slope and line.fixed_s == 0         # one length, no alone rate
     assert abs(line.per_token_s - 0.010 / 64) < 1e-12
@@ -82,9 +82,9 @@ def test_mixed_steps_teach_the_cost_of_a_chunk():
 
 def test_two_lengths_separate_the_fixed_cost_from_the_tokens():
     b = PrefillBudget(4096, 15.0, 0.25)
-    b.observe(0.030, decode_rows=4, prefill_tokens=0)
-    b.observe(0.030 + 0.025 + 64 * 2e-5, decode_rows=4, prefill_tokens=64)
-    b.observe(0.030 + 0.025 + 128 * 2e-5, decode_rows=4, prefill_tokens=128)
+    b.observe(0.030, decode_rows=7, prefill_tokens=0)
+    b.observe(0.030 + 0.025 + 64 * 2e-5, decode_rows=7, prefill_tokens=64)
+    b.observe(0.030 + 0.025 + 128 * 2e-5, decode_rows=7, prefill_tokens=128)
     line = b.cost_line()
     assert line.known_slope
     assert abs(line.fixed_s - 0.025) < 1e-9 and abs(line.per_token_s - 2e-5) < 1e-12
@@ -94,7 +94,7 @@ def test_two_lengths_separate_the_fixed_cost_from_the_tokens():
 
 def test_the_alone_rate_bounds_the_slope_of_one_measured_length():
     b = measured(4096, decode_s=0.040, prefill_tok_s=20000)  # alone: 0.05 ms a token
-    b.observe(0.040 + 0.015 + 64 * 5e-5, decode_rows=4, prefill_tokens=64)
+    b.observe(0.040 + 0.015 + 64 * 5e-5, decode_rows=7, prefill_tokens=64)
     line = b.cost_line()
     assert line.known_slope and abs(line.fixed_s - 0.015) < 1e-9
     # 15 + 0.05 n <= 26.7 ms -> n <= 234 -> 128 within the floor; 256 (27.8 ms) reads a
@@ -111,9 +111,9 @@ def _banking_budget():
     calm step last and the bank full: 128 tokens fit the floor; 1,024 (106 ms, within
     1.75x the floor) read a token 1.9x cheaper, and are what the bank buys."""
     b = measured(4096, decode_s=0.040, prefill_tok_s=20000)
-    b.observe(0.040 + 0.015 + 64 * 5e-5, decode_rows=4, prefill_tokens=64)
-    b.observe(0.040 + 0.015 + 256 * 5e-5, decode_rows=4, prefill_tokens=256)
-    b.observe(0.040, decode_rows=4, prefill_tokens=0)
+    b.observe(0.040 + 0.015 + 64 * 5e-5, decode_rows=7, prefill_tokens=64)
+    b.observe(0.040 + 0.015 + 256 * 5e-5, decode_rows=7, prefill_tokens=256)
+    b.observe(0.040, decode_rows=7, prefill_tokens=0)
     b.bank_s = BURST / 15
     return b
 
@@ -124,11 +124,11 @@ def test_a_banked_step_in_flight_is_counted_before_the_next_step_is_planned():
     H200, session 9, read two 256-token steps in a row, 105 and 224 ms)."""
     b = _banking_budget()
     assert b.allowance(True).tokens == 1024
-    b.queued(4, 1024)
+    b.queued(7, 1024)
     assert b.allowance(True).tokens <= 128          # not a second long step in a row
-    b.queued(4, 0)
-    b.observe(0.1062, decode_rows=4, prefill_tokens=1024)   # read back as predicted
-    b.observe(0.040, decode_rows=4, prefill_tokens=0)
+    b.queued(7, 0)
+    b.observe(0.1062, decode_rows=7, prefill_tokens=1024)   # read back as predicted
+    b.observe(0.040, decode_rows=7, prefill_tokens=0)
     assert not b._in_flight and b.overrun() == 1.0
 
 
@@ -139,10 +139,10 @@ def test_an_overrun_of_the_predictions_keeps_banked_steps_within_twice_the_floor
     lower counts; 121 at 1.5x), not the 1,024 that 1.75x the floor alone would allow
     (116 ms, 174 at 1.5x)."""
     b = _banking_budget()
-    b.queued(4, 256)
-    b.observe(1.5 * 0.0678, decode_rows=4, prefill_tokens=256)
+    b.queued(7, 256)
+    b.observe(1.5 * 0.0678, decode_rows=7, prefill_tokens=256)
     assert abs(b.overrun() - 1.5) < 1e-9        # measured where the length was known
-    b.observe(0.040, decode_rows=4, prefill_tokens=0)
+    b.observe(0.040, decode_rows=7, prefill_tokens=0)
     b.bank_s = BURST / 15
     assert b.predicted_s(1024) <= (1 + BURST) / 15
     tokens = b.allowance(True).tokens
@@ -159,17 +159,17 @@ def test_a_surprising_reading_whose_second_never_comes_does_not_hold_the_prompt_
     chunk was predicted at). Nor is the prompt's odd rest kept (read once, never
     again: _reading_length)."""
     b = measured(4096, decode_s=0.040, prefill_tok_s=20000)
-    b.observe(0.040 + 0.015 + 64 * 5e-5, decode_rows=4, prefill_tokens=64)
+    b.observe(0.040 + 0.015 + 64 * 5e-5, decode_rows=7, prefill_tokens=64)
     first = b.allowance(True).tokens
     assert first > 64                                 # a length not measured yet
-    b.observe(0.040 + 10 * (b.predicted_s(first) - 0.040), decode_rows=4,
+    b.observe(0.040 + 10 * (b.predicted_s(first) - 0.040), decode_rows=7,
               prefill_tokens=first)                   # 10x its prediction: held
     assert b.mixed.count(first) == 0
     assert b.allowance(True).tokens == first          # read again...
-    b.observe(0.040 + 0.017, decode_rows=4, prefill_tokens=42)   # ...but only 42 were left
+    b.observe(0.040 + 0.017, decode_rows=7, prefill_tokens=42)   # ...but only 42 were left
     assert b.mixed.count(first) == 0 and b.mixed.count(42) == 0  # dropped, not kept
     assert b.predicted_s(first) < 0.040 + 2 * (0.015 + first * 5e-5)
-    b.observe(0.040, decode_rows=4, prefill_tokens=0)
+    b.observe(0.040, decode_rows=7, prefill_tokens=0)
     assert b.allowance(True, prompt_left=500).tokens > 0
 
 
@@ -180,12 +180,12 @@ def test_degraded_steps_that_overran_their_predictions_read_less():
     def budget():
         b = measured(4096, decode_s=0.200, prefill_tok_s=3000, slowdown=1.0)
         for n in (16, 256):                  # 1 / 3000 s a token, like alone
-            b.observe(0.200 + n / 3000, decode_rows=2, prefill_tokens=n)
+            b.observe(0.200 + n / 3000, decode_rows=7, prefill_tokens=n)
         return b
     plain, late = budget(), budget()
     for overrun in (1.0, 1.3, 1.3, 1.3):      # 32 tokens measured, then 1.3x the prediction
-        late.queued(2, 32)
-        late.observe(overrun * late.predicted_s(32), decode_rows=2, prefill_tokens=32)
+        late.queued(7, 32)
+        late.observe(overrun * late.predicted_s(32), decode_rows=7, prefill_tokens=32)
     late.mixed = plain.mixed                 # the same cost line: only the bias differs
     assert abs(late.bias() - 1.3) < 1e-9 and plain.bias() == 1.0
     # a step of 400 ms: 200 ms above the calm one, 512 tokens (171 ms); at 1.3x,
