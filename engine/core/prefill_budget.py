@@ -232,7 +232,12 @@ class PrefillBudget:
         # streams' median gap 2.8-2.9x calm against the 2.25x the bound allows)
         bound_s = max(floor_s, self.decode_s * (1 + self.max_slowdown)) / self.bias()
         prompt_s = max(bound_s - self.decode_s, 0.0)
-        prompt_s = max(prompt_s, (1 + self.max_slowdown) * line.extra_s(smallest))
+        if line.extra_s(smallest) > prompt_s:
+            # Only where the smallest chunk itself overruns the bound: where it fits, the
+            # bound holds, and 2.25x its cost let 64-128-token chunks in on this CPU
+            # (session 15: 16 tokens ~110 ms above a 143 ms calm step, 64 tokens 234:
+            # steps of 2.6-2.8x calm against the 2.25x the bound promises)
+            prompt_s = (1 + self.max_slowdown) * line.extra_s(smallest)
         tokens = max(self._longest_within(prompt_s, line, prompt_left), smallest)
         tokens = self._probe(tokens, prompt_s, line, True)
         return Allowance(tokens, degraded=True)
@@ -281,9 +286,13 @@ class PrefillBudget:
         return bank_s, over_floor
 
     def overrun(self) -> float:
-        """The most a recent mixed step took over its prediction (at least 1): the
-        margin a banked step keeps below twice the floor."""
-        return max([1.0] + self._overruns)
+        """How far recent mixed steps took over their predictions, at the most but one
+        (at least 1): the margin a banked step keeps below twice the floor. Not the
+        most: on the H200 one step in ~16 comes out 1.7-1.9x its prediction whatever it
+        reads (session 15), and the most barred every banked chunk for 16 steps, so the
+        policy read 16-token chunks at a third of the pace of a 128-token one and a calm
+        step in turn; a banked step's own spike is as likely as any step's."""
+        return max([1.0] + sorted(self._overruns)[:-1])
 
     def bias(self) -> float:
         """How much recent mixed steps overran their predictions on average (at least 1)."""
@@ -445,19 +454,23 @@ class PrefillBudget:
             self.bank_s = min(BURST * floor_s, max(0.0, self.bank_s + floor_s - seconds))
             self._last_over_floor = seconds > floor_s
         last_mixed, self._last_mixed = self._last_mixed, None
+        # the batch the decode rows run at: padded up where the runner pads (a power of
+        # two, engine/core/shapes.py), so 5 to 8 rows cost one calm step on a GPU
+        batch = (1 << (decode_rows - 1).bit_length()
+                 if self.pads_chunks and decode_rows else decode_rows)
         if not q.behind:
             last_mixed = None       # queued after it was read back: no tail of it here
         if decode_rows and not prefill_tokens:
             tail_s = seconds - self.decode_s if self.decode_s is not None else 0.0
-            if last_mixed is not None and not self.calm_rows.of(decode_rows):
+            if last_mixed is not None and not self.calm_rows.of(batch):
                 last_mixed = None       # another batch's calm step: no tail to read in it
             if last_mixed is not None and last_mixed.runs_at:
                 self.tails.observe(last_mixed.runs_at, tail_s)
             if last_mixed is not None and tail_s > 0:
                 self._charge_tail(last_mixed, tail_s)
-            elif (fresh_s := self.calm_rows.calm(decode_rows, seconds)) is not None:
+            elif (fresh_s := self.calm_rows.calm(batch, seconds)) is not None:
                 self.decode_s = fresh_s                 # the batch's size changed
-            elif self.calm_rows.of(decode_rows):
+            elif self.calm_rows.of(batch):
                 for reading in self._one_offs.readings("calm", seconds, seconds, self.decode_s):
                     self.decode_s = _mix(self.decode_s, reading)
         elif prefill_tokens and not decode_rows:
@@ -469,7 +482,7 @@ class PrefillBudget:
             extra_s = seconds - self.decode_s
             line = self.cost_line()
             length = runs_at = self._reading_length(prefill_tokens)
-            if not self.calm_rows.of(decode_rows):
+            if not self.calm_rows.of(batch):
                 length = None       # beside a batch the calm estimate is not of: no reading
             before = last_mixed.runs_at if last_mixed is not None else None
             if before and line is not None:
