@@ -297,7 +297,9 @@ def test_a_cost_flat_over_small_chunks_is_not_extrapolated_four_lengths_up():
     measured: 128 tokens called cheap, read twice at 119 ms, and the line through 16,
     32 and 128 then put 64 out of reach: 32-token chunks, 58 steps for the prompt. Now
     the line's slope reaches only the next length up (past it, the alone rate): 64
-    first, 128 tried (under twice the floor), then 64 again, 30 steps."""
+    first, 128 tried (under twice the floor), then 64 again, 30 steps; 128, read once
+    (the lower of its first two readings), is read once more after PROBE_EVERY steps
+    (one reading may be a spike), then no more."""
     def cost(n):
         return 0.039 + 1.5e-5 * min(n, 64) + 0.0009 * max(0, n - 64)
     eng = ScriptedEngine(decode_s=0.021, prefill_tok_s=1930, mixed_cost=cost, chunk=512)
@@ -308,8 +310,8 @@ def test_a_cost_flat_over_small_chunks_is_not_extrapolated_four_lengths_up():
     sizes = [p.prefill_tokens for p, _, _ in during]
     assert 256 not in sizes and 512 not in sizes, sizes
     assert all(sec <= 2 * FLOOR_S for _, sec, _ in during), sizes
-    assert sum(sec > FLOOR_S for _, sec, _ in during) <= 2, sizes
-    assert sizes.count(64) >= len(sizes) - 3, sizes           # the chunk that fits
+    assert sum(sec > FLOOR_S for _, sec, _ in during) <= 3, sizes
+    assert sizes.count(64) >= len(sizes) - 4, sizes           # the chunk that fits
     assert len(sizes) <= 32, sizes
 
 

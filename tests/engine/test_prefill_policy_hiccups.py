@@ -4,7 +4,7 @@ clock, as in test_prefill_policy.py; no timing)."""
 from test_prefill_policy import FLOOR_S, ScriptedEngine, mixed
 
 from engine.core.alone_prefill_cost import MIXED_FORWARD_SHARE, OWN_FORWARD_SHARE
-from engine.core.prefill_budget import BURST, PrefillBudget
+from engine.core.prefill_budget import BURST, PROBE_EVERY, PrefillBudget
 
 
 class FirstStepStalls(ScriptedEngine):
@@ -306,3 +306,28 @@ def test_a_step_far_over_its_prediction_is_set_aside_once_and_a_cost_that_moved_
     assert budget.decode_s < 0.015
     budget.observe(0.300, 7, 0)                # three in a row: the calm step moved
     assert budget.decode_s > 0.100
+
+
+def test_a_next_length_read_once_in_a_spike_is_read_again_after_probe_every_steps():
+    """The H200 (session 15): one step in ~16 takes 1.7-1.9x its cost whatever it reads.
+    A 128-token chunk read once in such a spike was priced over the floor, and 64-token
+    chunks were read from then on (~85 % of the pace). After PROBE_EVERY steps at one
+    length, a next length up read only once is read again; the lower reading counts."""
+    budget = PrefillBudget(512, 15.0, 1.25, alone_share=OWN_FORWARD_SHARE, pads_chunks=True)
+    for _ in range(4):
+        budget.observe(0.262, 0, 512)
+    for _ in range(10):
+        budget.observe(0.015, 7, 0)
+
+    def step(tokens, seconds):
+        budget.queued(7, tokens)
+        budget.observe(seconds, 7, tokens)
+
+    step(64, 0.015 + 0.040)
+    step(128, 0.015 + 1.8 * 0.060)              # a spike: 128 tokens cost ~60 ms
+    assert budget.allowance(True, prompt_left=2048).tokens == 64
+    for _ in range(PROBE_EVERY):
+        step(64, 0.015 + 0.040)
+    assert budget.allowance(True, prompt_left=2048).tokens == 128
+    step(128, 0.015 + 0.060)
+    assert abs(budget.cost_line().extra_s(128) - 0.060) < 1e-9
