@@ -17,7 +17,8 @@ chunk read after a 64-token one was priced above 64 tokens.
 So each length's tail is learned from the calm steps that carry it (their seconds over
 the calm step; the median of the recent few, as for the costs), and a chunk's step is
 predicted as its cost less its tail plus the tail of the step before it. A length
-whose tail was never read has none: its whole cost lands in its own step. Its first
+whose tail was never read has at least its shorter neighbour's in proportion (none
+where no shorter one was read: its whole cost lands in its own step). Its first
 chunk is followed by a calm step, which reads the tail; and a mixed step right after a
 chunk whose tail is unknown is no reading at all. Session 15's first prompt in each
 process read its first chunks back to back: each step held the one before's tail, 128
@@ -44,6 +45,24 @@ class ChunkTails:
         return length in self._recent
 
     def tail_s(self, length: int | None, cost_s: float) -> float:
-        """Seconds of a chunk of `length` (cost_s in all) that land in the next step."""
-        recent = self._recent.get(length) if length else None
-        return min(statistics.median_low(recent), cost_s) if recent else 0.0
+        """Seconds of a chunk of `length` (cost_s in all) that land in the next step. A
+        length not read yet: the longest shorter one's, grown along the line through the two
+        longest read, and at least in proportion to the tokens (the host's part of a
+        chunk grows slower than the device's, so a tail grows faster than its tokens: 7,
+        28 and 64 ms for 64, 128 and 256 tokens on the H200). Taken as none, a banked
+        512-token chunk (132 ms) was followed by a 147 ms calm step (session 15)."""
+        if not length:
+            return 0.0
+        recent = self._recent.get(length)
+        if recent:
+            return min(statistics.median_low(recent), cost_s)
+        known = sorted((n, statistics.median_low(r)) for n, r in self._recent.items()
+                       if n < length)
+        if not known:
+            return 0.0
+        n1, t1 = known[-1]
+        slope = t1 / n1
+        if len(known) > 1:          # along the two longest, where that climbs faster
+            n0, t0 = known[-2]
+            slope = max(slope, (t1 - t0) / (n1 - n0))
+        return min(t1 + (length - n1) * slope, cost_s)

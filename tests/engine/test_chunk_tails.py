@@ -45,6 +45,22 @@ def test_tails_are_the_median_of_recent_readings_and_never_more_than_the_cost():
     assert tails.tail_s(None, 0.080) == 0.0
 
 
+def test_a_length_not_read_yet_has_a_tail_grown_from_the_longest_shorter_ones():
+    """The H200's tails (session 15) grow faster than their tokens: 64 tokens ~7 ms,
+    128 ~28, 256 ~64. Taken as none, a banked 512-token chunk was followed by a calm
+    step of 147 ms; in proportion to 128's, 256's would be 56 (under the 52 ms a calm
+    step may carry) where it was 64."""
+    tails = ChunkTails()
+    assert tails.tail_s(256, 1.0) == 0.0               # nothing shorter read
+    tails.observe(128, 0.028)
+    assert abs(tails.tail_s(256, 1.0) - 0.056) < 1e-12   # in proportion
+    tails.observe(64, 0.007)
+    assert abs(tails.tail_s(256, 1.0) - (0.028 + 128 * 0.021 / 64)) < 1e-12
+    assert tails.tail_s(32, 1.0) == 0.0
+    assert tails.tail_s(512, 0.100) == 0.100            # never more than the cost
+    assert not tails.known(256)
+
+
 def test_a_chunk_whose_steps_each_fit_the_floor_is_read_though_its_cost_does_not():
     """Session 15 (docs/bench/h200-session15-conc2_steps.jsonl, round 2): a 128-token
     step took ~64 ms and the calm step after it ~43 (a ~79 ms cost over two steps, each
