@@ -219,14 +219,18 @@ class PrefillBudget:
         # costing up to max_slowdown more than the smallest is read instead: nearly the
         # same step, many more tokens.
         smallest = min(MIN_CHUNK, self.max_chunk)
-        if not self.mixed.count(smallest):
+        if self.mixed.count(smallest) < 2 and self.decode_s <= floor_s:
             # Degraded mode on a prediction alone would give up the floor for a line's
-            # guess: the smallest chunk (the least slowdown) is measured first, and its
-            # cost decides. Until then the mode has not started (a step flagged degraded
-            # says the floor cannot hold), unless the calm step alone overruns the floor.
-            # On the H200 such a probe read 16 tokens in 48-63 ms, within the 67 ms floor
-            # that a line extrapolated down from 64 tokens had called out of reach.
-            return Allowance(smallest, degraded=self.decode_s > floor_s)
+            # guess: the smallest chunk (the least slowdown) is measured first, twice,
+            # and its cost (the lower reading) decides. Until then the mode has not
+            # started (a step flagged degraded says the floor cannot hold). On the H200
+            # such a probe read 16 tokens in 48-63 ms, within the 67 ms floor that a line
+            # extrapolated down from 64 tokens had called out of reach; and one reading
+            # in a spike (a GPU's step 1.8x its cost, one in ~16) set the mode off with
+            # chunks of 2.25x its cost: 256 tokens in 145-168 ms steps (session 15).
+            return Allowance(smallest)
+        if not self.mixed.count(smallest):
+            return Allowance(smallest, degraded=True)   # the calm step alone overruns
         # The step's bound, on predictions corrected by how much recent steps overran
         # theirs on average (a CPU's mixed steps came out ~25 % over, session 9: the
         # streams' median gap 2.8-2.9x calm against the 2.25x the bound allows)
@@ -473,7 +477,11 @@ class PrefillBudget:
             if last_mixed is not None and tail_s > 0:
                 self._charge_tail(last_mixed, tail_s)
             elif (fresh_s := self.calm_rows.calm(batch, seconds)) is not None:
-                self.decode_s = fresh_s                 # the batch's size changed
+                # The batch's size changed: so did what a chunk costs beside it (on the
+                # CPU, readings beside the two rows of an admission priced 32 tokens at
+                # 230 ms beside three, where they took ~140: never read again, they held
+                # the chunk at 16 for whole prompts, TTFT 3.5-4.6x alone; session 15)
+                self.decode_s, self.mixed, self._held = fresh_s, MixedStepCost(), None
             elif self.calm_rows.of(batch):
                 for reading in self._one_offs.readings("calm", seconds, seconds, self.decode_s):
                     self.decode_s = _mix(self.decode_s, reading)

@@ -51,10 +51,12 @@ def test_a_fast_prompt_rate_reads_a_large_chunk_within_the_floor():
 
 def test_degraded_when_the_smallest_chunk_overruns_the_floor():
     b = measured(512, decode_s=0.040, prefill_tok_s=250)    # a CPU: a token costs 4 ms
-    a = b.allowance(decoding=True)
-    # the smallest chunk is measured before the mode starts (predicted: 104 ms)
-    assert not a.degraded and a.tokens == MIN_CHUNK
-    b.observe(0.040 + MIN_CHUNK * 0.004, decode_rows=7, prefill_tokens=MIN_CHUNK)
+    # the smallest chunk is measured twice before the mode starts (predicted: 104 ms;
+    # one reading may be a spike)
+    for _ in range(2):
+        a = b.allowance(decoding=True)
+        assert not a.degraded and a.tokens == MIN_CHUNK
+        b.observe(0.040 + MIN_CHUNK * 0.004, decode_rows=7, prefill_tokens=MIN_CHUNK)
     a = b.allowance(decoding=True)
     assert a.degraded and a.tokens >= MIN_CHUNK              # the new prompt still moves
 
