@@ -131,7 +131,8 @@ class PrefillBudget:
         self.calm_rows = CalmRows()     # of how many decode rows (engine/core/calm_rows.py)
         self.prefill_tok_s: float | None = None  # prompt tokens per second, alone
         self.alone = AlonePrefillCost(alone_share)   # the least a chunk costs, read alone
-        self.mixed = MixedStepCost()
+        self.mixed = MixedStepCost()     # beside the batch the calm step is of
+        self._costs: dict[int | None, MixedStepCost] = {}   # beside each batch size seen
         self._last_length = 0       # prompt tokens of the last mixed step
         self._num_same_length = 0   # consecutive mixed steps that read that many
         self._last: Allowance | None = None     # the last allowance given
@@ -470,6 +471,7 @@ class PrefillBudget:
             last_mixed = None       # queued after it was read back: no tail of it here
         if decode_rows and not prefill_tokens:
             tail_s = seconds - self.decode_s if self.decode_s is not None else 0.0
+            calm_rows = self.calm_rows.rows     # the size the estimate is of, until now
             if last_mixed is not None and not self.calm_rows.of(batch):
                 last_mixed = None       # another batch's calm step: no tail to read in it
             if last_mixed is not None and last_mixed.runs_at:
@@ -480,8 +482,12 @@ class PrefillBudget:
                 # The batch's size changed: so did what a chunk costs beside it (on the
                 # CPU, readings beside the two rows of an admission priced 32 tokens at
                 # 230 ms beside three, where they took ~140: never read again, they held
-                # the chunk at 16 for whole prompts, TTFT 3.5-4.6x alone; session 15)
-                self.decode_s, self.mixed, self._held = fresh_s, MixedStepCost(), None
+                # the chunk at 16 for whole prompts, TTFT 3.5-4.6x alone; session 15).
+                # Each size keeps its own costs: conversations come and go, and the
+                # sizes come back.
+                self._costs[calm_rows] = self.mixed
+                self.decode_s, self._held = fresh_s, None
+                self.mixed = self._costs.setdefault(batch, MixedStepCost())
             elif self.calm_rows.of(batch):
                 for reading in self._one_offs.readings("calm", seconds, seconds, self.decode_s):
                     self.decode_s = _mix(self.decode_s, reading)

@@ -31,3 +31,20 @@ def test_a_chunk_read_beside_a_batch_the_calm_step_is_not_of_is_no_reading():
     assert budget.decode_s == 0.150
     budget.observe(0.222, 2, 16)
     assert abs(budget.cost_line().extra_s(16) - 0.072) < 1e-9
+
+
+def test_each_batch_size_keeps_its_own_chunk_costs():
+    """Conversations come and go: the costs learned beside three rows are there again
+    when the batch comes back to three after an admission beside two."""
+    budget = PrefillBudget(512, 15.0, 1.25, alone_share=MIXED_FORWARD_SHARE)
+    budget.observe(0.85, 0, 200)
+    for _ in range(5):
+        budget.observe(0.150, 3, 0)
+    budget.observe(0.150 + 0.140, 3, 32)
+    for _ in range(SWITCH_READINGS):
+        budget.observe(0.090, 2, 0)
+    assert budget.mixed.count(32) == 0            # beside two rows: nothing read yet
+    budget.observe(0.090 + 0.200, 2, 32)
+    for _ in range(SWITCH_READINGS):
+        budget.observe(0.150, 3, 0)
+    assert abs(budget.cost_line().extra_s(32) - 0.140) < 1e-9
