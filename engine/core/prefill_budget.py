@@ -10,7 +10,11 @@ gets all the time above the calm decode step (a step with no prompt in it) up to
 so the chunk is the longest length of engine/core/shapes.py whose predicted step fits
 the floor. Both the calm step and the cost line are measured from the engine's own
 recent steps, here and nowhere else: the scheduler only receives the token count and
-stays deterministic.
+stays deterministic. On a GPU part of a chunk's cost lands in the step after it (its
+tail, engine/core/chunk_tails.py): a step is predicted as its own part plus the tail of
+the step before it, and a chunk fits where its own step fits the floor and its tail
+fits the next. The calm step and the chunk costs are of one batch size at a time
+(engine/core/calm_rows.py); each size seen keeps its own costs.
 
 Three rules keep the policy from locking itself into a small chunk (issue 21):
 - the fixed cost is never charged to the tokens: a length measured is predicted by its
