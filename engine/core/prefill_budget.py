@@ -76,7 +76,7 @@ from engine.core.calm_rows import CalmRows
 from engine.core.chunk_tails import ChunkTails
 from engine.core.mixed_step_cost import CostLine, MixedStepCost
 from engine.core.one_off_steps import OneOffSteps, is_one_off
-from engine.core.shapes import MIN_CHUNK, chunk_lengths, padded_chunk
+from engine.core.shapes import DECODE_SIZES, MIN_CHUNK, chunk_lengths, padded_batch, padded_chunk
 
 WARMUP_TOKENS = 64  # before anything is measured, read this much beside a decode
 # Banked steps (module docstring, "The bank"): a step may last up to (1 + BURST) x the
@@ -180,8 +180,7 @@ class PrefillBudget:
         return allowance
 
     def _allowance(self, prompt_left: int | None = None) -> Allowance:
-        q = self._in_flight[-1] if self._in_flight else None
-        runs_at = self._reading_length(q.tokens) if q and q.tokens and q.step_s else None
+        runs_at = self._chunk_in_flight()
         if runs_at and not self.tails.known(runs_at):
             # A chunk in flight whose tail was never read: a calm step after it reads its
             # tail, and the reading of whatever follows it is not spoilt by an unknown
@@ -342,11 +341,16 @@ class PrefillBudget:
         length = self._reading_length(prefill_tokens) or prefill_tokens
         return prefill_tokens / max(line.extra_s(length), 1e-9)
 
-    def _pending_tail_s(self, line: CostLine) -> float:
-        """The tail of the newest step in flight, if it read a chunk beside decode rows:
-        it lands in the step planned now."""
+    def _chunk_in_flight(self) -> int | None:
+        """The chunk length the newest step in flight runs at, if it read a chunk beside
+        decode rows (its tail lands in the step planned now); else None."""
         q = self._in_flight[-1] if self._in_flight else None
-        return self._tail_s(q.tokens, line) if q and q.tokens and q.step_s else 0.0
+        return self._reading_length(q.tokens) if q and q.tokens and q.step_s else None
+
+    def _pending_tail_s(self, line: CostLine) -> float:
+        """The tail of the newest step in flight: it lands in the step planned now."""
+        length = self._chunk_in_flight()
+        return self.tails.tail_s(length, line.extra_s(length)) if length else 0.0
 
     def _reading_length(self, tokens: int) -> int | None:
         """The chunk length a mixed step of `tokens` prompt tokens is read as: the length
@@ -467,9 +471,9 @@ class PrefillBudget:
             self.bank_s = min(BURST * floor_s, max(0.0, self.bank_s + floor_s - seconds))
             self._last_over_floor = seconds > floor_s
         last_mixed, self._last_mixed = self._last_mixed, None
-        # the batch the decode rows run at: padded up where the runner pads (a power of
-        # two, engine/core/shapes.py), so 5 to 8 rows cost one calm step on a GPU
-        batch = (1 << (decode_rows - 1).bit_length()
+        # the batch the decode rows run at: padded up where the runner pads (its decode
+        # sizes, engine/core/shapes.py), so 5 to 8 rows cost one calm step on a GPU
+        batch = (padded_batch(decode_rows, DECODE_SIZES[-1])
                  if self.pads_chunks and decode_rows else decode_rows)
         if not q.behind:
             last_mixed = None       # queued after it was read back: no tail of it here
@@ -510,8 +514,7 @@ class PrefillBudget:
             if before and line is not None:
                 carried_s = self.tails.tail_s(before, line.extra_s(before))
                 extra_s -= carried_s
-                if last_mixed.length:
-                    self._charge_tail(last_mixed, carried_s, measured=False)
+                self._charge_tail(last_mixed, carried_s, measured=False)
             # A held reading lasts until the next mixed step: its second reading, or (a
             # prompt that ended short of the length, another length planned first) it
             # is dropped, never left to hold the chunk down, and never believed alone:
