@@ -9,7 +9,7 @@ with one), and only lengths read alone at least twice count: a length's one read
 be its compile (a chat's first prompt, one chunk, read right after a cold start), and a
 bound too high does harm too. In degraded mode a chunk may cost up to 2.25x the
 smallest's predicted cost, so a smallest chunk predicted seconds dear lets a 512-token
-chunk in (prefill_budget.py).
+chunk in (degraded_mode.py).
 
 A chunk read beside decode rows is predicted at no less than a share of that least
 cost (floor_s). Where a step runs the chunk as its own forward (mixed forwards off, as

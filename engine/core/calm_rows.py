@@ -1,6 +1,6 @@
 """Which batch the calm step's estimate is of.
 
-A mixed step's reading is its seconds above the calm step (engine/core/prefill_budget.py),
+A mixed step's reading is its seconds above the calm step (engine/core/chunk_readings.py),
 so the calm step must be of the same decode rows. While conversations are admitted the
 batch grows a row at a time and each new prompt is read beside a batch the calm estimate
 has not seen: on this 2-core CPU (session 15) a calm step took 73 ms with one stream and

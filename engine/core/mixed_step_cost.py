@@ -73,7 +73,7 @@ class CostLine:
     per_token_s: float    # seconds each of its tokens adds (the line's)
     # The slope is known: fitted through two or more lengths, or bounded by the alone
     # prefill's. False: one length seen and no bound, so the fixed cost was assumed 0
-    # and the slope may be too steep (the budget then probes, see prefill_budget.py).
+    # and the slope may be too steep (the budget then probes, see chunk_choice.py).
     known_slope: bool
     points: tuple[tuple[int, float], ...] = ()   # (length, seconds) measured, ascending
     # Seconds per token more than twice past the longest measured length: the alone
@@ -144,7 +144,7 @@ class MixedStepCost:
 
     def add_to_newest(self, tokens: int, seconds: float) -> None:
         """The newest reading of this length took `seconds` more (its tail, read in the
-        step after it: PrefillBudget._charge_tail); nothing if the length is forgotten."""
+        step after it: ChunkReadings.charge_tail); nothing if the length is forgotten."""
         seen = self._lengths.get(tokens)
         if seen and seen.recent:
             seen.recent[-1] += seconds

@@ -14,7 +14,8 @@ the calm step); one more in a row is the cost itself having moved (a slower mach
 wider batch), and is learned together with those set aside, so the estimate catches up
 at once rather than after a median's worth of readings.
 
-Plain Python (no mlx, no clock): PrefillBudget asks it what to learn.
+Plain Python (no mlx, no clock): PrefillBudget (calm steps) and ChunkReadings (chunks) ask
+it what to learn.
 """
 from __future__ import annotations
 

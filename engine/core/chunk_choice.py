@@ -1,0 +1,115 @@
+"""Which chunk length a step beside streaming decodes reads, given the room it has.
+
+The chunk is the longest length of engine/core/shapes.py whose predicted step fits the
+room (engine/core/prefill_budget.py says what room: the floor, the bank's, degraded
+mode's). Three rules keep the policy from locking itself into a small chunk (issue 21):
+- the fixed cost is never charged to the tokens: a length measured is predicted by its
+  own cost, others from the segments and line through the measured ones, or, with one
+  length, a slope bounded by the alone prefill's seconds per token (an upper bound)
+  with the rest of the step taken as the fixed cost (engine/core/mixed_step_cost.py);
+- with one length measured and no bound (the slope may be too steep: a fixed cost
+  taken for tokens), the next length up is tried once, where even a cost linear in the
+  tokens keeps that step's prompt part within twice its share (always in degraded
+  mode); its cost is at most (up / measured) x the measured one, since the fixed part is
+  not paid twice;
+- where tokens beside decode rows are measured cheaper than alone ones, after
+  PROBE_EVERY steps at one length the next length up is measured once, if twice this
+  chunk's cost keeps the step within twice the floor: a cost that flattens with the
+  tokens (an MoE chunk's experts saturate) is under-read by any line.
+Chunks also grow by at most 4x the longest measured a step (WARMUP_TOKENS first), so a
+wrong prediction costs one step, never a stall. While a surprising first reading waits
+for its second (engine/core/chunk_readings.py), no length that long and no new one.
+
+Plain Python (no mlx, no clock): PrefillBudget gives it the room and the cost line.
+"""
+from __future__ import annotations
+
+from engine.core.chunk_readings import ChunkReadings
+from engine.core.mixed_step_cost import CostLine
+from engine.core.shapes import MIN_CHUNK, chunk_lengths
+from engine.core.step_predictions import StepPredictor
+
+WARMUP_TOKENS = 64  # before anything is measured, read this much beside a decode
+PROBE_EVERY = 16    # mixed steps at one length before the next length up is tried
+
+
+class ChunkChoice:
+    def __init__(self, max_chunk: int, predictor: StepPredictor, readings: ChunkReadings):
+        """predictor: what a chunk costs in its own step and the next; readings: the
+        lengths measured, and a reading held for its second."""
+        self.max_chunk = max_chunk
+        self.predictor = predictor
+        self.readings = readings
+        self._last_length = 0       # prompt tokens of the last mixed step
+        self._num_same_length = 0   # consecutive mixed steps that read that many
+
+    def after_mixed_step(self, prefill_tokens: int) -> None:
+        """A mixed step read prefill_tokens: PROBE_EVERY of one length in a row probe."""
+        same = prefill_tokens == self._last_length
+        self._num_same_length = self._num_same_length + 1 if same else 1
+        self._last_length = prefill_tokens
+
+    def longest_within(self, prompt_s: float, line: CostLine, prompt_left: int | None = None,
+                       follow_s: float | None = None) -> int:
+        """The longest chunk length (at most 4x the longest measured beside a decode,
+        WARMUP_TOKENS before any: the alone rate says little about a mixed step) whose
+        cost fits in prompt_s seconds above the calm step; 0 if none does. prompt_left
+        (the fewest tokens a prompt has left) is a length too where it leaves that one
+        fewer than MIN_CHUNK tokens and fits: the prompt's rest in this step rather than
+        a step for its last few tokens (on the CPU, a 200-token prompt read as 6 x 32 + 8
+        paid a whole ~300 ms step for its last 8 tokens; 40 cost ~26 ms more than 32).
+        Its cost is that of the length its forward runs at (pads_chunks). Only a few
+        tokens past a length that fits: an odd length far past the measured ones is
+        predicted by a line, and on the CPU such a line let 128 tokens in at 3.3x calm.
+        follow_s: a chunk's own step must fit prompt_s and its tail (chunk_tails.py)
+        follow_s, the step after it; None: its whole cost must fit prompt_s."""
+        measured = self.readings.mixed.lengths
+        cap = 4 * measured[-1] if measured else WARMUP_TOKENS
+        lengths = chunk_lengths(self.max_chunk)
+        held = self.readings.held
+        if held:                # a surprising reading waits for its second: nothing that
+            cap = min(cap, held[0] - 1)     # long, and no new length (another guess)
+            lengths = [n for n in lengths if n in measured]
+        def fits(n: int) -> bool:
+            if follow_s is None:
+                return line.extra_s(n) <= prompt_s + 1e-9
+            return (self.predictor.own_s(n, line) <= prompt_s + 1e-9
+                    and self.predictor.tail_s(n, line) <= follow_s + 1e-9)
+
+        fitting = [n for n in lengths if n <= cap and fits(n)]
+        best = fitting[-1] if fitting else 0
+        if (best and prompt_left and best < prompt_left < best + MIN_CHUNK
+                and prompt_left <= self.max_chunk and not held):
+            if fits(self.predictor.runs_at(prompt_left)):
+                return prompt_left
+        return best
+
+    def probe(self, tokens: int, prompt_s: float, line: CostLine, degraded: bool,
+              calm_s: float, floor_s: float, alone_s: float | None) -> int:
+        """tokens, or the next chunk length up when tokens is the one length measured
+        and the line's slope is not known (module docstring). The probe's cost is at
+        most (up / tokens) x the measured one; it is tried where that stays within
+        2 x prompt_s, or always in degraded mode (the floor is not holding anyway).
+        calm_s: the calm step; alone_s: a prompt token's seconds read alone, if known."""
+        mixed = self.readings.mixed
+        bigger = [n for n in chunk_lengths(self.max_chunk) if n > tokens]
+        if not bigger:
+            return tokens
+        if not line.known_slope and mixed.lengths == [tokens]:
+            if degraded or line.extra_s(tokens) * bigger[0] / tokens <= 2 * prompt_s:
+                return bigger[0]
+        # A cost that flattens with the tokens (an MoE chunk's experts saturate) makes
+        # any extrapolation call a longer chunk too dear. Where the tokens are measured
+        # cheaper than alone ones (a sign of it), after PROBE_EVERY steps at one length
+        # the next one up is measured once, if even twice this chunk's cost (a bound:
+        # the fixed part is not paid twice) keeps the step within twice the floor. So is
+        # a next length up read only once: one spike (a GPU's step 1.8x its cost, one in
+        # ~16) priced 128 tokens over the floor, and 64-token chunks read for 30 steps
+        # at ~85 % of the pace (session 15's replays); a second reading, the lower counts.
+        flattens = (alone_s is not None and line.per_token_s < alone_s
+                    and bigger[0] not in mixed.lengths)
+        if (self._last_length == tokens and self._num_same_length >= PROBE_EVERY
+                and (flattens or mixed.count(bigger[0]) == 1)
+                and calm_s + 2 * line.extra_s(tokens) <= 2 * floor_s):
+            return bigger[0]
+        return tokens
