@@ -15,7 +15,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from kernels.gated_delta_step import (
-    _CUDA_HEADER,
+    CUDA_HEADER,
     _fresh_flags,
     gather_states,
     pick_lanes,
@@ -188,7 +188,7 @@ _METAL_SOURCE = """
 _INPUTS = ["q", "k", "v", "g", "beta", "pool", "slots", "fresh", "lengths"]
 _OUTPUTS = ["y"]
 _KERNEL = KernelBuild(NAME, "tandem_gated_delta_chunk", _INPUTS, _OUTPUTS, _CUDA_SOURCE,
-                      _METAL_SOURCE, cuda_header=_CUDA_HEADER, row_contiguous=False)
+                      _METAL_SOURCE, cuda_header=CUDA_HEADER, row_contiguous=False)
 
 
 def _get(backend: str):

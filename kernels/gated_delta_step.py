@@ -43,7 +43,7 @@ NAME = "gated_delta_step"
 # is 4-7% faster than 8 and 15% faster than 4 (kernels/bench/gated_delta_step.py).
 LANE_PREFERENCE = (32, 8, 4)
 
-_CUDA_HEADER = """
+CUDA_HEADER = """
 template <int LPR>
 __device__ __forceinline__ float group_sum(float x) {
   // Butterfly inside aligned groups of LPR lanes: offsets < LPR never cross a group.
@@ -55,22 +55,12 @@ __device__ __forceinline__ float group_sum(float x) {
 }
 """
 
-# One state row (b, hv, dv) per LPR lanes; each lane keeps E = Dk/LPR floats of
-# it in registers as float4 chunks interleaved across the group, so every
-# float4 load of the group reads LPR*16 contiguous bytes.
-_CUDA_SOURCE = """
-  constexpr int E = Dk / LPR;
-  constexpr int C = E / 4;
-  const int B = q_shape[0];
-  const int tid = blockIdx.x * blockDim.x + threadIdx.x;
-  const int row = tid / LPR;                 // (b * Hv + hv) * Dv + dv
-  const int lane = tid % LPR;
-  if (row >= B * Hv * Dv) return;            // whole warps only: Dv*LPR % 32 == 0
-  const int n = row / Dv;                    // b * Hv + hv
-  const int hv = n % Hv;
-  const int b = n / Hv;
-  const int hk = hv / (Hv / Hk);
-  const int dv = row % Dv;
+# The update of one state row (b, hv, dv) by its LPR lanes, given b, hv, hk, dv and lane:
+# the part kernels/gated_delta_step_norm.py shares (its rows are laid out per head). Each
+# lane keeps E = Dk/LPR floats of the row in registers as float4 chunks interleaved
+# across the group, so every float4 load of the group reads LPR*16 contiguous bytes.
+# Leaves the row's y (summed over the group: every lane holds it) in `o`.
+CUDA_ROW_UPDATE = """
   // In place: the pool is declared an input but this row is written back below.
   float* s_io = const_cast<float*>(pool) + slots[b * slots_strides[0]] * pool_strides[0]
                 + hv * pool_strides[1] + dv * pool_strides[2];
@@ -121,24 +111,27 @@ _CUDA_SOURCE = """
         make_float4(st[4 * c], st[4 * c + 1], st[4 * c + 2], st[4 * c + 3]);
   }
   o = group_sum<LPR>(o);
-  if (lane == 0) y[row] = static_cast<OutT>(o);
 """
 
-# Same contract and layout for Metal (SIMD width 32); it cannot run on the
-# Linux machines, so the self-test guards it at engine start.
-_METAL_SOURCE = """
+# One state row (b, hv, dv) per LPR lanes, rows in order over the whole grid.
+_CUDA_SOURCE = """
   constexpr int E = Dk / LPR;
   constexpr int C = E / 4;
   const int B = q_shape[0];
-  const int tid = int(thread_position_in_grid.x);
-  const int row = tid / LPR;
+  const int tid = blockIdx.x * blockDim.x + threadIdx.x;
+  const int row = tid / LPR;                 // (b * Hv + hv) * Dv + dv
   const int lane = tid % LPR;
-  if (row >= B * Hv * Dv) return;
-  const int n = row / Dv;
+  if (row >= B * Hv * Dv) return;            // whole warps only: Dv*LPR % 32 == 0
+  const int n = row / Dv;                    // b * Hv + hv
   const int hv = n % Hv;
   const int b = n / Hv;
   const int hk = hv / (Hv / Hk);
-  const int dv = row % Dv;
+  const int dv = row % Dv;""" + CUDA_ROW_UPDATE + """  if (lane == 0) y[row] = static_cast<OutT>(o);
+"""
+
+# Same row update for Metal (SIMD width 32); it cannot run on the Linux machines, so the
+# self-test guards it at engine start.
+METAL_ROW_UPDATE = """
   auto s_io = const_cast<device float*>(pool) + slots[b * slots_strides[0]] * pool_strides[0]
               + hv * pool_strides[1] + dv * pool_strides[2];
   auto qp = q + b * q_strides[0] + hk * q_strides[1];
@@ -181,7 +174,21 @@ _METAL_SOURCE = """
     }
   }
   for (ushort off = LPR / 2; off > 0; off >>= 1) o += simd_shuffle_xor(o, off);
-  if (lane == 0) y[row] = static_cast<OutT>(o);
+"""
+
+_METAL_SOURCE = """
+  constexpr int E = Dk / LPR;
+  constexpr int C = E / 4;
+  const int B = q_shape[0];
+  const int tid = int(thread_position_in_grid.x);
+  const int row = tid / LPR;
+  const int lane = tid % LPR;
+  if (row >= B * Hv * Dv) return;
+  const int n = row / Dv;
+  const int hv = n % Hv;
+  const int b = n / Hv;
+  const int hk = hv / (Hv / Hk);
+  const int dv = row % Dv;""" + METAL_ROW_UPDATE + """  if (lane == 0) y[row] = static_cast<OutT>(o);
 """
 
 _INPUTS = ["q", "k", "v", "g", "beta", "pool", "slots", "fresh", "a_log", "dt_bias"]
@@ -196,7 +203,7 @@ def _get(backend: str):
         if backend == "cuda":
             _built[backend] = mx.fast.cuda_kernel(
                 name="tandem_gated_delta_step", input_names=_INPUTS, output_names=_OUTPUTS,
-                source=_CUDA_SOURCE, header=_CUDA_HEADER, ensure_row_contiguous=False)
+                source=_CUDA_SOURCE, header=CUDA_HEADER, ensure_row_contiguous=False)
         else:
             _built[backend] = mx.fast.metal_kernel(
                 name="tandem_gated_delta_step", input_names=_INPUTS, output_names=_OUTPUTS,

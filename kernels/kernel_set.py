@@ -21,6 +21,7 @@ import kernels.add_rms_norm as arn
 import kernels.attention_prep as ap
 import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
+import kernels.gated_delta_step_norm as gdsn
 import kernels.gated_rms_norm as grn
 import kernels.gdn_conv_step as gcs
 import kernels.moe_experts as me
@@ -77,6 +78,19 @@ class KernelSet:
         y = gds.kernel(q, k, v, g, beta, pool, slots, fresh, backend=backend, lanes=lanes,
                        decay=decay)
         return y, mx.depends(pool, y)       # keep the returned pool: ordered after the write
+
+    def gated_delta_step_norm(self, q, k, v, g, beta, pool, slots, z, weight, eps: float,
+                              fresh=None, decay=None):
+        """(out [B, Hv, Dv], pool) of kernels.gated_delta_step_norm: the step (as
+        gated_delta_step, the same arguments) and Gated DeltaNet's output norm,
+        rms_norm(y) * weight * silu(z) per head with z [B, Hv, Dv] (any strides), in one
+        launch; pool rows updated in place. None: the caller runs the step and the norm."""
+        backend = self.launches(gdsn.NAME)
+        if backend is None or not gdsn.applies(q, k, v, pool, z, weight):
+            return None
+        out = gdsn.kernel(q, k, v, g, beta, pool, slots, z, weight, eps, fresh,
+                          backend=backend, decay=decay)
+        return out, mx.depends(pool, out)   # keep the returned pool: ordered after the write
 
     def gated_delta_chunk(self, q, k, v, g, beta, pool, slots, lengths=None, fresh=None):
         """(y [B, T, Hv, Dv], pool) of kernels.gated_delta_chunk; pool rows updated in place."""

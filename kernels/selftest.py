@@ -15,6 +15,7 @@ import kernels.add_rms_norm as arn
 import kernels.attention_prep as ap
 import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
+import kernels.gated_delta_step_norm as gdsn
 import kernels.gated_rms_norm as grn
 import kernels.gdn_conv_step as gcs
 import kernels.moe_experts as me
@@ -80,6 +81,32 @@ def check_step_raw_gates(backend: str) -> float:
     y = gds.kernel(qs, ks_, vs, a, b, pool, slots, fresh, backend=backend, decay=decay)
     mx.eval(y)
     return max(_err_past_bf16(y, ry), _err(pool[slots], rrows))
+
+
+def check_step_norm(backend: str) -> float:
+    """The model's launch (raw a, b; q/k/v and z strided views; bf16) at the real head size
+    (D = 128: blocks of 1024 threads, two rows a thread), then float32 at D = 32 (one row a
+    thread); against the unrounded float32 result past the output's rounding."""
+    err = 0.0
+    for D, dtype, seed in ((128, mx.bfloat16, 13), (32, mx.float32, 14)):
+        q, k, v, _, _, pool, slots, fresh = _gdn_inputs(mx.random.key(seed), 3, 0, 1, 2, D, 5,
+                                                        dtype)
+        ks = mx.random.split(mx.random.key(seed + 100), 5)
+        ab = (2.0 * mx.random.normal((3, 7), key=ks[0])).astype(dtype)
+        a, b = ab[:, 1:3], ab[:, 4:6]
+        decay = (mx.random.uniform(0.0, 2.5, (2,), key=ks[1]),
+                 mx.random.normal((2,), key=ks[2]).astype(dtype))
+        z = mx.random.normal((3, 2, D + 16), key=ks[3]).astype(dtype)[..., 8:8 + D]
+        w = (1.0 + 0.1 * mx.random.normal((D,), key=ks[4])).astype(dtype)
+        qs, ks_, vs = (mx.concatenate([x, x], axis=-1)[..., D // 2:D // 2 + D] for x in (q, k, v))
+        want, rows = gdsn.reference(qs.astype(mx.float32), ks_, vs, a, b, pool, slots, z, w,
+                                    1e-6, fresh, decay=decay)
+        mx.eval(want, rows)                  # before the kernel rewrites the pool in place
+        out = gdsn.kernel(qs, ks_, vs, a, b, pool, slots, z, w, 1e-6, fresh, backend=backend,
+                          decay=decay)
+        mx.eval(out)
+        err = max(err, _err_past_bf16(out, want), _err(pool[slots], rows))
+    return err
 
 
 def check_chunk(backend: str) -> float:
@@ -251,7 +278,8 @@ CHECKS = {"gated_delta_step": lambda b: max(check_step(b), check_step_raw_gates(
           "paged_attention": check_paged, "moe_route": check_route,
           "moe_experts": check_experts, "gdn_conv_step": check_conv,
           "add_rms_norm": check_add_rms_norm, "gated_rms_norm": check_gated_rms_norm,
-          "attention_prep": check_attention_prep, "top_p_cut": check_top_p_cut}
+          "attention_prep": check_attention_prep, "top_p_cut": check_top_p_cut,
+          "gated_delta_step_norm": check_step_norm}
 
 
 def run_selftest(verbose: bool = True) -> dict:

@@ -106,13 +106,17 @@ class GatedDeltaNet(nn.Module):
              writes: tuple[list, list], conv_kernel: bool) -> mx.array:
         """One group's conv, recurrence and gated norm -> [B, T, value_dim]. The new conv
         (and reference recurrent) states go to `writes`, written once for all groups
-        after every group has read its own (_write_slots says why)."""
+        after every group has read its own (_write_slots says why). A decode group's step
+        and gated norm are one launch where the kernel set has it, else two."""
         B, T, _ = qkv.shape
         qkv_heads = self._kernel_conv(qkv, view, states) if T == 1 and conv_kernel else None
         if qkv_heads is not None:
             q, k, v = qkv_heads                                              # [B, 1, H, D]
         else:
             q, k, v = self._conv(qkv, view, states, writes[0])
+        out = self._kernel_step(q, k, v, a, b, view, states, z) if T == 1 else None
+        if out is not None:      # the step and the gated norm in one launch
+            return out.reshape(B, T, -1)                                     # [B, T, Hv*Dv]
         y = self._kernel_step(q, k, v, a, b, view, states) if T == 1 else None
         if y is None:
             g, beta = decay_and_beta(self.A_log, a, self.dt_bias, b)         # [B, T, Hv] x2
@@ -174,14 +178,20 @@ class GatedDeltaNet(nn.Module):
         writes.append((slots, new_state))
         return y
 
-    def _kernel_step(self, q, k, v, a, b, view: BatchView, states: list[mx.array]):
+    def _kernel_step(self, q, k, v, a, b, view: BatchView, states: list[mx.array], z=None):
         """Decode: y [B, 1, Hv, Dv] from this model's step kernel, which turns the raw a, b
         into the decay and beta itself and updates each row's state in the pool in place
-        (kernels/gated_delta_step.py); None: no kernel for this call."""
+        (kernels/gated_delta_step.py). With z [B, 1, Hv, Dv]: self.norm(y, z) instead, from
+        the kernel that runs the step and the gated norm in one launch
+        (kernels/gated_delta_step_norm.py). None: no such kernel for this call."""
         fresh = view.fresh_rows if view.any_fresh else None                  # [B] or None
-        out = self.kernel_set.gated_delta_step(q[:, 0], k[:, 0], v[:, 0], a[:, 0], b[:, 0],
-                                               states[1], view.state_slots, fresh,
-                                               decay=(self.A_log, self.dt_bias))
+        args = (q[:, 0], k[:, 0], v[:, 0], a[:, 0], b[:, 0], states[1], view.state_slots)
+        decay = (self.A_log, self.dt_bias)
+        if z is None:
+            out = self.kernel_set.gated_delta_step(*args, fresh, decay=decay)
+        else:
+            out = self.kernel_set.gated_delta_step_norm(*args, z[:, 0], self.norm.weight,
+                                                        self.norm.eps, fresh, decay=decay)
         if out is None:
             return None
         y, states[1] = out

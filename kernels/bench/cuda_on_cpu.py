@@ -1,13 +1,14 @@
 """``python -m kernels.bench.cuda_on_cpu``: CUDA sources of kernels/ run on the CPU.
 
 kernels/moe_experts.py's two kernels and kernels/gdn_conv_step.py's here; the decode
-step's others (gated_delta_step, add_rms_norm, gated_rms_norm, attention_prep and the
-gated pass 2 of paged_attention) in kernels/bench/cuda_on_cpu_decode.py, run after them.
+step's others (gated_delta_step alone and with its output norm, add_rms_norm,
+gated_rms_norm, attention_prep and the gated pass 2 of paged_attention) in
+kernels/bench/cuda_on_cpu_decode.py, run after them.
 
 Not a benchmark: a check of a CUDA source's index math where no GPU is at hand. The
-kernel bodies are compiled by g++ (C++20) as written, with a shim: each block's 256
-threads are std::threads, ``__shfl_xor_sync`` and ``__syncthreads`` are barriers, and
-the blocks run one after another. Inputs are float32 (the bf16 instantiation differs
+kernel bodies are compiled by g++ (C++20) as written, with a shim: each block's threads
+(256, or as many as `launch` is told) are std::threads, ``__shfl_xor_sync`` and
+``__syncthreads`` are barriers, and the blocks run one after another. Inputs are float32 (the bf16 instantiation differs
 only in its loads' conversions); the result is compared with a float64 numpy
 reference that unpacks the nibbles by hand. ~10 s a case on two cores.
 """
@@ -36,7 +37,7 @@ thread_local D3 blockIdx, threadIdx;
 D3 blockDim{256, 1, 1};
 std::barrier<>* g_block;
 std::vector<std::unique_ptr<std::barrier<>>> g_warps;
-float g_buf[256];
+float g_buf[1024];
 thread_local int g_tid;
 #define __global__
 #define __device__
@@ -59,14 +60,16 @@ def kfunc(name, src, args, templates):
         s += f"  using {k} = {v};\n" if isinstance(v, str) else f"  constexpr int {k} = {v};\n"
     return s + src + "\n}\n"
 
-def launch(name, call, nblocks):
+def launch(name, call, nblocks, threads=256):
+    """run_<name>(): nblocks blocks of `threads` (a multiple of 32, <= 1024) one after another."""
     return f'''
 void run_{name}() {{
+  blockDim = {{{threads}, 1, 1}};
   for (int b = 0; b < {nblocks}; ++b) {{
-    std::barrier<> blk(256); g_block = &blk;
-    g_warps.clear(); for (int w = 0; w < 8; ++w) g_warps.emplace_back(new std::barrier<>(32));
+    std::barrier<> blk({threads}); g_block = &blk;
+    g_warps.clear(); for (int w = 0; w < {threads // 32}; ++w) g_warps.emplace_back(new std::barrier<>(32));
     std::vector<std::thread> ts;
-    for (int t = 0; t < 256; ++t) ts.emplace_back([=]() {{
+    for (int t = 0; t < {threads}; ++t) ts.emplace_back([=]() {{
       blockIdx = {{b, 0, 0}}; threadIdx = {{t, 0, 0}}; g_tid = t; {call}; }});
     for (auto& t : ts) t.join();
   }}

@@ -1,6 +1,7 @@
 """The decode step's kernels' CUDA sources run on the CPU (see kernels/bench/cuda_on_cpu.py).
 
-gated_delta_step (raw gates, strided views, 4/8/32 lanes), add_rms_norm, gated_rms_norm,
+gated_delta_step (raw gates, strided views, 4/8/32 lanes) alone and with its output norm
+(gated_delta_step_norm: a block per head, at several layouts), add_rms_norm, gated_rms_norm,
 attention_prep and the gated pass 2 of paged_attention: each body compiled by g++ with
 cuda_on_cpu's shim and compared with a float64 numpy reference.
 ``python -m kernels.bench.cuda_on_cpu_decode`` runs these alone.
@@ -12,15 +13,19 @@ import numpy as np
 import kernels.add_rms_norm as arn
 import kernels.attention_prep as ap
 import kernels.gated_delta_step as gds
+import kernels.gated_delta_step_norm as gdsn
 import kernels.gated_rms_norm as grn
 import kernels.paged_attention_src as pas
 from kernels.bench.cuda_on_cpu import PRE, WORK, kfunc, launch
 
 
-def emulate_step(B, S, heads, lanes, fresh_rows, seed, gates=True):
+def emulate_step(B, S, heads, lanes, fresh_rows, seed, gates=True, rows=None):
     """gated_delta_step: q/k/v/a/b as strided views (columns of wider rows), the pool's
-    slots out of order, raw gates (GATES=1) or ready ones."""
+    slots out of order, raw gates (GATES=1) or ready ones. rows: gated_delta_step_norm
+    instead, at layout (lanes, rows), z a strided view (the heads of columns 8.. of a
+    wider row, as in the joined projection)."""
     Hk, Hv, D = heads
+    norm = rows is not None
     rng = np.random.default_rng(seed)
     W = 2 * D + 8                                   # q, k, v rows: [.., 4:4+D] of W
     qw, kw = (rng.standard_normal((B, Hk, W)).astype(np.float32) for _ in range(2))
@@ -31,33 +36,46 @@ def emulate_step(B, S, heads, lanes, fresh_rows, seed, gates=True):
     pool = (rng.standard_normal((S, Hv, D, D)) * 0.1).astype(np.float32)
     slots = rng.permutation(S)[:B].astype(np.int32)
     fresh = np.array([b in fresh_rows for b in range(B)], np.int32)
+    ZW = Hv * D + 24                                # z: [:, 8:8+Hv*D] of ZW, per head D
+    zw = rng.standard_normal((B, ZW)).astype(np.float32)
+    nw = (1 + 0.1 * rng.standard_normal(D)).astype(np.float32)      # the norm's weight
     d = WORK
     arrs = {"qw": qw, "kw": kw, "vw": vw, "abw": abw, "alog": a_log, "dtb": dt_bias,
-            "pool": pool, "slots": slots, "fresh": fresh}
+            "pool": pool, "slots": slots, "fresh": fresh, "zw": zw, "nw": nw}
     for k, v in arrs.items():
         v.tofile(f"{d}/{k}.bin")
-    nb = -(-(B * Hv * D * lanes) // 256)
-    src = PRE + STEP_PRE + gds._CUDA_HEADER + kfunc(
-        "step", gds._CUDA_SOURCE,
-        "const float* q, const int* q_shape, const int64_t* q_strides,"
-        " const float* k, const int64_t* k_strides, const float* v, const int64_t* v_strides,"
-        " const float* g, const int64_t* g_strides, const float* beta,"
-        " const int64_t* beta_strides, const float* pool, const int64_t* pool_strides,"
-        " const int* slots, const int64_t* slots_strides, const int* fresh,"
-        " const int64_t* fresh_strides, const float* a_log, const float* dt_bias, float* y",
-        [("OutT", "float"), ("Hk", Hk), ("Hv", Hv), ("Dk", D), ("Dv", D), ("LPR", lanes),
-         ("GATES", int(gates))])
+    args = ("const float* q, const int* q_shape, const int64_t* q_strides,"
+            " const float* k, const int64_t* k_strides, const float* v, const int64_t* v_strides,"
+            " const float* g, const int64_t* g_strides, const float* beta,"
+            " const int64_t* beta_strides, const float* pool, const int64_t* pool_strides,"
+            " const int* slots, const int64_t* slots_strides, const int* fresh,"
+            " const int64_t* fresh_strides, const float* a_log, const float* dt_bias, ")
+    consts = [("OutT", "float"), ("Hk", Hk), ("Hv", Hv), ("Dk", D), ("Dv", D), ("LPR", lanes),
+              ("GATES", int(gates))]
+    call = ("step(QW.data() + 4, QS, QKS, KW.data() + 4, QKS, VW.data() + 4, VS, ABW.data() + 1,"
+            f" ABS, ABW.data() + 1 + {Hv}, ABS, POOL.data(), PS, SL.data(), ONE, FR.data(), ONE,"
+            " ALOG.data(), DTB.data(), ")
+    if norm:      # a block per head: Dv * lanes / rows threads
+        src = PRE + STEP_PRE + gds.CUDA_HEADER + kfunc(
+            "step", gdsn._CUDA_SOURCE, args + "const float* z, const int64_t* z_strides,"
+            " const float* weight, const int64_t* weight_strides, const float* eps, float* out",
+            consts + [("ROWS", rows)])
+        run = launch("st", call + "ZX.data() + 8, ZS, NW.data(), ONE, EPS.data(), Y.data())",
+                     B * Hv, threads=D * lanes // rows)
+    else:
+        src = PRE + STEP_PRE + gds.CUDA_HEADER + kfunc("step", gds._CUDA_SOURCE,
+                                                       args + "float* y", consts)
+        run = launch("st", call + "Y.data())", -(-(B * Hv * D * lanes) // 256))
     AB = 2 * Hv + 3
     src += f'''
 template <class T> std::vector<T> load(const char* n, size_t c) {{
   std::vector<T> v(c); FILE* f = fopen(n, "rb"); fread(v.data(), sizeof(T), c, f); fclose(f); return v; }}
-std::vector<float> QW, KW, VW, ABW, ALOG, DTB, POOL, Y; std::vector<int> SL, FR;
+std::vector<float> QW, KW, VW, ABW, ALOG, DTB, POOL, ZX, NW, Y, EPS{{1e-6f}};
+std::vector<int> SL, FR;
 int QS[3] = {{{B}, {Hk}, {D}}};
 int64_t QKS[3] = {{{Hk * W}, {W}, 1}}, VS[3] = {{{Hv * W}, {W}, 1}}, ABS[2] = {{{AB}, 1}};
-int64_t PS[4] = {{{Hv * D * D}, {D * D}, {D}, 1}}, ONE[1] = {{1}};
-''' + launch("st", "step(QW.data() + 4, QS, QKS, KW.data() + 4, QKS, VW.data() + 4, VS,"
-                   " ABW.data() + 1, ABS, ABW.data() + 1 + " + str(Hv) + ", ABS, POOL.data(), PS,"
-                   " SL.data(), ONE, FR.data(), ONE, ALOG.data(), DTB.data(), Y.data())", nb) + f'''
+int64_t PS[4] = {{{Hv * D * D}, {D * D}, {D}, 1}}, ONE[1] = {{1}}, ZS[3] = {{{ZW}, {D}, 1}};
+''' + run + f'''
 void save(const char* n, const std::vector<float>& v) {{
   FILE* f = fopen(n, "wb"); fwrite(v.data(), 4, v.size(), f); fclose(f); }}
 int main() {{
@@ -66,6 +84,7 @@ int main() {{
   ALOG = load<float>("{d}/alog.bin", {Hv}); DTB = load<float>("{d}/dtb.bin", {Hv});
   POOL = load<float>("{d}/pool.bin", {S * Hv * D * D}); SL = load<int>("{d}/slots.bin", {B});
   FR = load<int>("{d}/fresh.bin", {B}); Y.assign({B * Hv * D}, -1e30f);
+  ZX = load<float>("{d}/zw.bin", {B * ZW}); NW = load<float>("{d}/nw.bin", {D});
   run_st();
   save("{d}/y.bin", Y); save("{d}/pool2.bin", POOL);
 }}
@@ -93,9 +112,24 @@ int main() {{
             st = st * g[r, h]
             st = st + np.outer((v[r, h] - st @ kk) * beta[r, h], kk)
             want_pool[slots[r], h], want_y[r, h] = st, st @ qq
-    err = max(float(np.abs(y - want_y).max()), float(np.abs(got_pool - want_pool).max()))
-    print(f"step B={B} S={S} heads={heads} lanes={lanes} gates={gates} "
-          f"fresh={sorted(fresh_rows)}: max err {err:.2e}")
+    err_pool = float(np.abs(got_pool - want_pool).max())
+    if not norm:
+        err = max(float(np.abs(y - want_y).max()), err_pool)
+        print(f"step lanes={lanes} B={B} S={S} heads={heads} gates={gates} "
+              f"fresh={sorted(fresh_rows)}: max err {err:.2e}")
+        return err
+    # rms_norm(y) * w * silu(z) per head. The norm divides by the head's rms: a head whose y
+    # nearly cancels carries float32 rounding amplified by 1/rms (the float32 numpy step
+    # does too), so out's error is weighed in y's units, times rms, as the step's y is.
+    z = zw[:, 8:8 + Hv * D].reshape(B, Hv, D).astype(np.float64)
+    rms = np.sqrt((want_y ** 2).mean(-1, keepdims=True) + 1e-6)
+    want = want_y / rms * nw * z / (1 + np.exp(-z))
+    err_out = np.abs(y - want)
+    err = max(float((err_out * rms).max()), err_pool)
+    print(f"step+norm lanes={lanes} rows={rows} B={B} S={S} heads={heads} gates={gates} "
+          f"fresh={sorted(fresh_rows)}: max err {err:.2e} (out: {err_out.max():.2e} of "
+          f"max|out| {np.abs(want).max():.2f}; times rms {float((err_out * rms).max()):.2e}; "
+          f"states {err_pool:.2e})")
     return err
 
 
@@ -307,6 +341,17 @@ def main():
     for case, gates in [((3, 5, (2, 4, 32), 8, {1}), True), ((1, 2, (1, 2, 128), 32, set()), True),
                         ((2, 4, (2, 2, 64), 4, {0}), False)]:
         assert emulate_step(*case, seed=3, gates=gates) < 1e-4
+    # with the output norm: (B, slots, (Hk, Hv, D), (lanes, rows), fresh rows): the real
+    # heads at the picked layout, B=1 and B=3; the other layouts (one row a thread; 32 lanes,
+    # 4 rows); small heads at their picked layouts; ready gates
+    for case, gates in [((1, 3, (16, 32, 128), (16, 2), set()), True),
+                        ((3, 5, (16, 32, 128), (16, 2), {1}), True),
+                        ((3, 4, (2, 4, 128), (8, 1), {0, 2}), True),
+                        ((2, 3, (1, 2, 128), (32, 4), {1}), True),
+                        ((3, 5, (2, 4, 32), gdsn.pick_layout(32, 32), {1}), True),
+                        ((2, 4, (2, 2, 64), gdsn.pick_layout(64, 64), {0}), False)]:
+        B, S, heads, (lanes, rows), fresh = case
+        assert emulate_step(B, S, heads, lanes, fresh, seed=8, gates=gates, rows=rows) < 1e-4
     for N, D in [(1, 2048), (3, 200), (2, 40)]:    # the real width; ragged; fewer than a warp
         assert emulate_add_norm(N, D, seed=4) < 1e-5
     for B, T, H, D in [(1, 1, 32, 128), (2, 3, 4, 96), (3, 1, 3, 40)]:   # the real heads; rows % 8

@@ -3,6 +3,8 @@
 Hk=16, Hv=32, Dk=Dv=128, bf16 q/k/v, a 64-slot float32 pool, B rows on
 shuffled slots. Both paths include the write-back into the pool (plain: gather,
 ops, `pool[slots] = rows`, which copies the whole pool; kernel: in place).
+Then the step with its gated output norm: gated_delta_step + gated_rms_norm (two launches)
+against kernels/gated_delta_step_norm (one) at several layouts.
 Run: PYTHONPATH=. python -m kernels.bench.gated_delta_step
 """
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import mlx.core as mx
 
 import kernels.gated_delta_step as gds
+import kernels.gated_delta_step_norm as gdsn
+import kernels.gated_rms_norm as grn
 from kernels.backend import gpu_backend
 from kernels.bench.common import compare, report
 
@@ -48,6 +52,26 @@ def main() -> None:
 
         fns = {"plain_mx": plain, "lpr4": fused(4), "lpr8": fused(8), "lpr32": fused(32)}
         report(f"B={B}", compare(fns), "plain_mx")
+    print("step + gated output norm: two launches (step at 32 lanes, gated_rms_norm) vs one "
+          "(kernels/gated_delta_step_norm at (lanes, rows a thread); picked: "
+          f"{gdsn.pick_layout(128, 128)})")
+    for B in (1, 8, 16, 32):
+        q, k, v, g, beta, pool, slots = inputs(B)
+        wide = mx.random.normal((B, 32, 160), key=mx.random.key(100 + B)).astype(mx.bfloat16)
+        z, w = wide[..., 16:144], mx.ones((128,), mx.bfloat16)      # z a strided view
+        mx.eval(z, w)
+
+        def two():
+            y = gds.kernel(q, k, v, g, beta, pool, slots, backend=backend, lanes=32)
+            return [grn.kernel(y[:, None], z[:, None], w, 1e-6, backend=backend)]
+
+        def one(layout):
+            return lambda: [gdsn.kernel(q, k, v, g, beta, pool, slots, z, w, 1e-6,
+                                        backend=backend, layout=layout)]
+
+        fns = {"two": two, **{f"l{la}r{ro}": one((la, ro))
+                              for la, ro in ((16, 2), (32, 4), (16, 4), (32, 8))}}
+        report(f"B={B}", compare(fns), "two")
 
 
 if __name__ == "__main__":

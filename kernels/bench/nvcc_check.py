@@ -19,6 +19,7 @@ import tempfile
 import kernels.add_rms_norm as arn
 import kernels.attention_prep as ap
 import kernels.gated_delta_step as gds
+import kernels.gated_delta_step_norm as gdsn
 import kernels.gated_rms_norm as grn
 import kernels.paged_attention_src as pas
 
@@ -45,12 +46,19 @@ def cases(dt: str):
     """(what, wrapped source) at the Qwen3.5-35B-A3B shapes."""
     f32, i32 = "float32", "int32"
     yield "gated_delta_step GATES=1", wrap(
-        "step", gds._CUDA_HEADER, gds._CUDA_SOURCE,
+        "step", gds.CUDA_HEADER, gds._CUDA_SOURCE,
         [("q", dt, 3), ("k", dt, 3), ("v", dt, 3), ("g", dt, 2), ("beta", dt, 2),
          ("pool", f32, 4), ("slots", i32, 1), ("fresh", i32, 1), ("a_log", f32, 1),
          ("dt_bias", dt, 1)], [("y", dt)],
         [("OutT", dt), ("Hk", 16), ("Hv", 32), ("Dk", 128), ("Dv", 128), ("LPR", 32),
          ("GATES", 1)])
+    yield "gated_delta_step_norm GATES=1", wrap(
+        "step_norm", gds.CUDA_HEADER, gdsn._CUDA_SOURCE,
+        [("q", dt, 3), ("k", dt, 3), ("v", dt, 3), ("g", dt, 2), ("beta", dt, 2),
+         ("pool", f32, 4), ("slots", i32, 1), ("fresh", i32, 1), ("a_log", f32, 1),
+         ("dt_bias", dt, 1), ("z", dt, 3), ("weight", dt, 1), ("eps", f32, 1)], [("out", dt)],
+        [("OutT", dt), ("Hk", 16), ("Hv", 32), ("Dk", 128), ("Dv", 128),
+         *zip(("LPR", "ROWS"), gdsn.pick_layout(128, 128)), ("GATES", 1)])
     yield "add_rms_norm", wrap(
         "addnorm", "", arn._CUDA_SOURCE,
         [("x", dt, 2), ("r", dt, 2), ("weight", dt, 1), ("eps", f32, 1)],

@@ -44,18 +44,34 @@ def test_a_qwen_block_on_the_gpu_path_launches_the_kernels():
     """One 4-layer block (3 Gated DeltaNet + 1 attention, MoE): each kernel where it
     applies, every rms_norm one launch; the count is deterministic."""
     ops = profile_ops.ours(profile_ops.qwen3_5_layout(4), 1, 32, "gpu")
-    assert ops["[gated_delta_step]"] == ops["[gdn_conv_step]"] == 3
+    # GDN: the step and its gated output norm one gated_delta_step_norm
+    assert ops["[gated_delta_step_norm]"] == ops["[gdn_conv_step]"] == 3
+    assert ops["[gated_delta_step]"] == ops["[gated_rms_norm]"] == 0
     assert ops["[moe_route]"] == 4 and ops["[moe_experts]"] == 2 * 4
     assert ops["[paged_attention_p1]"] == ops["[paged_attention_p2]"] == 1
-    # input norms and the final one (GDN q/k inside the conv kernel, its gated norm one
-    # gated_rms_norm; attention q/k norms, rotary and the K/V writes one attention_prep);
-    # each layer's residual add and post-mixer norm one add_rms_norm
+    # input norms and the final one (GDN q/k inside the conv kernel; attention q/k norms,
+    # rotary and the K/V writes one attention_prep); each layer's residual add and
+    # post-mixer norm one add_rms_norm
     assert ops["[rms_norm]"] == 4 * 1 + 1
-    assert ops["[add_rms_norm]"] == 4 and ops["[gated_rms_norm]"] == 3
+    assert ops["[add_rms_norm]"] == 4
     assert ops["[attention_prep]"] == 1 and ops["[rope]"] == ops["Scatter"] == 0
     for op in ("RMSNorm", "Softmax", "ArgPartition", "Rsqrt", "Full", "Contiguous"):
         assert ops[op] == 0, op
     assert ops == profile_ops.ours(profile_ops.qwen3_5_layout(4), 1, 32, "gpu")
+
+
+def test_without_the_fused_step_norm_a_block_runs_the_step_and_the_norm(monkeypatch):
+    """The fused kernel off (its self-test failed, say): each Gated DeltaNet layer launches
+    gated_delta_step and gated_rms_norm as before it existed, and nothing else in the step
+    changes: the fused kernel swaps exactly those two launches for one."""
+    import engine.bench.counted_model as counted
+    on = profile_ops.ours(profile_ops.qwen3_5_layout(4), 1, 32, "gpu")
+    monkeypatch.setattr(counted, "KernelSet",
+                        lambda backend: KernelSet(backend, (("gated_delta_step_norm", "test"),)))
+    off = profile_ops.ours(profile_ops.qwen3_5_layout(4), 1, 32, "gpu")
+    assert off - on == {"[gated_delta_step]": 3, "[gated_rms_norm]": 3}
+    assert on - off == {"[gated_delta_step_norm]": 3}
+    assert sum(off.values()) - sum(on.values()) == 3
 
 
 def test_a_quantized_embedding_row_is_one_dequantize_launch():

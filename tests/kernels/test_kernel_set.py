@@ -72,5 +72,6 @@ def test_status_names_every_kernel():
                            "paged_attention": "metal", "moe_route": "metal",
                            "moe_experts": "metal", "gdn_conv_step": "metal",
                            "add_rms_norm": "metal", "gated_rms_norm": "metal",
-                           "attention_prep": "metal", "top_p_cut": "metal"}
+                           "attention_prep": "metal", "top_p_cut": "metal",
+                           "gated_delta_step_norm": "metal"}
     assert set(KernelSet.plain("no GPU").status().values()) == {"reference (no GPU)"}

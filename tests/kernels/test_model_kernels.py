@@ -15,6 +15,7 @@ from qwen_fixtures import build_model, random_weights, tiny_config
 from test_add_rms_norm import _AddNormByReference
 from test_attention_prep import _AttentionByReference
 from test_gated_delta_step import _StepByReference
+from test_gated_delta_step_norm import _StepNormByReference
 from test_gated_rms_norm import _GatedNormByReference
 from test_gdn_conv_step import _ConvByReference
 
@@ -30,7 +31,7 @@ STEPS = 5
 
 
 class _AllByReference(_StepByReference, _ConvByReference, _AddNormByReference,
-                      _GatedNormByReference, _AttentionByReference):
+                      _GatedNormByReference, _AttentionByReference, _StepNormByReference):
     """Every contract above at once (moe_route and the chunk kernel stay off)."""
 
 
@@ -83,7 +84,8 @@ def test_the_kernels_contracts_decode_as_the_plain_path(model_type, compiled):
                                                          ("gated_delta_chunk", "test"))),
              compiled, f"{model_type} by reference")
     calls = _AllByReference.calls
-    assert {"prep", "paged", True} <= set(c for c in calls if not isinstance(c, tuple))
+    # decode's step and gated norm: the fused kernel (gated_rms_norm: prefill's, 4-D)
+    assert {"prep", "paged", "step_norm"} <= set(c for c in calls if not isinstance(c, tuple))
     assert {len(c) for c in calls if isinstance(c, tuple)} == {2, 4}   # add_rms_norm, gated
 
 
