@@ -8,7 +8,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 NAMES = ("gated_delta_step", "gated_delta_chunk", "paged_attention", "moe_route",
-         "moe_experts", "gdn_conv_step", "add_rms_norm", "gated_rms_norm",
+         "moe_experts", "moe_block", "gdn_conv_step", "add_rms_norm", "gated_rms_norm",
          "attention_prep", "top_p_cut", "gated_delta_step_norm")
 
 

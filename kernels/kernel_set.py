@@ -24,6 +24,7 @@ import kernels.gated_delta_step as gds
 import kernels.gated_delta_step_norm as gdsn
 import kernels.gated_rms_norm as grn
 import kernels.gdn_conv_step as gcs
+import kernels.moe_block as mb
 import kernels.moe_experts as me
 import kernels.moe_route as mr
 import kernels.paged_attention as pa
@@ -137,6 +138,17 @@ class KernelSet:
             return None
         return me.kernel(x, idx, scores, experts, shared_gate, residual, backend=backend)
 
+    def moe_block(self, x, logits, k: int, normalize: bool, experts, shared_gate=None,
+                  residual=None, route_rows=None):
+        """y [N, D] of kernels.moe_block: moe_route's top-k of the router logits [N, E]
+        (any strides; row route_rows[n] for token n when given: padding rows) inside
+        moe_experts' two launches, with its shared expert and residual as moe_experts."""
+        backend = self.launches(mb.NAME)
+        if backend is None or not mb.applies(x, logits, k, experts, shared_gate, residual,
+                                             route_rows):
+            return None
+        return mb.kernel(x, logits, k, normalize, experts, shared_gate, residual, route_rows,
+                         backend=backend)
 
     def add_rms_norm(self, x, r, weight, eps: float):
         """(h = x + r, rms_norm(h) * weight) of kernels.add_rms_norm: x, r [N, D]."""

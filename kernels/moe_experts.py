@@ -132,9 +132,17 @@ def _quantized_alike(parts, rows_at_least: int, cols: int, like) -> bool:
 
 def applies(x, idx, experts: QuantExperts, shared_gate=None, residual=None) -> bool:
     """Shapes and formats the kernel handles; the caller's plain path takes the rest."""
-    if x.ndim != 2 or idx.ndim != 2 or idx.shape[0] != x.shape[0]:
+    return (x.ndim == 2 and idx.ndim == 2 and idx.shape[0] == x.shape[0]
+            and fits(x, idx.shape[1], experts, shared_gate, residual))
+
+
+def fits(x, K: int, experts: QuantExperts, shared_gate=None, residual=None,
+         smem_extra: int = 0) -> bool:
+    """`applies` for K experts a token; smem_extra: launch 2's shared bytes beside s * h
+    (kernels/moe_block.py's routed ids and weights)."""
+    if x.ndim != 2:
         return False
-    (N, D), K, hidden, gs = x.shape, idx.shape[1], experts.hidden, experts.group_size
+    (N, D), hidden, gs = x.shape, experts.hidden, experts.group_size
     gw, dw = experts.gate_up[0], experts.down[0]
     KK = K + (experts.shared is not None)
     ok = (experts.bits == 4 and experts.mode == "affine" and gs in GROUP_SIZES
@@ -142,7 +150,8 @@ def applies(x, idx, experts: QuantExperts, shared_gate=None, residual=None) -> b
           and gw.dtype == mx.uint32 and dw.dtype == mx.uint32
           and 1 <= N * K <= MAX_PAIRS and D % 32 == 0 and hidden % 32 == 0
           and D % gs == 0 and hidden % gs == 0 and hidden % RPW1 == 0
-          and D % (8 * RPW2) == 0 and KK * hidden // 32 * 36 * 4 <= SMEM_BYTES
+          and D % (8 * RPW2) == 0
+          and KK * hidden // 32 * 36 * 4 + smem_extra <= SMEM_BYTES
           and gw.ndim == 3 and gw.shape[2] * 8 == D and gw.shape[1] >= 2 * hidden
           and dw.ndim == 3 and dw.shape[1] == D and dw.shape[2] * 8 == hidden
           and (residual is None or residual.shape == (N, D)))
@@ -155,6 +164,14 @@ def applies(x, idx, experts: QuantExperts, shared_gate=None, residual=None) -> b
             and sdown[0].ndim == 2)
 
 
+def weight_inputs(experts: QuantExperts) -> tuple[list, list]:
+    """The launches' weight inputs: gate_up (w, scales, biases) then the shared expert's,
+    and the same of down. Without a shared expert its inputs are stand-ins (the routed
+    arrays) that the kernels never read."""
+    own = experts.shared if experts.shared is not None else (experts.gate_up, experts.down)
+    return [*experts.gate_up, *own[0]], [*experts.down, *own[1]]
+
+
 def kernel(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=None, *,
            backend: str) -> mx.array:
     """Launch on `backend`: y [N, D] in x.dtype, as `reference`."""
@@ -162,21 +179,17 @@ def kernel(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=Non
     shared = experts.shared is not None
     KK = K + shared
     gate_up, down = _get(backend)
-    gw, gsc, gb = experts.gate_up
-    dw, dsc, db = experts.down
-    # Without a shared expert its inputs are stand-ins the kernel never reads.
-    (sgw, sgs, sgb), (sdw, sds, sdb) = experts.shared if shared else (experts.gate_up,
-                                                                      experts.down)
+    gu_weights, down_weights = weight_inputs(experts)
     (h,) = gate_up(
-        inputs=[x, idx, gw, gsc, gb, sgw, sgs, sgb],
-        template=[("D", D), ("I", hidden), ("K", K), ("R", gw.shape[1]),
-                  ("RS", sgw.shape[-2]), ("GS", gs), ("RPW", RPW1), ("SHARED", shared)],
+        inputs=[x, idx, *gu_weights],
+        template=[("D", D), ("I", hidden), ("K", K), ("R", gu_weights[0].shape[1]),
+                  ("RS", gu_weights[3].shape[-2]), ("GS", gs), ("RPW", RPW1),
+                  ("SHARED", shared)],
         grid=(N * KK * (hidden // RPW1) * 32, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(N * KK, hidden)], output_dtypes=[mx.float32])
     gate = scores if shared_gate is None else shared_gate.reshape(N, 1)
     (y,) = down(
-        inputs=[h, idx, scores, dw, dsc, db, sdw, sds, sdb, gate,
-                x if residual is None else residual],
+        inputs=[h, idx, scores, *down_weights, gate, x if residual is None else residual],
         template=[("OutT", x.dtype), ("D", D), ("I", hidden), ("K", K), ("GS", gs),
                   ("RPW", RPW2), ("SHARED", shared), ("RES", residual is not None)],
         grid=(N * (D // (8 * RPW2)) * 256, 1, 1), threadgroup=(256, 1, 1),

@@ -1,7 +1,13 @@
 """CUDA and Metal sources of the MoE experts kernels (see moe_experts.py for the
 contract): launch 1 gate+up+SwiGLU, launch 2 down, the weighted sum, the shared expert
 and the residual. Kept apart so each file stays readable.
+
+The bodies are templates (``string.Template``: ``$name`` hooks; the C++ has no ``$``):
+where a token's expert ids and weights come from, and how x is read. `IDX_HOOKS` makes
+moe_experts.py's kernels (idx and scores are inputs); kernels/moe_block_src.py's hooks
+make the variant that routes inside (the router logits are the input).
 """
+from string import Template
 
 _CUDA_HEADER = """
 __device__ __forceinline__ float warp_sum(float v) {
@@ -23,7 +29,7 @@ __device__ __forceinline__ float dot32(const uint4 q, const float* x) {
 }
 """
 
-_CUDA_GATE_UP = """
+_CUDA_GATE_UP = Template("""
   constexpr int WPR = D / 8;                  // uint32 words per row
   constexpr int NCHUNK = D / 32;              // 32-weight chunks (one uint4) per row
   constexpr int NCH = (NCHUNK + 31) / 32;     // chunks per lane
@@ -39,12 +45,12 @@ _CUDA_GATE_UP = """
   const int n = pair / KK;
   const int j = pair % KK;
   const bool own = SHARED && j == K;          // the shared expert: its own arrays
-  const size_t e = own ? 0 : static_cast<size_t>(idx[n * K + j]);
+$expert
   const uint32_t* wm = own ? sw : w;
   const auto* sm = own ? ss : scales;
   const auto* bm = own ? sb : biases;
   const size_t rows = own ? size_t(RS) : size_t(R);
-  const auto* xr = x + size_t(n) * D;
+  const auto* xr = $x_row;
   float xv[NCH][32];
   float xs[NCH];
 #pragma unroll
@@ -53,7 +59,7 @@ _CUDA_GATE_UP = """
     xs[it] = 0.f;
 #pragma unroll
     for (int t = 0; t < 32; ++t) {
-      xv[it][t] = c < NCHUNK ? static_cast<float>(xr[c * 32 + t]) : 0.f;
+      xv[it][t] = c < NCHUNK ? static_cast<float>(xr[$x_at]) : 0.f;
       xs[it] += xv[it][t];
     }
   }
@@ -81,9 +87,9 @@ _CUDA_GATE_UP = """
     au = warp_sum(au);
     if (lane == 0) h[size_t(pair) * I + i0 + r] = ag / (1.f + __expf(-ag)) * au;
   }
-"""
+""")
 
-_CUDA_DOWN = """
+_CUDA_DOWN = Template("""
   constexpr int WPR = I / 8;                  // uint32 words per down row
   constexpr int CPR = I / 32;                 // chunks per down row
   constexpr int KK = K + (SHARED ? 1 : 0);    // experts a token runs: its k, the shared one
@@ -100,10 +106,10 @@ _CUDA_DOWN = """
   if (SHARED) {
     sgate = 1.f / (1.f + __expf(-static_cast<float>(gate[n * gate_strides[0]])));
   }
+$route
   for (int t = threadIdx.x; t < KK * I; t += blockDim.x) {
     const int j = t / I;
-    const float s = j < K ? static_cast<float>(scores[n * scores_strides[0]
-                                                      + j * scores_strides[1]]) : sgate;
+    const float s = j < K ? $score : sgate;
     sh[(t / 32) * 36 + t % 32] = s * h[size_t(n) * KK * I + t];
   }
   __syncthreads();
@@ -117,7 +123,7 @@ _CUDA_DOWN = """
     const int cc = c < NC ? c : 0;
     const int j = cc / CPR;
     own[it] = SHARED && j == K;
-    const auto e = idx[n * idx_strides[0] + j * idx_strides[1]];
+    const auto e = $expert;
     rows[it] = own[it] ? 0 : static_cast<size_t>(e) * D;
     part[it] = cc % CPR;
     float s = 0.f;
@@ -149,7 +155,7 @@ _CUDA_DOWN = """
     }
     if (lane == 0) y[size_t(n) * D + d] = static_cast<OutT>(acc);
   }
-"""
+""")
 
 # Same layouts for Metal (SIMD width 32). It cannot run on the Linux machines: the
 # self-test guards it at engine start.
@@ -173,7 +179,7 @@ inline float dot32(const uint4 q, const threadgroup float* x) {
 }
 """
 
-_METAL_GATE_UP = """
+_METAL_GATE_UP = Template("""
   constexpr int WPR = D / 8;
   constexpr int NCHUNK = D / 32;
   constexpr int NCH = (NCHUNK + 31) / 32;
@@ -189,19 +195,19 @@ _METAL_GATE_UP = """
   const int n = pair / KK;
   const int j = pair % KK;
   const bool own = SHARED && j == K;
-  const size_t e = own ? 0 : static_cast<size_t>(idx[n * K + j]);
+$expert
   auto wm = own ? sw : w;
   auto sm = own ? ss : scales;
   auto bm = own ? sb : biases;
   const size_t rows = own ? size_t(RS) : size_t(R);
-  auto xr = x + size_t(n) * D;
+  auto xr = $x_row;
   float xv[NCH][32];
   float xs[NCH];
   for (int it = 0; it < NCH; ++it) {
     const int c = it * 32 + lane;
     xs[it] = 0.0f;
     for (int t = 0; t < 32; ++t) {
-      xv[it][t] = c < NCHUNK ? static_cast<float>(xr[c * 32 + t]) : 0.0f;
+      xv[it][t] = c < NCHUNK ? static_cast<float>(xr[$x_at]) : 0.0f;
       xs[it] += xv[it][t];
     }
   }
@@ -225,9 +231,9 @@ _METAL_GATE_UP = """
     au = simd_sum(au);
     if (lane == 0) h[size_t(pair) * I + i0 + r] = ag / (1.0f + metal::exp(-ag)) * au;
   }
-"""
+""")
 
-_METAL_DOWN = """
+_METAL_DOWN = Template("""
   constexpr int WPR = I / 8;
   constexpr int CPR = I / 32;
   constexpr int KK = K + (SHARED ? 1 : 0);
@@ -245,10 +251,10 @@ _METAL_DOWN = """
   if (SHARED) {
     sgate = 1.0f / (1.0f + metal::exp(-static_cast<float>(gate[n * gate_strides[0]])));
   }
+$route
   for (int t = tid; t < KK * I; t += 256) {
     const int j = t / I;
-    const float s = j < K ? static_cast<float>(scores[n * scores_strides[0]
-                                                      + j * scores_strides[1]]) : sgate;
+    const float s = j < K ? $score : sgate;
     sh[(t / 32) * 36 + t % 32] = s * h[size_t(n) * KK * I + t];
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -261,7 +267,7 @@ _METAL_DOWN = """
     const int cc = c < NC ? c : 0;
     const int j = cc / CPR;
     own[it] = SHARED && j == K;
-    const auto e = idx[n * idx_strides[0] + j * idx_strides[1]];
+    const auto e = $expert;
     rows[it] = own[it] ? 0 : static_cast<size_t>(e) * D;
     part[it] = cc % CPR;
     float s = 0.0f;
@@ -290,7 +296,26 @@ _METAL_DOWN = """
     }
     if (lane == 0) y[size_t(n) * D + d] = static_cast<OutT>(acc);
   }
-"""
+""")
 
-_SOURCES = {"cuda": (_CUDA_HEADER, _CUDA_GATE_UP, _CUDA_DOWN),
-            "metal": (_METAL_HEADER, _METAL_GATE_UP, _METAL_DOWN)}
+_TEMPLATES = {"cuda": (_CUDA_HEADER, _CUDA_GATE_UP, _CUDA_DOWN),
+              "metal": (_METAL_HEADER, _METAL_GATE_UP, _METAL_DOWN)}
+
+# moe_experts.py's kernels: the expert ids and weights are inputs (idx [N, k] dense in
+# launch 1; idx and scores read through their strides in launch 2); x is dense.
+IDX_HOOKS = {
+    "gate_up": {"expert": "  const size_t e = own ? 0 : static_cast<size_t>(idx[n * K + j]);",
+                "x_row": "x + size_t(n) * D", "x_at": "c * 32 + t"},
+    "down": {"route": "", "expert": "idx[n * idx_strides[0] + j * idx_strides[1]]",
+             "score": "static_cast<float>(scores[n * scores_strides[0] + j * scores_strides[1]])"},
+}
+
+
+def sources(backend: str, hooks: dict, extra_header: str = "") -> tuple[str, str, str]:
+    """(header, gate_up, down) of `backend` with `hooks` filled in."""
+    header, gate_up, down = _TEMPLATES[backend]
+    return (header + extra_header, gate_up.substitute(hooks["gate_up"]),
+            down.substitute(hooks["down"]))
+
+
+_SOURCES = {backend: sources(backend, IDX_HOOKS) for backend in _TEMPLATES}

@@ -8,6 +8,7 @@ raises (a Metal source that does not compile, say) counts as a failure too.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import mlx.core as mx
 
@@ -18,6 +19,7 @@ import kernels.gated_delta_step as gds
 import kernels.gated_delta_step_norm as gdsn
 import kernels.gated_rms_norm as grn
 import kernels.gdn_conv_step as gcs
+import kernels.moe_block as mb
 import kernels.moe_experts as me
 import kernels.moe_route as mr
 import kernels.paged_attention as pa
@@ -179,6 +181,40 @@ def check_experts(backend: str) -> float:
     return max(err, _err_past_bf16(got, want))
 
 
+def check_block(backend: str) -> float:
+    """The model's launch of moe_block (bf16; the logits and the shared gate columns of one
+    joined router row; padding rows; shared expert and residual): against the unrounded
+    float32 reference past the bf16 rounding on distinct logits, and on logits full of
+    exact ties against moe_route's kernel then moe_experts' (bit for bit on CUDA; past a
+    rounding, so a Metal compiler's reassociation is no failure: a wrong pick is O(1))."""
+    ks = mx.random.split(mx.random.key(13), 6)
+    N, E, K, D, hidden = 3, 64, 4, 256, 256
+    one = random_experts(ks[1], 1, D, hidden, 64, pad=128)
+    experts = replace(random_experts(ks[0], E, D, hidden, 64, pad=128),
+                      shared=(tuple(a[0] for a in one.gate_up), tuple(a[0] for a in one.down)))
+    perm = mx.argsort(mx.random.uniform(shape=(N, E), key=ks[2]), axis=-1)
+    tied = mx.round(2.0 * mx.random.normal((N, E), key=ks[3])) / 2.0     # halves: ties
+    x = mx.random.normal((N, D), key=ks[4]).astype(mx.bfloat16)
+    residual = (0.05 * mx.random.normal((N, D), key=ks[5])).astype(mx.bfloat16)
+    rows = mx.array([0, 1, 0], dtype=mx.int32)                           # row 2: padding
+    err = 0.0
+    for logits in (perm.astype(mx.float32) * (4.0 / E) - 2.0, tied):   # distinct in bf16
+        joined = mx.concatenate([logits, mx.ones((N, 1)), mx.zeros((N, 7))], axis=1)
+        joined = joined.astype(mx.bfloat16)
+        args = (joined[:, :E], K, True, experts, joined[:, E:E + 1], residual, rows)
+        got = mb.kernel(x, *args, backend=backend)
+        if logits is tied:
+            idx, w = mr.kernel(args[0], K, True, backend=backend)
+            two = me.kernel(x, idx[rows], w[rows], experts, args[4], residual, backend=backend)
+            err = max(err, _err_past_bf16(got, two.astype(mx.float32)))
+        else:
+            f32 = [a.astype(mx.float32) for a in (x, joined)]
+            want = mb.reference(f32[0], f32[1][:, :E], *args[1:4], f32[1][:, E:E + 1],
+                                residual.astype(mx.float32), rows)
+            err = max(err, _err_past_bf16(got, want))
+    return err
+
+
 def check_conv(backend: str) -> float:
     heads = (1, 2, 128, 32)           # Hk, Hv, Dk, Dv: C = 320; Dk 128 as in the models
     ks = mx.random.split(mx.random.key(6), 3)
@@ -276,7 +312,7 @@ def check_top_p_cut(backend: str) -> float:
 CHECKS = {"gated_delta_step": lambda b: max(check_step(b), check_step_raw_gates(b)),
           "gated_delta_chunk": check_chunk,
           "paged_attention": check_paged, "moe_route": check_route,
-          "moe_experts": check_experts, "gdn_conv_step": check_conv,
+          "moe_experts": check_experts, "moe_block": check_block, "gdn_conv_step": check_conv,
           "add_rms_norm": check_add_rms_norm, "gated_rms_norm": check_gated_rms_norm,
           "attention_prep": check_attention_prep, "top_p_cut": check_top_p_cut,
           "gated_delta_step_norm": check_step_norm}

@@ -5,7 +5,8 @@ or ``mx.gather_qmm`` (quantized): one op per projection whatever the number of
 tokens or experts touched. With many (token, expert) pairs the pairs are sorted
 by expert first, so each expert's weights are read once and contiguously.
 At decode, 4-bit experts go to the model's kernel set instead (kernels/moe_experts.py):
-the routed experts, the gated shared expert and the residual add in two launches.
+the routed experts, the gated shared expert and the residual add in two launches, with
+the routing inside them where kernels/moe_block.py applies (else the routing kernel first).
 """
 from __future__ import annotations
 
@@ -216,20 +217,32 @@ class SparseMoeBlock(nn.Module):
             logits, shared_gate = self.gates(x)                              # [N, E], [N, 1]
         else:
             logits, shared_gate = self.gate(x), self.shared_expert_gate(x)
+        residual = None if residual is None else residual.reshape(-1, shape[-1])
+        experts = self._block_experts()
+        # Decode: the routing inside the experts' two launches (kernels/moe_block.py)
+        out = None if experts is None else self.kernel_set.moe_block(
+            x, logits, self.top_k, self.norm_topk_prob, experts, shared_gate, residual,
+            route_rows)
+        if out is None:
+            out = self._routed_block(x, logits, shared_gate, residual, route_rows)
+        return out.reshape(shape)
+
+    def _routed_block(self, x, logits, shared_gate, residual, route_rows) -> mx.array:
+        """Route, then the experts: their kernel (with the shared expert and residual) or
+        the plain path."""
         idx, scores = self.route(logits)                                     # [N, k] each
         if route_rows is not None:
             idx = idx[route_rows]          # padding rows read no expert row 0 does not
-        residual = None if residual is None else residual.reshape(-1, shape[-1])
         out = self._kernel_block(x, idx, scores, shared_gate, residual)
         if out is None:
             y = self.experts(x, idx, scores)                                 # [N, D]
             out = moe_output(y, self.shared_expert(x), shared_gate,
                              mx.array(0, y.dtype) if residual is None else residual)
-        return out.reshape(shape)
+        return out
 
-    def _kernel_block(self, x, idx, scores, shared_gate, residual) -> mx.array | None:
-        """The block after its router in two launches (kernels/moe_experts.py: the routed
-        experts, the gated shared expert and the residual add), or None: no kernel here."""
+    def _block_experts(self) -> QuantExperts | None:
+        """The routed experts with the shared one as the kernels take them (QuantExperts),
+        or None: they are not quantized, or not alike."""
         routed = self.switch_mlp.quantized_experts()
         shared = _quantized_mlp(self.shared_expert)
         if routed is None or shared is None:
@@ -237,8 +250,15 @@ class SparseMoeBlock(nn.Module):
         (gate_up, down), settings = shared
         if settings != (routed.hidden, routed.group_size, routed.bits, routed.mode):
             return None
-        return self.kernel_set.moe_experts(x, idx, scores, replace(routed, shared=(gate_up, down)),
-                                           shared_gate, residual)
+        return replace(routed, shared=(gate_up, down))
+
+    def _kernel_block(self, x, idx, scores, shared_gate, residual) -> mx.array | None:
+        """The block after its router in two launches (kernels/moe_experts.py: the routed
+        experts, the gated shared expert and the residual add), or None: no kernel here."""
+        experts = self._block_experts()
+        if experts is None:
+            return None
+        return self.kernel_set.moe_experts(x, idx, scores, experts, shared_gate, residual)
 
     def experts(self, x: mx.array, idx: mx.array, scores: mx.array) -> mx.array:
         """The routed experts' weighted sum [N, D]: two kernel launches at decode

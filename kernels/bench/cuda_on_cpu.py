@@ -3,7 +3,9 @@
 kernels/moe_experts.py's two kernels and kernels/gdn_conv_step.py's here; the decode
 step's others (gated_delta_step alone and with its output norm, add_rms_norm,
 gated_rms_norm, attention_prep and the gated pass 2 of paged_attention) in
-kernels/bench/cuda_on_cpu_decode.py, run after them.
+kernels/bench/cuda_on_cpu_decode.py, run after them; then kernels/moe_block.py's at small
+shapes (kernels/bench/cuda_on_cpu_route.py; run that module for the real E=256, D=2048,
+I=512 too).
 
 Not a benchmark: a check of a CUDA source's index math where no GPU is at hand. The
 kernel bodies are compiled by g++ (C++20) as written, with a shim: each block's threads
@@ -99,14 +101,15 @@ def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False):  # noqa: E74
     R, KK = 2 * I + pad, K + shared
     nb1 = -(-(N * KK * (I // me.RPW1) * 32) // 256)
     nb2 = N * (D // (8 * me.RPW2))
-    src = PRE + mes._CUDA_HEADER
-    src += kfunc("gate_up", mes._CUDA_GATE_UP,
+    header, gate_up, down = mes._SOURCES["cuda"]
+    src = PRE + header
+    src += kfunc("gate_up", gate_up,
                  "const float* x, const int* x_shape, const uint32_t* idx, const uint32_t* w,"
                  " const float* scales, const float* biases, const uint32_t* sw,"
                  " const float* ss, const float* sb, float* h",
                  [("D", D), ("I", I), ("K", K), ("R", R), ("RS", R), ("GS", GS),
                   ("RPW", me.RPW1), ("SHARED", int(shared))])
-    src += kfunc("down", mes._CUDA_DOWN,
+    src += kfunc("down", down,
                  "const float* h, const uint32_t* idx, const int64_t* idx_strides,"
                  " const float* scores, const int64_t* scores_strides, const uint32_t* w,"
                  " const float* scales, const float* biases, const uint32_t* sw,"
@@ -258,3 +261,5 @@ if __name__ == "__main__":
         assert emulate_conv(*case, seed=2) < 1e-5
     from kernels.bench.cuda_on_cpu_decode import main as decode_main
     decode_main()
+    from kernels.bench.cuda_on_cpu_route import main as route_main
+    route_main(real=False)

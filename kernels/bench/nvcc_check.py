@@ -21,9 +21,13 @@ import kernels.attention_prep as ap
 import kernels.gated_delta_step as gds
 import kernels.gated_delta_step_norm as gdsn
 import kernels.gated_rms_norm as grn
+import kernels.moe_block_src as mbs
+import kernels.moe_experts_src as mes
+import kernels.moe_route as mr
 import kernels.paged_attention_src as pas
 
-TYPES = {"float32": "float", "bfloat16": "__nv_bfloat16", "int32": "int32_t"}
+TYPES = {"float32": "float", "bfloat16": "__nv_bfloat16", "int32": "int32_t",
+         "uint32": "uint32_t"}
 HEADER = '\n#include "mlx/backend/cuda/device/utils.cuh"\n\n#include <cooperative_groups.h>\n\n'
 
 
@@ -79,6 +83,40 @@ def cases(dt: str):
             "p2", pas._CUDA_HEADER, pas._CUDA_PASS2,
             [("part_acc", f32, 4), ("part_ml", f32, 4), ("gate", dt if gated else f32, 3)],
             [("out", dt)], [("OutT", dt), ("D", 256), ("GATED", gated)])
+    yield from moe_cases(dt)
+
+
+def moe_cases(dt: str):
+    """moe_route, moe_experts and moe_block (the routing inside) at E=256, k=8, D=2048,
+    I=512, group 64, with the shared expert and residual, as the model launches them."""
+    f32, i32, u32 = "float32", "int32", "uint32"
+    weights = [("w", u32, 3), ("scales", dt, 3), ("biases", dt, 3), ("sw", u32, 2),
+               ("ss", dt, 2), ("sb", dt, 2)]
+    size = [("D", 2048), ("I", 512), ("K", 8), ("GS", 64)]
+    gu_t = size + [("R", 1024), ("RS", 1024), ("RPW", 4), ("SHARED", 1)]
+    dn_t = [("OutT", dt)] + size + [("RPW", 2), ("SHARED", 1), ("RES", 1)]
+    tail = [("gate", dt, 2), ("residual", dt, 2)]
+    yield "moe_route", wrap("route", mr._KERNEL.cuda_header, mr._CUDA_SOURCE,
+                            [("logits", dt, 2)], [("indices", i32), ("weights", f32)],
+                            [("E", 256), ("K", 8), ("NORM", 1)])
+    header, gate_up, down = mes._SOURCES["cuda"]
+    yield "moe_experts gate_up", wrap("gu", header, gate_up,
+                                      [("x", dt, 2), ("idx", i32, 2)] + weights, [("h", f32)],
+                                      gu_t)
+    yield "moe_experts down", wrap("dn", header, down, [("h", f32, 2), ("idx", i32, 2),
+                                                        ("scores", f32, 2)] + weights + tail,
+                                   [("y", dt)], dn_t)
+    header, gate_up, down = mbs.SOURCES["cuda"]
+    for rows in (0, 1):
+        routed = [("E", 256), ("ROWS", rows)]
+        yield f"moe_block gate_up ROWS={rows}", wrap(
+            "bgu", header, gate_up,
+            [("x", dt, 2), ("logits", dt, 2), ("row_map", i32, 1)] + weights, [("h", f32)],
+            gu_t + routed)
+        yield f"moe_block down ROWS={rows}", wrap(
+            "bdn", header, down,
+            [("h", f32, 2), ("logits", dt, 2), ("row_map", i32, 1)] + weights + tail,
+            [("y", dt)], dn_t + routed + [("NORM", 1)])
 
 
 def compile_one(what: str, source: str, mlx_src: str, work: str) -> bool:
@@ -101,13 +139,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mlx-src", required=True, help="an MLX source tree (its mlx/ folder inside)")
+    p.add_argument("--only", default="", help="the cases whose name contains this (e.g. moe)")
     args = p.parse_args(argv)
     if shutil.which("nvcc") is None:
         print("nvcc not found")
         return 2
     work = tempfile.mkdtemp(prefix="nvcc_check_")
     ok = [compile_one(f"{what} ({dt})", src, args.mlx_src, work)
-          for dt in ("bfloat16", "float32") for what, src in cases(dt)]
+          for dt in ("bfloat16", "float32") for what, src in cases(dt) if args.only in what]
     return 0 if all(ok) else 1
 
 

@@ -47,7 +47,8 @@ def test_a_qwen_block_on_the_gpu_path_launches_the_kernels():
     # GDN: the step and its gated output norm one gated_delta_step_norm
     assert ops["[gated_delta_step_norm]"] == ops["[gdn_conv_step]"] == 3
     assert ops["[gated_delta_step]"] == ops["[gated_rms_norm]"] == 0
-    assert ops["[moe_route]"] == 4 and ops["[moe_experts]"] == 2 * 4
+    # the MoE block after its router: two launches, the routing inside (kernels/moe_block.py)
+    assert ops["[moe_block]"] == 2 * 4 and ops["[moe_route]"] == ops["[moe_experts]"] == 0
     assert ops["[paged_attention_p1]"] == ops["[paged_attention_p2]"] == 1
     # input norms and the final one (GDN q/k inside the conv kernel; attention q/k norms,
     # rotary and the K/V writes one attention_prep); each layer's residual add and

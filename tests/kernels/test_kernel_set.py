@@ -70,7 +70,8 @@ def test_status_names_every_kernel():
     assert ks.status() == {"gated_delta_step": "metal",
                            "gated_delta_chunk": "reference (self-test raised RuntimeError: x)",
                            "paged_attention": "metal", "moe_route": "metal",
-                           "moe_experts": "metal", "gdn_conv_step": "metal",
+                           "moe_experts": "metal", "moe_block": "metal",
+                           "gdn_conv_step": "metal",
                            "add_rms_norm": "metal", "gated_rms_norm": "metal",
                            "attention_prep": "metal", "top_p_cut": "metal",
                            "gated_delta_step_norm": "metal"}
