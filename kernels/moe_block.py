@@ -33,6 +33,14 @@ from kernels.moe_block_src import SOURCES
 from kernels.stand_in import COUNT, StandInKernel
 
 NAME = "moe_block"
+# Token rows up to which the routing rides in the experts' launches. Each launch-1 warp
+# redoes its token's top-k before it reads weights: at B=1 that costs less than the
+# moe_route launch it saves (H200, session 16, `python3 -m engine.bench.kernel_time
+# --batch 1,16`: gate+up 20.1 us against 18.1 + 2.8; B=1 decode 159 tok/s against 118),
+# at B=16 more (gate+up 151 against 129 us, down 89 against 76: B=16 decode 905 tok/s
+# against 966, under issue 23's 2x mlx-lm). Between 1 and 16 not measured: 4 is a guess
+# on the safe side; past it the model routes, then runs moe_experts.
+MAX_ROWS = 4
 
 _built: dict[str, tuple] = {}
 
@@ -74,8 +82,9 @@ def smem_extra(k: int) -> int:
 def applies(x, logits, k: int, experts: me.QuantExperts, shared_gate=None, residual=None,
             route_rows=None) -> bool:
     """moe_route's contract on the logits (E % 32 == 0, E <= 1024, k <= 32) and
-    moe_experts' on the rest; route_rows int32 [N]."""
-    if x.ndim != 2 or not mr.applies(logits, k) or logits.shape[0] != x.shape[0]:
+    moe_experts' on the rest; route_rows int32 [N]; at most MAX_ROWS token rows."""
+    if (x.ndim != 2 or not mr.applies(logits, k) or logits.shape[0] != x.shape[0]
+            or x.shape[0] > MAX_ROWS):
         return False
     if route_rows is not None and (route_rows.shape != (x.shape[0],)
                                    or route_rows.dtype != mx.int32):
