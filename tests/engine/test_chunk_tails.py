@@ -136,3 +136,18 @@ def test_a_length_whose_tail_was_never_read_is_followed_by_a_calm_step():
     budget.observe(0.043, 7, 0)                     # the calm step: the tail, read
     assert budget.tails.known(first)
     assert budget.cost_line().extra_s(first) > 0.064 - CALM_S + 0.025
+
+
+def test_a_length_whose_tail_was_never_read_is_predicted_whole_in_its_own_step():
+    """Its grown tail bounds the step after it, not its own (session 16: a 256-token
+    chunk predicted at 67 ms, its grown tail taken out of its own step, took 187 ms)."""
+    from engine.core.mixed_step_cost import CostLine
+    from engine.core.step_predictions import StepPredictor
+    tails = ChunkTails()
+    for n, t in ((64, 0.007), (128, 0.028)):
+        tails.observe(n, t)
+    line = CostLine(0.02, 0.0004, True)
+    predictor = StepPredictor(512, True, tails)
+    assert predictor.tail_s(256, line) > 0          # the next step still carries a tail
+    assert predictor.own_s(256, line) == line.extra_s(256)
+    assert predictor.own_s(128, line) == line.extra_s(128) - 0.028   # a read tail: split
