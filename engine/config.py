@@ -56,12 +56,6 @@ class EngineConfig:
     # engine is idle, one shape between inbox reads: the app is ready minutes sooner on a
     # cold kernel cache (engine/core/warm_up.py). False: every shape before "Ready".
     warm_up_in_background: bool = True
-    # Compile the warm-up's kernels in this many worker processes first, each on a
-    # shallow copy of the model with random weights (engine/core/parallel_warm_up.py):
-    # MLX compiles one CUDA kernel at a time in a process, and a cold kernel cache took
-    # ~6 minutes to "Ready" for the full-size model on the H200. None: on CUDA only, one
-    # worker per two cores up to 8; 0: off.
-    warm_up_workers: int | None = None
     # Pad decode batches and prompt chunks up to the fixed sizes of engine/core/shapes.py
     # (a finite set of shapes to compile); None: on a GPU only. The CPU compiles nothing
     # per shape, so there padding is pure extra compute (a 320-token prompt run as 512
@@ -109,11 +103,6 @@ class EngineConfig:
             raise ValueError("EngineConfig.cpu_weights must be 'auto', 'dense' or 'quantized'")
         if self.warm_up is not None and not isinstance(self.warm_up, bool):
             raise ValueError("EngineConfig.warm_up must be True, False or None (on a GPU)")
-        if self.warm_up_workers is not None and (
-                isinstance(self.warm_up_workers, bool) or not isinstance(self.warm_up_workers, int)
-                or self.warm_up_workers < 0):
-            raise ValueError("EngineConfig.warm_up_workers must be a whole number >= 0 "
-                             "(0: off) or None (on CUDA)")
         if not isinstance(self.warm_up_in_background, bool):
             raise ValueError("EngineConfig.warm_up_in_background must be True or False")
         if self.mixed_forward is not None and not isinstance(self.mixed_forward, bool):

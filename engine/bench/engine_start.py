@@ -4,8 +4,7 @@ A synthetic model (``--model synthetic:NAME``) is built here and served from mem
 path (or None: the built-in model) loads as in the app. The start is printed in three
 parts, so a first start on a cold kernel cache (docs/PERFORMANCE.md, "First start on
 CUDA") is measured by any bench: building the weights (synthetic only: not a user's
-cost), the load up to "Ready" (self-test, the warm-up's worker processes where they ran,
-pool, the warm-up's load-time part), and the
+cost), the load up to "Ready" (self-test, pool, the warm-up's load-time part), and the
 warm-up's background part (engine/core/warm_up.py), which a benchmark waits for so that
 no timed run shares the engine with it.
 """
@@ -22,13 +21,10 @@ from engine.events import LoadProgress
 def open_engine(model: str | None, config: EngineConfig, quiet: bool = False) -> Engine:
     t0 = time.perf_counter()
     compiling: list[float] = []         # when each load-time warm-up shape began
-    workers: list[float] = []           # when the warm-up's worker processes began
 
     def progress(p: LoadProgress) -> None:
         if p.message.startswith("Compiling kernels"):
             compiling.append(time.perf_counter())
-        elif p.message.startswith("Precompiling kernels") and not workers:
-            workers.append(time.perf_counter())
 
     if model and model.startswith(SYNTHETIC_PREFIX):
         built = synthetic_in_memory(model.removeprefix(SYNTHETIC_PREFIX))
@@ -42,9 +38,6 @@ def open_engine(model: str | None, config: EngineConfig, quiet: bool = False) ->
     t_warm = time.perf_counter()
     if not quiet:
         at_load = t_ready - compiling[0] if compiling else 0.0
-        if workers:
-            print(f"# {engine.warm_up_report} (from {workers[0] - t_built:.1f} s into the "
-                  f"load)", flush=True)
         print(f"# engine start: weights built {t_built - t0:.1f} s, load to Ready "
               f"{t_ready - t_built:.1f} s (of which {len(compiling)} warm-up shapes "
               f"{at_load:.1f} s), background warm-up {t_warm - t_ready:.1f} s more",

@@ -6,8 +6,11 @@ the bench builds it here and hands it to ``Engine.from_model``.
 """
 from __future__ import annotations
 
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten, tree_unflatten
+
 from engine.loading.model_bundle import InMemoryModel
-from engine.loading.random_weights import random_model as synthetic_model_from_config
 
 SYNTHETIC_PREFIX = "synthetic:"
 
@@ -44,6 +47,22 @@ SYNTHETIC = {"qwen3.5-35b-a3b": QWEN3_5_35B_A3B, "qwen3.5-toy": QWEN3_5_TOY,
              "smollm2-135m": SMOLLM2_135M}
 
 
+def _random_like(name: str, p: mx.array) -> mx.array:
+    """Random values of p's shape; bf16 like a shipped checkpoint (A_log stays fp32)."""
+    bf16 = mx.bfloat16
+    if p.dtype == mx.uint32:                     # packed 4/8-bit weights
+        return mx.random.randint(0, 2**31 - 1, p.shape).astype(mx.uint32) * 2 + 1
+    if name.endswith(".scales"):
+        return mx.random.uniform(0.002, 0.004, p.shape).astype(bf16)
+    if name.endswith(".biases"):
+        return mx.full(p.shape, -0.024, bf16)
+    if "norm" in name:
+        return mx.ones(p.shape, bf16)
+    if name.endswith("A_log"):
+        return mx.random.uniform(0.0, 2.0, p.shape)
+    return (mx.random.normal(p.shape) * 0.02).astype(bf16)
+
+
 def synthetic_model(name: str, seed: int = 0):
     """(model, config) of a named full-size architecture with random 4-bit weights."""
     if name not in SYNTHETIC:
@@ -57,6 +76,27 @@ def synthetic_in_memory(name: str, seed: int = 0) -> InMemoryModel:
     """The named synthetic model, ready for ``Engine.from_model`` (token-id prompts)."""
     model, config = synthetic_model(name, seed)
     return InMemoryModel(model, IdTokenizer(), config, f"{name} (random weights)")
+
+
+def synthetic_model_from_config(config: dict, seed: int = 0):
+    """A model of this config with random 4-bit weights (see _random_like)."""
+    from engine.loading.loader import _family, model_type_of
+    q = config.get("quantization", {})
+    bits, group_size = q.get("bits", 4), q.get("group_size", 64)
+    module = _family(model_type_of(config))
+    mx.random.seed(seed)
+    model = module.Model(module.ModelArgs.from_config(config))
+    pred = getattr(module, "quantize_predicate", None) or (lambda p, m: hasattr(m, "to_quantized"))
+    nn.quantize(model, group_size=group_size, bits=bits, class_predicate=pred)
+    params = tree_flatten(model.parameters())
+    fresh = []
+    for i, (k, v) in enumerate(params):
+        fresh.append((k, _random_like(k, v)))
+        if i % 16 == 15:                         # keep the lazy graph and peak memory small
+            mx.eval([a for _, a in fresh[-16:]])
+    model.update(tree_unflatten(fresh))
+    mx.eval(model.parameters())
+    return model
 
 
 class IdTokenizer:

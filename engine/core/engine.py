@@ -65,9 +65,6 @@ class Engine:
         # inside mx aborts the process (issue 17 item 4). Holds no reference to self.
         self._finalizer = weakref.finalize(self, _stop_thread, self._inbox, self._thread)
         self.bundle: ModelBundle = self._loaded.result()   # re-raises a load error
-        # What the warm-up's worker processes did at load, or None where none ran
-        # (engine/core/parallel_warm_up.py)
-        self.warm_up_report: str | None = worker.warm_up_report
 
     @classmethod
     def load(cls, model: str | Path | None = None, config: EngineConfig | None = None,

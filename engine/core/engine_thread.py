@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import queue
-import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -17,7 +16,6 @@ from concurrent.futures import Future
 from engine.cache.kv_budget import num_pages_for
 from engine.cache.model_identity import open_disk_cache, weights_mode
 from engine.config import EngineConfig
-from engine.core import parallel_warm_up, warm_up_worker
 from engine.core.inbox import CacheNotice, Cancel, Close, Logits, Message, SetReadingPace, Submit
 from engine.core.mlx_threads import clear_thread_streams
 from engine.core.step_loop import StepLoop
@@ -27,7 +25,6 @@ from engine.core.warm_up import (
     load_shapes,
     should_warm_up,
     warm_up,
-    warm_up_shapes,
 )
 from engine.distributed.cluster import current_cluster
 from engine.events import CacheNoticeEvent, LoadProgress, SubmittedEvent
@@ -48,8 +45,6 @@ class EngineThread:
         self._abandon = abandon
         # Set once no warm-up shape is left (at once where none runs in the background).
         self.warmed = threading.Event()
-        # What the warm-up's worker processes did (parallel_warm_up.Report.line), if any ran
-        self.warm_up_report: str | None = None
 
     def main(self, model, on_progress, quantize_bits) -> None:
         """The thread's target: serve until Close, then clear MLX's streams."""
@@ -69,9 +64,6 @@ class EngineThread:
             spec = bundle.model.cache_spec()
             num_pages = num_pages_for(self.config, spec)
             self._on_pool(num_pages, self.config.page_size * spec.kv_bytes_per_token())
-            report = on_progress or (lambda p: None)
-            if not cluster:     # before the pool takes its memory: the workers need some
-                self._compile_in_workers(bundle, spec, num_pages, report)
             # Takes the pool's memory and opens the disk cache; the warm-up then writes
             # only the scratch page and slot, so nothing read from disk is touched.
             disk = self._disk_opener(model, bundle, quantize_bits)
@@ -82,6 +74,7 @@ class EngineThread:
                             make_runner=cluster.make_runner if cluster else None)
             if cluster:
                 cluster.watch(lambda: loop.has_work, self._abandon)
+            report = on_progress or (lambda p: None)
             background = self._warm_up(loop, cluster, report)
             report(LoadProgress(1.0, "Ready"))
         except BaseException as e:
@@ -120,31 +113,6 @@ class EngineThread:
             config = dataclasses.replace(config, warm_up_in_background=False)
         warm_up(loop.runner, config, report, shapes=load_shapes(config))
         return BackgroundWarmUp(background_shapes(config), self.warmed)
-
-    def _compile_in_workers(self, bundle: ModelBundle, spec, num_pages: int, report) -> None:
-        """A cold kernel cache compiled by worker processes before the warm-up
-        (engine/core/parallel_warm_up.py); nothing where they cannot help."""
-        if not should_warm_up(self.config):
-            return
-        shapes = warm_up_shapes(self.config)
-        pool_bytes = (num_pages * self.config.page_size * spec.kv_bytes_per_token()
-                      + self.config.num_state_slots * spec.state_bytes_per_slot())
-        plan = warm_up_worker.plan(bundle.model, bundle.config, self.config, num_pages,
-                                   bundle.kernels, shapes, pool_bytes)
-        if plan is None:
-            return
-
-        def progress(done: int, total: int) -> None:
-            report(LoadProgress(0.88 + 0.02 * done / total, f"Precompiling kernels in "
-                                f"{plan.workers} processes ({done}/{total} shapes)"))
-
-        progress(0, len(shapes))
-        result = parallel_warm_up.compile_in_workers(plan.spec, shapes, plan.workers,
-                                                     plan.cache_dir, progress)
-        self.warm_up_report = result.line()
-        print(f"tandem: {self.warm_up_report}", file=sys.stderr, flush=True)
-        if result.done == len(shapes) and not result.failures:
-            plan.marker.touch()
 
     def _disk_opener(self, model, bundle: ModelBundle, quantize_bits: int | None):
         """Opens the disk cache (EngineConfig.cache_dir) for the loaded model's layout;

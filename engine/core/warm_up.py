@@ -147,11 +147,10 @@ def warm_up(runner: Runner, config: EngineConfig, report: Callable[[LoadProgress
     for i, shape in enumerate(shapes):
         report(LoadProgress(start + (end - start) * i / len(shapes),
                             f"Compiling kernels: {_describe(shape)} ({i + 1}/{len(shapes)})"))
-        run_shape_once(runner, shape)
+        _warm(runner, shape)
 
 
-def run_shape_once(runner: Runner, shape: tuple) -> None:
-    """One warm-up forward of this shape, evaluated (its kernels compiled)."""
+def _warm(runner: Runner, shape: tuple) -> None:
     mx.eval(_run_shape(runner, shape), runner.cache_arrays())
 
 
@@ -177,7 +176,7 @@ class BackgroundWarmUp:
     def run_one(self, runner: Runner) -> None:
         shape = self._shapes.pop(0)
         try:
-            run_shape_once(runner, shape)
+            _warm(runner, shape)
             self.ran.append(shape)
         except Exception:       # not a request's failure: nobody waits on this shape
             traceback.print_exc()

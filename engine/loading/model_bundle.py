@@ -57,15 +57,12 @@ class InMemoryModel:
 
 def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
                 on_progress: Callable[[LoadProgress], None] | None = None,
-                quantize_bits: int | None = None,
-                kernels: KernelSet | None = None) -> ModelBundle:
+                quantize_bits: int | None = None) -> ModelBundle:
     """Runs on the engine thread: weights, tokenizer, projections joined, kernel self-test.
-    Reports progress up to 0.88; the engine reports the warm-up and "Ready" after it.
-    kernels: a set chosen already (a warm-up worker takes its engine's,
-    engine/core/warm_up_worker.py), given to an in-memory model without a self-test."""
+    Reports progress up to 0.88; the engine reports the warm-up and "Ready" after it."""
     report = on_progress or (lambda p: None)
     if isinstance(model, InMemoryModel):
-        return _in_memory_bundle(model, config, report, kernels)
+        return _in_memory_bundle(model, config, report)
     path = Path(model).expanduser() if model is not None else default_model_path()
     report(LoadProgress(0.05, f"Reading {path.name}"))
     loaded = load_model(path, quantize_bits=quantize_bits, cpu_weights=config.cpu_weights)
@@ -86,8 +83,7 @@ def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
 
 
 def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
-                      report: Callable[[LoadProgress], None],
-                      kernels: KernelSet | None = None) -> ModelBundle:
+                      report: Callable[[LoadProgress], None]) -> ModelBundle:
     """Nothing to read: the CPU weights rule, projections joined and the kernel
     self-test, as from disk."""
     weights = cpu_dense.apply(m.model, config.cpu_weights)
@@ -95,10 +91,7 @@ def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
     cuda_qmm_guard.apply(m.model)
     cpu_layout.arrange(m.model)
     report(LoadProgress(0.88, "Checking kernels"))
-    if kernels is None:
-        kernels = _give_kernels(m.model, config)
-    else:
-        use_kernels(m.model, kernels)
+    kernels = _give_kernels(m.model, config)
     return ModelBundle(m.model, m.tokenizer, m.config, Path(m.name), m.name, kernels,
                        weights.as_dict())
 
