@@ -9,53 +9,21 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from kernels import route_topk_src
 from kernels.kernel_build import KernelBuild
 
 NAME = "moe_route"
 
-# One warp per token row. Lane holds experts e = i*32 + lane (coalesced loads);
-# k rounds of a warp arg-max pick the experts, the winner's lane retires it.
+# One warp per token row: kernels/route_topk_src.py's warp function, all k rounds; lane
+# kk < k writes round kk's expert and weight.
 _CUDA_SOURCE = """
-  constexpr int EPL = E / 32;
   const int N = logits_shape[0];
   const int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;                       // whole warps: blockDim is a multiple of 32
-  const auto* x = logits + size_t(row) * E;
-  float p[EPL];
-  float mx_ = NEG_INF;
-#pragma unroll
-  for (int i = 0; i < EPL; ++i) {
-    p[i] = static_cast<float>(x[i * 32 + lane]);
-    mx_ = fmaxf(mx_, p[i]);
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) mx_ = fmaxf(mx_, __shfl_xor_sync(0xffffffffu, mx_, off));
-  float sum = 0.f;
-#pragma unroll
-  for (int i = 0; i < EPL; ++i) { p[i] = __expf(p[i] - mx_); sum += p[i]; }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  unsigned taken = 0u;                         // bit i: expert i*32+lane already chosen
-  float my_w = 0.f, picked = 0.f;
-  int my_i = 0;
-  for (int kk = 0; kk < K; ++kk) {
-    float bv = -1.f;
-    int bi = 0x7fffffff;
-#pragma unroll
-    for (int i = 0; i < EPL; ++i) {
-      if (!(taken >> i & 1u) && p[i] > bv) { bv = p[i]; bi = i * 32 + lane; }
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-      if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-    }
-    if (bi % 32 == lane) taken |= 1u << (bi / 32);
-    if (lane == kk) { my_w = bv; my_i = bi; }
-    picked += bv;
-  }
+  int my_i;
+  float my_w, picked, sum;
+  route_topk<E>(logits + size_t(row) * E, int64_t(1), K, lane, my_i, my_w, picked, sum);
   if (lane < K) {
     const float denom = NORM ? picked : sum;
     indices[size_t(row) * K + lane] = my_i;
@@ -64,40 +32,13 @@ _CUDA_SOURCE = """
 """
 
 _METAL_SOURCE = """
-  constexpr int EPL = E / 32;
   const int N = logits_shape[0];
   const int row = int(thread_position_in_grid.x) / 32;
   const int lane = int(thread_index_in_simdgroup);
   if (row >= N) return;
-  auto x = logits + size_t(row) * E;
-  float p[EPL];
-  float mx_ = -INFINITY;
-  for (int i = 0; i < EPL; ++i) {
-    p[i] = static_cast<float>(x[i * 32 + lane]);
-    mx_ = fmax(mx_, p[i]);
-  }
-  mx_ = simd_max(mx_);
-  float sum = 0.0f;
-  for (int i = 0; i < EPL; ++i) { p[i] = metal::exp(p[i] - mx_); sum += p[i]; }
-  sum = simd_sum(sum);
-  uint taken = 0u;
-  float my_w = 0.0f, picked = 0.0f;
-  int my_i = 0;
-  for (int kk = 0; kk < K; ++kk) {
-    float bv = -1.0f;
-    int bi = 0x7fffffff;
-    for (int i = 0; i < EPL; ++i) {
-      if (!((taken >> i) & 1u) && p[i] > bv) { bv = p[i]; bi = i * 32 + lane; }
-    }
-    for (ushort off = 16; off > 0; off >>= 1) {
-      const float ov = simd_shuffle_xor(bv, off);
-      const int oi = simd_shuffle_xor(bi, off);
-      if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-    }
-    if (bi % 32 == lane) taken |= 1u << (bi / 32);
-    if (lane == kk) { my_w = bv; my_i = bi; }
-    picked += bv;
-  }
+  int my_i;
+  float my_w, picked, sum;
+  route_topk<E>(logits + size_t(row) * E, int64_t(1), K, lane, my_i, my_w, picked, sum);
   if (lane < K) {
     const float denom = NORM ? picked : sum;
     indices[size_t(row) * K + lane] = my_i;
@@ -106,8 +47,8 @@ _METAL_SOURCE = """
 """
 
 _KERNEL = KernelBuild(NAME, "tandem_moe_route", ["logits"], ["indices", "weights"],
-                      _CUDA_SOURCE, _METAL_SOURCE,
-                      cuda_header="#define NEG_INF (-__int_as_float(0x7f800000))\n")
+                      _CUDA_SOURCE, _METAL_SOURCE, cuda_header=route_topk_src.CUDA,
+                      metal_header=route_topk_src.METAL)
 
 
 def _get(backend: str):

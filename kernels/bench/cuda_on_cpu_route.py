@@ -137,7 +137,7 @@ def _program(N, E, K, D, I, GS, pad, shared, res, norm, rows, d) -> str:  # noqa
     header, blk_gu, blk_dn = mbs.SOURCES["cuda"]
     down_tail = (GATE_UP_ARGS + ", const float* gate, const int64_t* gate_strides,"
                  " const float* residual, const int64_t* residual_strides, float* y")
-    src = PRE + SHIM + mr._KERNEL.cuda_header + header
+    src = PRE + SHIM + mr._KERNEL.headers["cuda"] + header
     src += kfunc("route", mr._CUDA_SOURCE, "const float* logits, const int* logits_shape,"
                  " int* indices, float* weights", [("E", E), ("K", K), ("NORM", int(norm))])
     src += kfunc("gu_idx", idx_gu, "const float* x, const int* x_shape, const int* idx, "

@@ -96,7 +96,7 @@ def moe_cases(dt: str):
     gu_t = size + [("R", 1024), ("RS", 1024), ("RPW", 4), ("SHARED", 1)]
     dn_t = [("OutT", dt)] + size + [("RPW", 2), ("SHARED", 1), ("RES", 1)]
     tail = [("gate", dt, 2), ("residual", dt, 2)]
-    yield "moe_route", wrap("route", mr._KERNEL.cuda_header, mr._CUDA_SOURCE,
+    yield "moe_route", wrap("route", mr._KERNEL.headers["cuda"], mr._CUDA_SOURCE,
                             [("logits", dt, 2)], [("indices", i32), ("weights", f32)],
                             [("E", 256), ("K", 8), ("NORM", 1)])
     header, gate_up, down = mes._SOURCES["cuda"]
