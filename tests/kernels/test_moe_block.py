@@ -124,7 +124,8 @@ def test_reference_matches_numpy(case, options, dtype, cpu_stream):
 def test_kernel_matches_numpy(backend, case, options, dtype):
     args = _args(1, case, options, dtype)
     x, logits, k, _, experts, gate, res, rows = args
-    assert mb.applies(x, logits, k, experts, gate, res, rows)
+    # past MAX_ROWS the dispatcher declines (speed, 6d69d33); the kernel is still right there
+    assert mb.applies(x, logits, k, experts, gate, res, rows) == (x.shape[0] <= mb.MAX_ROWS)
     assert _close(mb.kernel(*args, backend=backend), *_expected(*args), dtype)
 
 
