@@ -15,7 +15,7 @@ from kernels.kernel_build import KernelBuild
 NAME = "moe_route"
 
 # One warp per token row: kernels/route_topk_src.py's warp function, all k rounds; lane
-# kk < k writes round kk's expert and weight.
+# kk < k writes round kk's expert and weight. The row and its experts through the strides.
 _CUDA_SOURCE = """
   const int N = logits_shape[0];
   const int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
@@ -23,7 +23,8 @@ _CUDA_SOURCE = """
   if (row >= N) return;                       // whole warps: blockDim is a multiple of 32
   int my_i;
   float my_w, picked, sum;
-  route_topk<E>(logits + size_t(row) * E, int64_t(1), K, lane, my_i, my_w, picked, sum);
+  route_topk<E>(logits + int64_t(row) * logits_strides[0], logits_strides[1], K, lane, my_i,
+                my_w, picked, sum);
   if (lane < K) {
     const float denom = NORM ? picked : sum;
     indices[size_t(row) * K + lane] = my_i;
@@ -38,7 +39,8 @@ _METAL_SOURCE = """
   if (row >= N) return;
   int my_i;
   float my_w, picked, sum;
-  route_topk<E>(logits + size_t(row) * E, int64_t(1), K, lane, my_i, my_w, picked, sum);
+  route_topk<E>(logits + int64_t(row) * logits_strides[0], logits_strides[1], K, lane, my_i,
+                my_w, picked, sum);
   if (lane < K) {
     const float denom = NORM ? picked : sum;
     indices[size_t(row) * K + lane] = my_i;
@@ -46,9 +48,12 @@ _METAL_SOURCE = """
   }
 """
 
+# logits read through their strides: the model hands over a column slice of the joined
+# router output, and a row-contiguous kernel cost MLX's copy of it, one launch a layer
+# (40 `copy_g_nd` a B=16 step on the H200, session 17's kernel_time)
 _KERNEL = KernelBuild(NAME, "tandem_moe_route", ["logits"], ["indices", "weights"],
                       _CUDA_SOURCE, _METAL_SOURCE, cuda_header=route_topk_src.CUDA,
-                      metal_header=route_topk_src.METAL)
+                      metal_header=route_topk_src.METAL, row_contiguous=False)
 
 
 def _get(backend: str):

@@ -139,7 +139,8 @@ def _program(N, E, K, D, I, GS, pad, shared, res, norm, rows, d) -> str:  # noqa
                  " const float* residual, const int64_t* residual_strides, float* y")
     src = PRE + SHIM + mr._KERNEL.headers["cuda"] + header
     src += kfunc("route", mr._CUDA_SOURCE, "const float* logits, const int* logits_shape,"
-                 " int* indices, float* weights", [("E", E), ("K", K), ("NORM", int(norm))])
+                 " const int64_t* logits_strides, int* indices, float* weights",
+                 [("E", E), ("K", K), ("NORM", int(norm))])
     src += kfunc("gu_idx", idx_gu, "const float* x, const int* x_shape, const int* idx, "
                  + GATE_UP_ARGS + ", float* h", gu_t)
     src += kfunc("dn_idx", idx_dn, "const float* h, const int* idx, const int64_t* idx_strides,"
@@ -156,12 +157,13 @@ def _program(N, E, K, D, I, GS, pad, shared, res, norm, rows, d) -> str:  # noqa
            "DW.data(), DS.data(), DB.data(), SDW.data(), SDS.data(), SDB.data()")
     tail = f"LWV.data() + {E}, GST, RES.data(), RST, Y.data()"
     src += f'''
-std::vector<float> XWV, XD, LWV, LD, RES, H, Y, WALL, W, GS, GB, DS, DB, SGS, SGB, SDS, SDB;
+std::vector<float> XWV, XD, LWV, RES, H, Y, WALL, W, GS, GB, DS, DB, SGS, SGB, SDS, SDB;
 std::vector<uint32_t> GW, DW, SGW, SDW; std::vector<int> ROWV, IALL, IDX;
 int XS[2] = {{{N}, {D}}}, LS[2] = {{{N}, {E}}};
 int64_t XST[2] = {{{XW}, 1}}, LST[2] = {{{LW}, 1}}, GST[2] = {{{LW}, 1}}, RST[2] = {{{D}, 1}};
 int64_t ROST[1] = {{1}}, KST[2] = {{{K}, 1}};
-''' + launch("route", "route(LD.data(), LS, IALL.data(), WALL.data())", -(-N * 32 // 256)) \
+''' + launch("route", "route(LWV.data(), LS, LST, IALL.data(), WALL.data())",
+                  -(-N * 32 // 256)) \
         + launch("gu_idx", f"gu_idx(XD.data(), XS, IDX.data(), {wts[0]}, H.data())", nb1) \
         + launch("dn_idx", f"dn_idx(H.data(), IDX.data(), KST, W.data(), KST, {wts[1]}, {tail})",
                  nb2) \
@@ -175,10 +177,9 @@ int64_t ROST[1] = {{1}}, KST[2] = {{{K}, 1}};
 int main() {{
 {loads}  XWV = load<float>("{d}/xw.bin", {N * XW}); LWV = load<float>("{d}/lw.bin", {N * LW});
   RES = load<float>("{d}/res.bin", {N * D}); ROWV = load<int>("{d}/rows.bin", {N});
-  XD.resize({N * D}); LD.resize({N * E});
-  for (int n = 0; n < {N}; ++n) {{        // the dense copies MLX makes for row-contiguous inputs
+  XD.resize({N * D});
+  for (int n = 0; n < {N}; ++n) {{        // the dense copy MLX makes for a row-contiguous x
     for (int c = 0; c < {D}; ++c) XD[n * {D} + c] = XWV[n * {XW} + 3 + c];
-    for (int c = 0; c < {E}; ++c) LD[n * {E} + c] = LWV[n * {LW} + c];
   }}
   IALL.assign({N * K}, -1); WALL.assign({N * K}, -1e30f); IDX.resize({N * K}); W.resize({N * K});
   run_route();

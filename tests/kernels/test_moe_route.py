@@ -45,6 +45,17 @@ def test_kernel_matches_numpy(backend, case, dtype, normalize):
     _check(*mr.kernel(m, k, normalize, backend=backend), nl, k, normalize)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kernel_reads_a_column_slice_of_a_wider_row_as_it_is(backend, dtype):
+    """The model hands over the router's columns of a joined output row (the shared
+    gate's column beside them): read through its strides, no copy; and a transposed view
+    (column stride > 1) as well."""
+    m, nl = _make(3, 16, 256, dtype)
+    wide = mx.concatenate([m, mx.ones((16, 1), dtype)], axis=1)          # [16, 257]
+    _check(*mr.kernel(wide[:, :256], 8, True, backend=backend), nl, 8, True)
+    _check(*mr.kernel(mx.array(m.T).T, 8, True, backend=backend), nl, 8, True)
+
+
 def test_dispatcher_matches_numpy(backend):
     m, nl = _make(2, 9, 256, mx.bfloat16)
     _check(*KernelSet(backend).moe_route(m, 8), nl, 8, True)
