@@ -7,9 +7,9 @@ lognormally (sigma 0.09) and one in ~16 takes 1.8x. Prints how many prompts read
 1.8x their alone time, and how many had a median gap over the floor, a gap over twice
 the floor, or a degraded step. Run from the repository root:
 
-    .venv/bin/python docs/bench/session15_policy_spread.py [REPO]
+    .venv/bin/python docs/bench/session15_policy_spread.py [REPO [SEEDS]]
 
-REPO (default: this checkout) is the tree whose policy runs, e.g. a worktree of an
+SEEDS: how many seeds (default 20; session 17 and 18 also ran 100). REPO (default: this checkout) is the tree whose policy runs, e.g. a worktree of an
 older commit for a before/after.
 """
 import random
@@ -64,7 +64,7 @@ def run(seed):
     return out
 
 
-rounds = [r for seed in range(20) for r in run(seed)]
+rounds = [r for seed in range(int(sys.argv[2]) if len(sys.argv) > 2 else 20) for r in run(seed)]
 ttft = sorted(r[0] for r in rounds)
 print(f"TTFT ratio: median {statistics.median(ttft):.2f}x, max {ttft[-1]:.2f}x, "
       f"over 1.8x in {sum(t > 1.8 for t in ttft)} of {len(ttft)} prompts")

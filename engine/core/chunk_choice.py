@@ -12,10 +12,12 @@ mode's). Three rules keep the policy from locking itself into a small chunk (iss
   tokens keeps that step's prompt part within twice its share (always in degraded
   mode); its cost is at most (up / measured) x the measured one, since the fixed part is
   not paid twice;
-- where tokens beside decode rows are measured cheaper than alone ones, after
-  PROBE_EVERY steps at one length the next length up is measured once, if twice this
-  chunk's cost keeps the step within twice the floor: a cost that flattens with the
-  tokens (an MoE chunk's experts saturate) is under-read by any line.
+- where tokens beside decode rows are measured cheaper than alone ones, or the next
+  length up was read only once or not for PROBE_EVERY mixed steps, after PROBE_EVERY
+  steps at one length the next length up is measured once, if twice this chunk's cost
+  keeps the step within twice the floor: a cost that flattens with the tokens (an MoE
+  chunk's experts saturate) is under-read by any line, and old readings price a length
+  by other steps than these.
 Chunks also grow by at most 4x the longest measured a step (WARMUP_TOKENS first), so a
 wrong prediction costs one step, never a stall. While a surprising first reading waits
 for its second (engine/core/chunk_readings.py), no length that long and no new one.
@@ -108,8 +110,11 @@ class ChunkChoice:
         # at ~85 % of the pace (session 15's replays); a second reading, the lower counts.
         flattens = (alone_s is not None and line.per_token_s < alone_s
                     and bigger[0] not in mixed.lengths)
+        # So is one read only from readings PROBE_EVERY mixed steps old or older (its
+        # next reading starts it anew, mixed_step_cost.STALE_AFTER): a length read dear a
+        # few times in a row is otherwise never read again while a shorter one fits.
         if (self._last_length == tokens and self._num_same_length >= PROBE_EVERY
-                and (flattens or mixed.count(bigger[0]) == 1)
+                and (flattens or mixed.count(bigger[0]) == 1 or mixed.is_stale(bigger[0]))
                 and calm_s + 2 * line.extra_s(tokens) <= 2 * floor_s):
             return bigger[0]
         return tokens

@@ -48,6 +48,12 @@ from engine.core.alone_prefill_cost import AlonePrefillCost
 
 RECENT = 5            # readings of a length whose median predicts it
 _MAX_AGE = 64         # a length not seen for this many mixed steps is forgotten
+# A length not read for this many mixed steps: its readings are of other steps (another
+# prompt's ends, an admission's stalls), and its next reading starts it anew. On the H200
+# (session 18) 128 tokens read dear three times in a row (a prompt's last chunk, the
+# next one's first) kept their median over the bank's room while 64-token chunks were
+# read back to back for whole prompts; one fresh reading moves such a median not at all.
+STALE_AFTER = 16
 
 
 @dataclass
@@ -135,6 +141,8 @@ class MixedStepCost:
         """A mixed step of `tokens` prompt tokens took extra_s above the calm step."""
         self._num_observed += 1
         seen = self._lengths.setdefault(tokens, _Length(self._num_observed))
+        if self._num_observed - seen.last_seen > STALE_AFTER:
+            seen.recent = []            # of other steps: this reading starts it anew
         seen.recent = (seen.recent + [max(extra_s, 0.0)])[-RECENT:]
         seen.last_seen = self._num_observed
         seen.count += 1
@@ -148,6 +156,12 @@ class MixedStepCost:
         seen = self._lengths.get(tokens)
         if seen and seen.recent:
             seen.recent[-1] += seconds
+
+    def is_stale(self, tokens: int) -> bool:
+        """Whether this length was measured but not read for STALE_AFTER mixed steps (its
+        next reading starts it anew)."""
+        seen = self._lengths.get(tokens)
+        return seen is not None and self._num_observed - seen.last_seen >= STALE_AFTER
 
     def count(self, tokens: int) -> int:
         """Observations of this chunk length (0: none current)."""

@@ -331,3 +331,39 @@ def test_a_next_length_read_once_in_a_spike_is_read_again_after_probe_every_step
     assert budget.allowance(True, prompt_left=2048).tokens == 128
     step(128, 0.015 + 0.060)
     assert abs(budget.cost_line().extra_s(128) - 0.060) < 1e-9
+
+
+def test_a_next_length_priced_from_old_readings_is_read_again_after_probe_every_steps():
+    """The H200 (session 18, docs/bench/h200-session18-conc_steps.jsonl, rounds 1-2): a
+    prompt's last chunk and the next prompt's first took 103-136 ms against ~60, and
+    128 tokens, read three times dear in a row, were priced over what the streams' bank
+    allows: 64-token chunks were read back to back for whole prompts (64 tokens per
+    ~60 ms against 128 per ~105 ms with a calm step between; TTFT 2.05-2.21x alone
+    against 1.66-1.87x). 128 had been read more than once, so the probe of a length read
+    once did not apply. A next length up not read for PROBE_EVERY mixed steps is read
+    again, and that reading starts its cost anew: the old ones are of other steps."""
+    budget = PrefillBudget(512, 15.0, 1.25, alone_share=OWN_FORWARD_SHARE, pads_chunks=True)
+    for _ in range(4):
+        budget.observe(0.262, 0, 512)
+    for _ in range(10):
+        budget.observe(0.015, 7, 0)
+
+    def step(tokens, seconds):
+        budget.queued(7, tokens)
+        budget.observe(seconds, 7, tokens)
+
+    step(64, 0.015 + 0.040)
+    for _ in range(3):
+        step(128, 0.015 + 0.060)
+    for _ in range(3):
+        step(128, 0.015 + 0.110)                # dear: a prompt's ends, a stall
+    assert budget.allowance(True, prompt_left=2048).tokens == 64
+    for _ in range(PROBE_EVERY):
+        step(64, 0.015 + 0.040)
+    assert budget.allowance(True, prompt_left=2048).tokens == 128
+    step(128, 0.015 + 0.060)
+    assert abs(budget.cost_line().extra_s(128) - 0.060) < 1e-9
+    # and 128 again, as before the dear readings: with a calm step between (the bank)
+    assert budget.allowance(True, prompt_left=2048).tokens == 0
+    budget.observe(0.015, 7, 0)
+    assert budget.allowance(True, prompt_left=2048).tokens == 128
