@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -99,7 +100,9 @@ def run_bench(args) -> int:
     print(f"# model: {engine.model_name}; device: {mx.default_device()}; "
           f"sampler: {monitor.sampler.source if monitor else 'none'}; "
           f"mixed forward: {'on' if runs_mixed_forwards(cfg) else 'off'}; "
-          f"decode sampling: {sampling or 'greedy'}", flush=True)
+          f"decode sampling: {sampling or 'greedy'}; MLX_MAX_MB_PER_BUFFER "
+          f"{os.environ.get('MLX_MAX_MB_PER_BUFFER', 'unset')} (both engines: one process, "
+          f"engine/cuda_graphs.py)", flush=True)
     _warm_up(engine, peer, vocab, batches, lengths, args, sampling)
     for _ in range(args.rounds):
         for B in batches:
