@@ -308,11 +308,9 @@ def test_a_step_far_over_its_prediction_is_set_aside_once_and_a_cost_that_moved_
     assert budget.decode_s > 0.100
 
 
-def test_a_next_length_read_once_in_a_spike_is_read_again_after_probe_every_steps():
-    """The H200 (session 15): one step in ~16 takes 1.7-1.9x its cost whatever it reads.
-    A 128-token chunk read once in such a spike was priced over the floor, and 64-token
-    chunks were read from then on (~85 % of the pace). After PROBE_EVERY steps at one
-    length, a next length up read only once is read again; the lower reading counts."""
+def _h200_budget_beside_7_streams():
+    """A padded (GPU) budget that has read 512-token prompts alone in 262 ms and 7 streams
+    at 15 ms a calm step; and step(tokens, seconds): one mixed step queued and read back."""
     budget = PrefillBudget(512, 15.0, 1.25, alone_share=OWN_FORWARD_SHARE, pads_chunks=True)
     for _ in range(4):
         budget.observe(0.262, 0, 512)
@@ -322,15 +320,29 @@ def test_a_next_length_read_once_in_a_spike_is_read_again_after_probe_every_step
     def step(tokens, seconds):
         budget.queued(7, tokens)
         budget.observe(seconds, 7, tokens)
+    return budget, step
 
-    step(64, 0.015 + 0.040)
-    step(128, 0.015 + 1.8 * 0.060)              # a spike: 128 tokens cost ~60 ms
+
+def _128_is_read_again_after_probe_every_steps_of_64(budget, step):
+    """64-token chunks now; after PROBE_EVERY of them 128 is read once more, at its real
+    ~60 ms above the calm step, and that is what it is predicted at."""
     assert budget.allowance(True, prompt_left=2048).tokens == 64
     for _ in range(PROBE_EVERY):
         step(64, 0.015 + 0.040)
     assert budget.allowance(True, prompt_left=2048).tokens == 128
     step(128, 0.015 + 0.060)
     assert abs(budget.cost_line().extra_s(128) - 0.060) < 1e-9
+
+
+def test_a_next_length_read_once_in_a_spike_is_read_again_after_probe_every_steps():
+    """The H200 (session 15): one step in ~16 takes 1.7-1.9x its cost whatever it reads.
+    A 128-token chunk read once in such a spike was priced over the floor, and 64-token
+    chunks were read from then on (~85 % of the pace). After PROBE_EVERY steps at one
+    length, a next length up read only once is read again; the lower reading counts."""
+    budget, step = _h200_budget_beside_7_streams()
+    step(64, 0.015 + 0.040)
+    step(128, 0.015 + 1.8 * 0.060)              # a spike: 128 tokens cost ~60 ms
+    _128_is_read_again_after_probe_every_steps_of_64(budget, step)
 
 
 def test_a_next_length_priced_from_old_readings_is_read_again_after_probe_every_steps():
@@ -342,27 +354,13 @@ def test_a_next_length_priced_from_old_readings_is_read_again_after_probe_every_
     against 1.66-1.87x). 128 had been read more than once, so the probe of a length read
     once did not apply. A next length up not read for PROBE_EVERY mixed steps is read
     again, and that reading starts its cost anew: the old ones are of other steps."""
-    budget = PrefillBudget(512, 15.0, 1.25, alone_share=OWN_FORWARD_SHARE, pads_chunks=True)
-    for _ in range(4):
-        budget.observe(0.262, 0, 512)
-    for _ in range(10):
-        budget.observe(0.015, 7, 0)
-
-    def step(tokens, seconds):
-        budget.queued(7, tokens)
-        budget.observe(seconds, 7, tokens)
-
+    budget, step = _h200_budget_beside_7_streams()
     step(64, 0.015 + 0.040)
     for _ in range(3):
         step(128, 0.015 + 0.060)
     for _ in range(3):
         step(128, 0.015 + 0.110)                # dear: a prompt's ends, a stall
-    assert budget.allowance(True, prompt_left=2048).tokens == 64
-    for _ in range(PROBE_EVERY):
-        step(64, 0.015 + 0.040)
-    assert budget.allowance(True, prompt_left=2048).tokens == 128
-    step(128, 0.015 + 0.060)
-    assert abs(budget.cost_line().extra_s(128) - 0.060) < 1e-9
+    _128_is_read_again_after_probe_every_steps_of_64(budget, step)
     # and 128 again, as before the dear readings: with a calm step between (the bank)
     assert budget.allowance(True, prompt_left=2048).tokens == 0
     budget.observe(0.015, 7, 0)
