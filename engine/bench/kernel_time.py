@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import statistics
 import time
 
@@ -89,6 +90,8 @@ def main(argv=None) -> int:
     p.add_argument("--peer", action="store_true")
     p.add_argument("--build-only", action="store_true")
     args = p.parse_args(argv)
+    print(f"# MLX_MAX_MB_PER_BUFFER {os.environ.get('MLX_MAX_MB_PER_BUFFER', 'unset')} "
+          f"(CUDA graphs a step: engine/cuda_graphs.py)", flush=True)
     config = copy.deepcopy(SYNTHETIC[args.model.removeprefix("synthetic:")])
     if args.layers:
         (config.get("text_config") or config)["num_hidden_layers"] = args.layers
