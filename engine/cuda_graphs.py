@@ -2,15 +2,18 @@
 
 MLX 0.32's CUDA backend records kernels into a CUDA graph and commits it (update, launch,
 a completion handler) every MLX_MAX_OPS_PER_BUFFER kernels (100 on sm_90) or once the
-graph's input bytes pass MLX_MAX_MB_PER_BUFFER (1,000 MB on sm_90;
-mlx/backend/cuda/device.cpp). Those bytes count every input, weights included: one
-layer of Qwen3.5-35B-A3B's experts is ~450 MB, so a B=1 decode step (378 kernels)
-committed a graph every ~2 layers, ~20 a step, and the step was the host's: 4.2 ms of
-GPU work in 7.7-8.8 ms. Without the byte limit (the kernel count still bounds a graph)
-the same step took 4.9-6.7 ms (H200, session 18, docs/PERFORMANCE.md; B=16 and a
-2,048-token prefill unchanged). A graph holds its inputs until it completes, so the
-limit also bounds memory held by intermediates: a prompt chunk's forward (512 tokens by
-default) keeps at most its 100 kernels' intermediates, tens of MB a layer.
+graph's inputs pass MLX_MAX_MB_PER_BUFFER "MB" (1,000 on sm_90; counted in elements,
+`array.data_size`, weights included: mlx/backend/cuda/device.cpp), and its eval waits
+while 10 commits are in flight. One layer of Qwen3.5-35B-A3B's stacked experts is ~126M
+elements, with a layer's recurrent state pool ~150M: a graph closed every ~7 layers
+besides every 100 kernels, and a B=1 decode step (378 kernels, 4.2 ms of GPU work) took
+7.7-8.8 ms. With the kernel count alone bounding a graph it took 4.9-6.7 ms (H200,
+session 18, one process per setting, docs/PERFORMANCE.md; B=16 and a 2,048-token
+prefill unchanged). Another MLX project measured the same on this model family on a
+GB10 (+22 % single-stream decode with both limits raised; dense models lost up to 9 %
+there, from larger graphs: here the kernel count's 100 stays). A graph holds its inputs
+until it completes, so the limit also bounds memory held by intermediates: a prompt
+chunk's forward (512 tokens by default) keeps at most its 100 kernels' intermediates.
 
 Only where MLX has a CUDA backend (Linux); Metal's command buffers read the same
 variable with their own defaults (40-50 MB), which this leaves alone: unmeasured there.
