@@ -1,10 +1,11 @@
 """Session 18 diagnostic (H200): does MLX's CUDA graph size limit cost B=1 its host time?
 
 MLX 0.32's CUDA backend commits a CUDA graph every MLX_MAX_OPS_PER_BUFFER kernels (100 on
-sm_90) or once the graph's *input* bytes pass MLX_MAX_MB_PER_BUFFER (1,000 MB on sm_90,
-mlx/backend/cuda/device.cpp). Inputs include the weights: one layer of the 35B-A3B
-model's experts is ~450 MB, so a B=1 step (378 kernels) commits ~20 graphs, each with its
-update, launch and completion handler on the host. Run once per setting, each in its own
+sm_90) or once the graph's inputs pass MLX_MAX_MB_PER_BUFFER (1,000 on sm_90,
+mlx/backend/cuda/device.cpp; counted in elements, weights included: ~126M for one layer's
+stacked experts, so a graph closes every ~7 layers as well), and its eval waits while 10
+commits are in flight. (Written first as "bytes, ~20 graphs a step": MLX's data_size is
+in elements.) Run once per setting, each in its own
 process (MLX reads them once):
 
     PYTHONPATH=. python3 docs/bench/h200-session18-diag_graphs.py
