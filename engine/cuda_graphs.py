@@ -33,3 +33,9 @@ def lift_cuda_graph_byte_limit() -> None:
     """Let the kernel count alone bound a CUDA graph (Linux, where unset)."""
     if sys.platform.startswith("linux"):
         os.environ.setdefault(ENV_VAR, NO_BYTE_LIMIT_MB)
+
+
+def graph_limit_setting() -> str:
+    """The byte limit this process runs under, for a benchmark's header (a peer in the
+    same process shares it)."""
+    return f"{ENV_VAR} {os.environ.get(ENV_VAR, 'unset')}"

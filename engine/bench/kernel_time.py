@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import statistics
 import time
 
@@ -27,6 +26,7 @@ import numpy as np
 from engine.bench.synthetic import SYNTHETIC, synthetic_model_from_config
 from engine.config import EngineConfig
 from engine.core.runner import Runner
+from engine.cuda_graphs import graph_limit_setting
 from engine.models.base import fuse_projections, use_kernels
 
 CONTEXT = 64
@@ -90,8 +90,7 @@ def main(argv=None) -> int:
     p.add_argument("--peer", action="store_true")
     p.add_argument("--build-only", action="store_true")
     args = p.parse_args(argv)
-    print(f"# MLX_MAX_MB_PER_BUFFER {os.environ.get('MLX_MAX_MB_PER_BUFFER', 'unset')} "
-          f"(CUDA graphs a step: engine/cuda_graphs.py)", flush=True)
+    print(f"# {graph_limit_setting()} (CUDA graphs a step: engine/cuda_graphs.py)", flush=True)
     config = copy.deepcopy(SYNTHETIC[args.model.removeprefix("synthetic:")])
     if args.layers:
         (config.get("text_config") or config)["num_hidden_layers"] = args.layers

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import sys
@@ -30,6 +29,7 @@ from engine.bench.runs import (
 )
 from engine.config import EngineConfig
 from engine.core.compiled_forward import runs_mixed_forwards
+from engine.cuda_graphs import graph_limit_setting
 from engine.settings_spec import chat_defaults
 
 WARM_PREFILL_MAX = 4096     # the bench's warm-up reads prompts up to this long
@@ -100,9 +100,8 @@ def run_bench(args) -> int:
     print(f"# model: {engine.model_name}; device: {mx.default_device()}; "
           f"sampler: {monitor.sampler.source if monitor else 'none'}; "
           f"mixed forward: {'on' if runs_mixed_forwards(cfg) else 'off'}; "
-          f"decode sampling: {sampling or 'greedy'}; MLX_MAX_MB_PER_BUFFER "
-          f"{os.environ.get('MLX_MAX_MB_PER_BUFFER', 'unset')} (both engines: one process, "
-          f"engine/cuda_graphs.py)", flush=True)
+          f"decode sampling: {sampling or 'greedy'}; {graph_limit_setting()} (both engines: "
+          f"one process, engine/cuda_graphs.py)", flush=True)
     _warm_up(engine, peer, vocab, batches, lengths, args, sampling)
     for _ in range(args.rounds):
         for B in batches:

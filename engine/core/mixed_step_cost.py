@@ -139,9 +139,10 @@ class MixedStepCost:
 
     def observe(self, tokens: int, extra_s: float) -> None:
         """A mixed step of `tokens` prompt tokens took extra_s above the calm step."""
+        stale = self.is_stale(tokens)
         self._num_observed += 1
         seen = self._lengths.setdefault(tokens, _Length(self._num_observed))
-        if self._num_observed - seen.last_seen > STALE_AFTER:
+        if stale:
             seen.recent = []            # of other steps: this reading starts it anew
         seen.recent = (seen.recent + [max(extra_s, 0.0)])[-RECENT:]
         seen.last_seen = self._num_observed
