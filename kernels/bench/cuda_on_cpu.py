@@ -32,6 +32,7 @@ PRE = r'''
 #include <cstdio>
 #include <cstdint>
 #include <cstddef>
+#include <cstring>
 #include <memory>
 struct uint4 { unsigned x, y, z, w; };
 struct D3 { int x, y, z; };
@@ -53,6 +54,7 @@ float __shfl_xor_sync(unsigned, float v, int off) {
   return o;
 }
 float __expf(float x) { return std::exp(x); }
+float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
 float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 '''
 
