@@ -14,10 +14,6 @@ from engine.kernel_cache import use_user_kernel_cache
 
 use_user_kernel_cache()     # before anything imports mlx: its CUDA kernel cache folder
 
-from engine.cuda_graphs import lift_cuda_graph_byte_limit  # noqa: E402
-
-lift_cuda_graph_byte_limit()    # before mlx reads it: a decode step's CUDA graphs
-
 _EXPORTS = {
     "Engine": "engine.core.engine", "EngineConfig": "engine.config",
     "SamplingParams": "engine.sampling_params", "RequestHandle": "engine.handle",
