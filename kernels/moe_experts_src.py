@@ -16,14 +16,6 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Nibble t of w as a float, exactly, without an integer-to-float conversion: 0x4B000000 | q
-// is the float 2^23 + q, and subtracting 2^23 leaves q. A conversion (I2F) issues at 16 a
-// clock per SM on sm_80/sm_90 against 128 for an add or FMA, and the experts kernels make
-// one per weight: at B=16 that alone is ~69 us of launch 1's 129 (H200, session 18).
-__device__ __forceinline__ float nibble(unsigned w, int t) {
-  return __int_as_float(0x4B000000u | ((w >> (4 * t)) & 0xFu)) - 8388608.f;
-}
-
 // sum over the 32 weights of a chunk of q[t] * x[t] (q: 4 words, 8 nibbles each, low first)
 __device__ __forceinline__ float dot32(const uint4 q, const float* x) {
   const unsigned w[4] = {q.x, q.y, q.z, q.w};
@@ -31,7 +23,7 @@ __device__ __forceinline__ float dot32(const uint4 q, const float* x) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
 #pragma unroll
-    for (int t = 0; t < 8; ++t) acc += nibble(w[i], t) * x[8 * i + t];
+    for (int t = 0; t < 8; ++t) acc += float((w[i] >> (4 * t)) & 0xFu) * x[8 * i + t];
   }
   return acc;
 }

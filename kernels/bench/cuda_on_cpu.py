@@ -32,7 +32,6 @@ PRE = r'''
 #include <cstdio>
 #include <cstdint>
 #include <cstddef>
-#include <cstring>
 #include <memory>
 struct uint4 { unsigned x, y, z, w; };
 struct D3 { int x, y, z; };
@@ -54,7 +53,6 @@ float __shfl_xor_sync(unsigned, float v, int off) {
   return o;
 }
 float __expf(float x) { return std::exp(x); }
-float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
 float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 '''
 
