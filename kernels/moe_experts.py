@@ -48,8 +48,12 @@ NAME = "moe_experts"
 # engine, B=32 decode (256 pairs) took 27-28 ms a step at 256 against 32-34 ms at 128
 # (the sorted path's ~560 launches more; session 8, docs/bench/h200-session8-2026-12-02.txt).
 MAX_PAIRS = 256
-RPW1 = 4          # gate/up outputs per warp (launch 1)
-RPW2 = 2          # down rows per warp (launch 2); 8 warps a block
+# Rows a warp: more rows reuse a lane's chunks of x (launch 1) and a block's staged s * h
+# (launch 2) over more weight bytes. H200, real shapes, both launches with the shared
+# expert (docs/bench/h200-session19-diag_moe.py): 8/4 against 4/2 took N=4 from 101 to
+# 87 us, N=16 from 261 to 215, N=32 from 476 to 393, N=1 58 to 57; 16/2 was slower.
+RPW1 = 8          # gate/up outputs per warp (launch 1)
+RPW2 = 4          # down rows per warp (launch 2); 8 warps a block
 SMEM_BYTES = 32 * 1024   # launch 2's staged s * h: within Metal's 32 KB threadgroup memory
 GROUP_SIZES = (32, 64, 128)
 
