@@ -41,6 +41,11 @@ NAME = "moe_block"
 # against 966, under issue 23's 2x mlx-lm). Between 1 and 16 not measured: 4 is a guess
 # on the safe side; past it the model routes, then runs moe_experts.
 MAX_ROWS = 4
+# Rows a warp (launch 1's gate/up outputs, launch 2's down rows): moe_experts' 4/2, not its
+# 8/4. At B=1 fewer, fuller warps were slower here (H200, session 19, kernel_time: gate+up
+# 19.7 -> 24.7 us, down 13.2 -> 17.4 at 8/4; 4 tokens of moe_experts gained 14 %).
+RPW1 = 4
+RPW2 = 2
 
 _built: dict[str, tuple] = {}
 
@@ -89,7 +94,7 @@ def applies(x, logits, k: int, experts: me.QuantExperts, shared_gate=None, resid
     if route_rows is not None and (route_rows.shape != (x.shape[0],)
                                    or route_rows.dtype != mx.int32):
         return False
-    return me.fits(x, k, experts, shared_gate, residual, smem_extra(k))
+    return me.fits(x, k, experts, shared_gate, residual, smem_extra(k), (RPW1, RPW2))
 
 
 def kernel(x, logits, k: int, normalize: bool, experts: me.QuantExperts, shared_gate=None,
@@ -105,16 +110,16 @@ def kernel(x, logits, k: int, normalize: bool, experts: me.QuantExperts, shared_
     (h,) = gate_up(
         inputs=[x, logits, rows, *gu_weights],
         template=[("D", D), ("I", hidden), ("K", k), ("E", E), ("R", gu_weights[0].shape[1]),
-                  ("RS", gu_weights[3].shape[-2]), ("GS", gs), ("RPW", me.RPW1),
+                  ("RS", gu_weights[3].shape[-2]), ("GS", gs), ("RPW", RPW1),
                   ("SHARED", shared), ("ROWS", routed)],
-        grid=(N * KK * (hidden // me.RPW1) * 32, 1, 1), threadgroup=(256, 1, 1),
+        grid=(N * KK * (hidden // RPW1) * 32, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(N * KK, hidden)], output_dtypes=[mx.float32])
     gate = logits if shared_gate is None else shared_gate.reshape(N, 1)   # unread without
     (y,) = down(
         inputs=[h, logits, rows, *down_weights, gate, x if residual is None else residual],
         template=[("OutT", x.dtype), ("D", D), ("I", hidden), ("K", k), ("E", E),
-                  ("NORM", bool(normalize)), ("GS", gs), ("RPW", me.RPW2), ("SHARED", shared),
+                  ("NORM", bool(normalize)), ("GS", gs), ("RPW", RPW2), ("SHARED", shared),
                   ("RES", residual is not None), ("ROWS", routed)],
-        grid=(N * (D // (8 * me.RPW2)) * 256, 1, 1), threadgroup=(256, 1, 1),
+        grid=(N * (D // (8 * RPW2)) * 256, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(N, D)], output_dtypes=[x.dtype])
     return y

@@ -141,9 +141,10 @@ def applies(x, idx, experts: QuantExperts, shared_gate=None, residual=None) -> b
 
 
 def fits(x, K: int, experts: QuantExperts, shared_gate=None, residual=None,
-         smem_extra: int = 0) -> bool:
+         smem_extra: int = 0, rows: tuple[int, int] = (RPW1, RPW2)) -> bool:
     """`applies` for K experts a token; smem_extra: launch 2's shared bytes beside s * h
-    (kernels/moe_block.py's routed ids and weights)."""
+    (kernels/moe_block.py's routed ids and weights); rows: the launches' rows a warp."""
+    rpw1, rpw2 = rows
     if x.ndim != 2:
         return False
     (N, D), hidden, gs = x.shape, experts.hidden, experts.group_size
@@ -153,8 +154,8 @@ def fits(x, K: int, experts: QuantExperts, shared_gate=None, residual=None,
           and all(len(p) == 3 and p[2] is not None for p in (experts.gate_up, experts.down))
           and gw.dtype == mx.uint32 and dw.dtype == mx.uint32
           and 1 <= N * K <= MAX_PAIRS and D % 32 == 0 and hidden % 32 == 0
-          and D % gs == 0 and hidden % gs == 0 and hidden % RPW1 == 0
-          and D % (8 * RPW2) == 0
+          and D % gs == 0 and hidden % gs == 0 and hidden % rpw1 == 0
+          and D % (8 * rpw2) == 0
           and KK * hidden // 32 * 36 * 4 + smem_extra <= SMEM_BYTES
           and gw.ndim == 3 and gw.shape[2] * 8 == D and gw.shape[1] >= 2 * hidden
           and dw.ndim == 3 and dw.shape[1] == D and dw.shape[2] * 8 == hidden

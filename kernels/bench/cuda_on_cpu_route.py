@@ -26,8 +26,8 @@ import time
 
 import numpy as np
 
+import kernels.moe_block as mb
 import kernels.moe_block_src as mbs
-import kernels.moe_experts as me
 import kernels.moe_experts_src as mes
 import kernels.moe_route as mr
 from kernels.bench.cuda_on_cpu import PRE, kfunc, launch
@@ -129,8 +129,8 @@ def _program(N, E, K, D, I, GS, pad, shared, res, norm, rows, d) -> str:  # noqa
     R, KK = 2 * I + pad, K + shared
     XW, LW = D + 8, E + 8                     # x = XW[:, 3:3+D], logits = LW[:, :E], gate LW[:, E]
     common = [("D", D), ("I", I), ("K", K), ("GS", GS)]
-    gu_t = common + [("R", R), ("RS", R), ("RPW", me.RPW1), ("SHARED", int(shared))]
-    dn_t = [("OutT", "float")] + common + [("RPW", me.RPW2), ("SHARED", int(shared)),
+    gu_t = common + [("R", R), ("RS", R), ("RPW", mb.RPW1), ("SHARED", int(shared))]
+    dn_t = [("OutT", "float")] + common + [("RPW", mb.RPW2), ("SHARED", int(shared)),
                                            ("RES", int(res))]
     routed = [("E", E), ("ROWS", int(rows))]
     _, idx_gu, idx_dn = mes._SOURCES["cuda"]
@@ -151,8 +151,8 @@ def _program(N, E, K, D, I, GS, pad, shared, res, norm, rows, d) -> str:  # noqa
     src += kfunc("dn_blk", blk_dn, "const float* h, const float* logits,"
                  " const int64_t* logits_strides, const int* row_map, const int64_t* row_map_strides, "
                  + down_tail, dn_t + routed + [("NORM", int(norm))])
-    nb1 = -(-(N * KK * (I // me.RPW1) * 32) // 256)
-    nb2 = N * (D // (8 * me.RPW2))
+    nb1 = -(-(N * KK * (I // mb.RPW1) * 32) // 256)
+    nb2 = N * (D // (8 * mb.RPW2))
     wts = ("GW.data(), GS.data(), GB.data(), SGW.data(), SGS.data(), SGB.data()",
            "DW.data(), DS.data(), DB.data(), SDW.data(), SDS.data(), SDB.data()")
     tail = f"LWV.data() + {E}, GST, RES.data(), RST, Y.data()"
