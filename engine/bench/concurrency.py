@@ -51,9 +51,31 @@ class Stream(threading.Thread):
                 if self.stop.is_set():
                     self.handle.cancel()
 
-    def gaps_ms(self, t0: float, t1: float) -> list[float]:
+    def gaps(self, t0: float, t1: float) -> list[tuple[float, float]]:
+        """(from, to) of each gap between tokens seen in [t0, t1]."""
         ts = [t for t in self.times if t0 <= t <= t1]
-        return [1000 * (b - a) for a, b in zip(ts, ts[1:]) if b > a]
+        return [(a, b) for a, b in zip(ts, ts[1:]) if b > a]
+
+    def gaps_ms(self, t0: float, t1: float) -> list[float]:
+        return [1000 * (b - a) for a, b in self.gaps(t0, t1)]
+
+
+def long_gaps(gaps: list[tuple[int, float, float]], steps: list[StepEvent], t0: float,
+              over_ms: float) -> list[dict]:
+    """The gaps (stream, from, to) longer than over_ms, each placed among the steps: when
+    it began (ms after t0), which steps it overlapped and how much of it they covered.
+    What they did not cover fell between steps (the step loop's own host work, or a
+    consumer thread waiting its turn); a gap over two whole steps is a token seen late."""
+    out = []
+    for stream, a, b in gaps:
+        if 1000 * (b - a) <= over_ms:
+            continue
+        hit = [e for e in steps if e.t_start < b and e.t_end > a]
+        covered = sum(min(b, e.t_end) - max(a, e.t_start) for e in hit)
+        out.append({"stream": stream, "from_ms": round(1000 * (a - t0), 1),
+                    "ms": round(1000 * (b - a), 1), "steps": [e.step for e in hit],
+                    "covered_ms": round(1000 * covered, 1)})
+    return out
 
 
 def _prompt(n: int, vocab: int, seed: int) -> list[int]:
@@ -74,7 +96,7 @@ def _ttft(engine: Engine, prompt: list[int]) -> float:
 
 
 def measure_round(engine: Engine, vocab: int, n_streams: int, length: int, seed: int,
-                  sampling: SamplingParams) -> dict:
+                  sampling: SamplingParams, floor_ms: float) -> dict:
     seen: list[StepEvent] = []
 
     def listener(ev) -> None:       # the engine thread: the steps from the streams' start
@@ -111,12 +133,17 @@ def measure_round(engine: Engine, vocab: int, n_streams: int, length: int, seed:
             # decode-only steps while the prompt waited: the budget banking (prefill_budget)
             "banked": sum(e.kind == "decode" and t_submit <= e.t_start < t_first for e in steps),
             "degraded": sum(e.degraded for e in mixed), "mixed": len(mixed),
-            "steps": [_step_record(e) for e in steps],
-            "admission": [_step_record(e) for e in admission if e.kind == "mixed"]}
+            "steps": [_step_record(e, t_submit) for e in steps],
+            "admission": [_step_record(e, t_submit) for e in admission if e.kind == "mixed"],
+            # where the gaps over twice the floor fell (issue 21's max-gap target)
+            "long_gaps": long_gaps([(i, a, b) for i, s in enumerate(streams)
+                                    for a, b in s.gaps(t_submit, t_first)],
+                                   steps, t_submit, 2 * floor_ms)}
 
 
-def _step_record(e: StepEvent) -> dict:
-    return {"step": e.step, "kind": e.kind, "ms": round(1000 * (e.t_end - e.t_start), 2),
+def _step_record(e: StepEvent, t0: float) -> dict:
+    return {"step": e.step, "kind": e.kind, "t_ms": round(1000 * (e.t_start - t0), 2),
+            "ms": round(1000 * (e.t_end - e.t_start), 2),
             "batch": e.batch_size, "prompt_tokens": e.prefill_tokens,
             "degraded": e.degraded, "queue_ms": round(1000 * e.queue_s, 2),
             "read_ms": round(1000 * e.read_s, 2),
@@ -160,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-decode-slowdown", type=float, default=None,
                    help="EngineConfig.max_decode_slowdown (default: the engine's)")
     p.add_argument("--steps-log", default=None,
-                   help="write every step while a new prompt is read, and the mixed steps "
-                   "that admitted the streams before it (JSON lines) here")
+                   help="write every step while a new prompt is read (its start in ms after "
+                   "the submit), the mixed steps that admitted the streams before it, and "
+                   "where the gaps over twice the floor fell (JSON lines) here")
     add_moe_max_pairs_arg(p)
     args = p.parse_args(argv)
     apply_moe_max_pairs(args)
@@ -181,14 +209,15 @@ def main(argv: list[str] | None = None) -> int:
         _ttft(engine, _prompt(max(lengths), vocab, 1))          # first-use costs out
         for length in lengths:
             rounds = [measure_round(engine, vocab, args.streams, length, 17 * r + length,
-                                    sampling) for r in range(args.rounds)]
+                                    sampling, floor_ms) for r in range(args.rounds)]
             print(_summary(length, rounds, floor_ms), flush=True)
             if args.steps_log:
                 with open(args.steps_log, "a") as f:
                     for r, result in enumerate(rounds):
                         f.write(json.dumps({"prompt": length, "round": r,
                                             "steps": result["steps"],
-                                            "admission": result["admission"]}) + "\n")
+                                            "admission": result["admission"],
+                                            "long_gaps": result["long_gaps"]}) + "\n")
     return 0
 
 
