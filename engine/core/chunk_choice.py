@@ -2,7 +2,9 @@
 
 The chunk is the longest length of engine/core/shapes.py whose predicted step fits the
 room (engine/core/prefill_budget.py says what room: the floor, the bank's, degraded
-mode's). Three rules keep the policy from locking itself into a small chunk (issue 21):
+mode's); in degraded mode where nothing is padded (the CPU), any multiple of 8 tokens
+between that length and the next one up where the next one's cost rules it out
+(`between`). Three rules keep the policy from locking itself into a small chunk (issue 21):
 - the fixed cost is never charged to the tokens: a length measured is predicted by its
   own cost, others from the segments and line through the measured ones, or, with one
   length, a slope bounded by the alone prefill's seconds per token (an upper bound)
@@ -33,6 +35,7 @@ from engine.core.step_predictions import StepPredictor
 
 WARMUP_TOKENS = 64  # before anything is measured, read this much beside a decode
 PROBE_EVERY = 16    # mixed steps at one length before the next length up is tried
+BETWEEN_STEP = 8    # degraded chunks between the set's lengths, where none is padded
 
 
 class ChunkChoice:
@@ -84,6 +87,28 @@ class ChunkChoice:
                 and prompt_left <= self.max_chunk and not held):
             if fits(self.predictor.runs_at(prompt_left)):
                 return prompt_left
+        return best
+
+    def between(self, tokens: int, prompt_s: float, line: CostLine,
+                prompt_left: int | None = None) -> int:
+        """Where chunks are not padded (the CPU): the longest multiple of BETWEEN_STEP
+        tokens past `tokens`, short of the next length of the set, whose cost fits
+        prompt_s (the line through the measured lengths), else tokens. Only where the
+        next length's cost ruled it out, not the growth cap (4x the longest measured) nor
+        a reading held for its second: a length between is no reading
+        (step_predictions.reading_length), so below the cap it would hold the chunk there
+        and nothing longer would ever be read."""
+        up = next((n for n in chunk_lengths(self.max_chunk) if n > tokens), tokens)
+        measured = self.readings.mixed.lengths
+        cap = 4 * measured[-1] if measured else WARMUP_TOKENS
+        if self.readings.held or up > cap or line.extra_s(up) <= prompt_s + 1e-9:
+            return tokens
+        best = tokens
+        for n in range(tokens + BETWEEN_STEP, up, BETWEEN_STEP):
+            if prompt_left is not None and n > prompt_left:
+                break
+            if line.extra_s(n) <= prompt_s + 1e-9:
+                best = n
         return best
 
     def probe(self, tokens: int, prompt_s: float, line: CostLine, degraded: bool,

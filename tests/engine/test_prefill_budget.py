@@ -67,8 +67,9 @@ def test_degraded_when_the_calm_step_is_slower_than_the_floor():
     assert a.degraded and a.tokens == MIN_CHUNK       # measured before the mode widens
     b.observe(0.200 + MIN_CHUNK / 1000, decode_rows=7, prefill_tokens=MIN_CHUNK)
     a = b.allowance(decoding=True)
-    # bounded relative slowdown: 0.25 x 200 ms = 50 ms x 1000 tok/s = 50 -> 32
-    assert a.degraded and a.tokens == 32
+    # bounded relative slowdown: 0.25 x 200 ms = 50 ms x 1000 tok/s = 50 -> 48 (a
+    # multiple of 8 between the set's lengths: nothing pads here, see the next test)
+    assert a.degraded and a.tokens == 48
     assert a.tokens / b.prefill_tok_s <= 0.25 * b.decode_s
 
 
@@ -194,9 +195,27 @@ def test_degraded_steps_that_overran_their_predictions_read_less():
         late.observe(overrun * late.predicted_s(32), decode_rows=7, prefill_tokens=32)
     late.mixed = plain.mixed                 # the same cost line: only the bias differs
     assert abs(late.bias() - 1.3) < 1e-9 and plain.bias() == 1.0
-    # a step of 400 ms: 200 ms above the calm one, 512 tokens (171 ms); at 1.3x,
-    # 400 / 1.3 - 200 = 108 ms: 256 (85 ms)
-    assert (plain.allowance(True).tokens, late.allowance(True).tokens) == (512, 256)
+    # a step of 400 ms: 200 ms above the calm one, 600 tokens (200 ms, a multiple of 8
+    # past 512); at 1.3x, 400 / 1.3 - 200 = 108 ms: 320 (107 ms)
+    assert (plain.allowance(True).tokens, late.allowance(True).tokens) == (600, 320)
+
+
+def test_degraded_chunks_fill_the_bound_between_the_set_lengths_where_none_is_padded():
+    """On the CPU (nothing padded) a degraded chunk may be any multiple of 8 tokens
+    between the set's lengths: at 3 streams a 32-token step cost 2.3-2.7x the calm one
+    and a 16-token step 1.5-1.8x, the bound is 2.25x, so the set's lengths left the
+    prompt at 16 tokens a step (TTFT 2.3-3.4x alone; 24-40 tokens: 1.9-2.7x, session
+    19). Where chunks are padded, a chunk runs at a set length: the set's lengths only."""
+    def budget(pads):
+        b = PrefillBudget(512, 15.0, 1.25, pads_chunks=pads)    # the engine's default
+        b.observe(0.200, decode_rows=3, prefill_tokens=0)        # calm 200 ms: degraded
+        for n in (16, 16, 32, 32):             # 60 ms + 2 ms a token above the calm step
+            b.observe(0.200 + 0.060 + 0.002 * n, decode_rows=3, prefill_tokens=n)
+        return b
+    # the bound: 2.25 x 200 = 450 ms, 250 above the calm step: 60 + 2n <= 250 -> n <= 95
+    unpadded, padded = budget(False), budget(True)
+    assert unpadded.allowance(True).tokens == 88
+    assert padded.allowance(True).tokens == 64
 
 
 def test_a_chunk_shorter_than_any_measured_is_not_predicted_below_its_fixed_cost():
