@@ -15,8 +15,9 @@ def test_a_short_soak_passes_every_check(tiny_folder):
     run = run_script(SOAK, "--minutes", "0.67", "--model", str(tiny_folder),
                      "--rss-every", "5", "--max-context", "256", timeout=300)
     summary = json.loads(run.stdout.strip().splitlines()[-1])
-    assert run.returncode == 0 and summary["ok"], (summary["checks"], summary["errors"],
-                                                   run.stderr[-2000:])
+    # a message, not a tuple: pytest elides a long tuple's middle, and with it the errors
+    assert run.returncode == 0 and summary["ok"], "\n".join(
+        [f"checks: {summary['checks']}", "errors:", *summary["errors"], run.stderr[-2000:]])
     counts = summary["counts"]
     # The load really mixed what the issue asks for: cancels, the context's end, refusals,
     # API streams finished and dropped, a bad API request among them.
