@@ -69,7 +69,7 @@ class ChunkChoice:
         follow_s: a chunk's own step must fit prompt_s and its tail (chunk_tails.py)
         follow_s, the step after it; None: its whole cost must fit prompt_s."""
         measured = self.readings.mixed.lengths
-        cap = 4 * measured[-1] if measured else WARMUP_TOKENS
+        cap = self._growth_cap()
         lengths = chunk_lengths(self.max_chunk)
         held = self.readings.held
         if held:                # a surprising reading waits for its second: nothing that
@@ -89,6 +89,12 @@ class ChunkChoice:
                 return prompt_left
         return best
 
+    def _growth_cap(self) -> int:
+        """The longest chunk a step may read: 4x the longest measured beside a decode,
+        WARMUP_TOKENS before any (the alone rate says little about a mixed step)."""
+        measured = self.readings.mixed.lengths
+        return 4 * measured[-1] if measured else WARMUP_TOKENS
+
     def between(self, tokens: int, prompt_s: float, line: CostLine,
                 prompt_left: int | None = None) -> int:
         """Where chunks are not padded (the CPU): the longest multiple of BETWEEN_STEP
@@ -99,9 +105,7 @@ class ChunkChoice:
         (step_predictions.reading_length), so below the cap it would hold the chunk there
         and nothing longer would ever be read."""
         up = next((n for n in chunk_lengths(self.max_chunk) if n > tokens), tokens)
-        measured = self.readings.mixed.lengths
-        cap = 4 * measured[-1] if measured else WARMUP_TOKENS
-        if self.readings.held or up > cap or line.extra_s(up) <= prompt_s + 1e-9:
+        if self.readings.held or up > self._growth_cap() or line.extra_s(up) <= prompt_s + 1e-9:
             return tokens
         best = tokens
         for n in range(tokens + BETWEEN_STEP, up, BETWEEN_STEP):

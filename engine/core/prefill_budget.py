@@ -176,12 +176,12 @@ class PrefillBudget:
             return Allowance(smallest, degraded=True)   # the calm step alone overruns
         prompt_s = prompt_bound_s(floor_s, self.decode_s, self.max_slowdown, self.bias(),
                                   line.extra_s(smallest))
-        tokens = max(self.choice.longest_within(prompt_s, line, prompt_left), smallest)
-        probed = self.choice.probe(tokens, prompt_s, line, True, self.decode_s, floor_s,
+        chosen = max(self.choice.longest_within(prompt_s, line, prompt_left), smallest)
+        tokens = self.choice.probe(chosen, prompt_s, line, True, self.decode_s, floor_s,
                                    self._alone_per_token_s())
-        if probed == tokens and not self.pads_chunks:
-            probed = self.choice.between(tokens, prompt_s, line, prompt_left)
-        return Allowance(probed, degraded=True)
+        if tokens == chosen and not self.pads_chunks:       # no probe: fill the bound
+            tokens = self.choice.between(chosen, prompt_s, line, prompt_left)
+        return Allowance(tokens, degraded=True)
 
     def _banked(self, tokens: int, floor_s: float, line: CostLine, pending_s: float) -> int:
         """The floor's chunk (tokens), or where a fixed cost per chunk makes a longer one
