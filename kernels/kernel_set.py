@@ -28,8 +28,9 @@ import kernels.moe_block as mb
 import kernels.moe_experts as me
 import kernels.moe_route as mr
 import kernels.paged_attention as pa
+import kernels.qmm_rows as qr
 import kernels.top_p_cut as tpc
-from kernels.backend import NAMES
+from kernels.backend import CUDA_ONLY, NAMES
 from kernels.stand_in import COUNT
 
 # COUNT: stand-in launches that build the GPU graph anywhere, for counting (kernels/stand_in.py).
@@ -59,11 +60,13 @@ class KernelSet:
         """The backend `name` launches on, or None when it is off."""
         if self.backend is None or any(n == name for n, _ in self.off):
             return None
+        if self.backend == "metal" and name in CUDA_ONLY:
+            return None
         return self.backend
 
     def status(self) -> dict[str, str]:
         """name -> 'cuda' | 'metal' | 'reference (<why>)', for the status panel."""
-        why = dict(self.off)
+        why = {**(CUDA_ONLY if self.backend == "metal" else {}), **dict(self.off)}
         return {name: self.launches(name) or f"reference ({why.get(name, 'no GPU backend')})"
                 for name in NAMES}
 
@@ -207,6 +210,18 @@ class KernelSet:
         if backend is None or not tpc.applies(key, weights, target):
             return None
         return tpc.kernel(key, weights, target, backend=backend)
+
+    def qmm_rows(self, x, w, scales, biases, group_size: int, bits: int):
+        """x [..., K] times a 4-bit affine quantized weight [N, K/8] (transposed), as
+        mx.quantized_matmul, for decode batches of kernels.qmm_rows: [..., N]."""
+        backend = self.launches(qr.NAME)
+        if backend is None:
+            return None
+        rows = x.reshape(-1, x.shape[-1])
+        if not qr.applies(rows, w, scales, biases, group_size, bits):
+            return None
+        y = qr.kernel(rows, w, scales, biases, group_size, backend=backend)
+        return y.reshape(*x.shape[:-1], w.shape[0])
 
 
 # What a layer holds until its model is given a kernel set (models built outside an engine).

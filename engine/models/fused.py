@@ -19,6 +19,9 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
+from engine.models.projection import project
+from kernels.kernel_set import NO_KERNELS
+
 # On a GPU the joined output is padded with zero rows up to a multiple of this: MLX's
 # CUDA tiled quantized matmul takes only N % 128 == 0 and otherwise falls back to a
 # naive kernel (the Gated DeltaNet input projection, 12,352 rows: 117 us a call at
@@ -48,9 +51,12 @@ class FusedLinear(nn.Module):
         super().__init__()
         self.joined = joined
         self.parts = parts
+        self.kernel_set = NO_KERNELS        # the loaded model's own (engine/models/base.py)
 
     def __call__(self, x: mx.array, *args) -> list[mx.array]:
-        outs = mx.split(self.joined(x, *args), self.parts.cuts, axis=-1)  # [.., out_i] each
+        # gathered experts take their ids as args: never a plain projection
+        joined = self.joined(x, *args) if args else project(self.kernel_set, self.joined, x)
+        outs = mx.split(joined, self.parts.cuts, axis=-1)                 # [.., out_i] each
         return outs[:len(self.parts.names)]
 
     def part_parameters(self) -> dict[str, dict[str, mx.array]]:

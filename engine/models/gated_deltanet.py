@@ -15,6 +15,7 @@ from engine.models.base import StateSpec
 from engine.models.elementwise import decay_and_beta, silu_gated_norm
 from engine.models.fused import fuse_linears
 from engine.models.gated_delta import gated_delta, normalize_qk
+from engine.models.projection import project
 from engine.models.qwen3_5_config import ModelArgs
 from engine.models.row_groups import RowGroups
 from kernels.kernel_set import NO_KERNELS
@@ -100,7 +101,7 @@ class GatedDeltaNet(nn.Module):
         for i, pending in enumerate(writes):
             if pending:
                 states[i] = _write_slots(states[i], pending)
-        return self.out_proj(rows.join(ys))                                  # [N, H]
+        return project(self.kernel_set, self.out_proj, rows.join(ys))        # [N, H]
 
     def _mix(self, qkv, z, b, a, view: BatchView, states: list[mx.array],
              writes: tuple[list, list], conv_kernel: bool) -> mx.array:

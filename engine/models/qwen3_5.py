@@ -18,6 +18,7 @@ from engine.models.elementwise import residual_norm, sigmoid_gate
 from engine.models.fused import fuse_linears
 from engine.models.gated_deltanet import GatedDeltaNet, NextGatedDeltaNet
 from engine.models.moe import MLP, SparseMoeBlock
+from engine.models.projection import project
 from engine.models.qwen3_5_config import NEXT_TYPES, QWEN3_5_TYPES, ModelArgs
 from engine.models.qwen3_5_weights import quantize_predicate, sanitize_weights
 from engine.models.row_groups import RowGroups
@@ -58,13 +59,14 @@ class Attention(nn.Module):
         if len(rows.views) == 1 and rows.views[0].num_tokens == 1:
             out = self._kernel_decode(qg, k, v, rows.views[0], kv)           # [B, Hq*D]
             if out is not None:
-                return self.o_proj(out)
+                return project(self.kernel_set, self.o_proj, out)
         groups = [self._rotated(*p, view) for view, *p
                   in zip(rows.views, rows.split(qg), rows.split(k), rows.split(v))]
         out = grouped_paged_attention([g[:3] for g in groups], kv, rows.views, self.scale,
                                       self.kernel_set)                # per group [B, Hq, T, D]
-        return self.o_proj(rows.join([sigmoid_gate(merge_heads(o), gate)
-                                      for o, (*_, gate) in zip(out, groups)]))  # [N, H]
+        return project(self.kernel_set, self.o_proj,
+                       rows.join([sigmoid_gate(merge_heads(o), gate)
+                                  for o, (*_, gate) in zip(out, groups)]))      # [N, H]
 
     def _kernel_decode(self, qg, k, v, view: BatchView, kv: list[mx.array]):
         """Decode of one group through the kernel set: q/k norms, rotary and the K/V pool
@@ -147,6 +149,7 @@ class Model(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
         self.args = args
+        self.kernel_set = NO_KERNELS        # the loaded model's own (engine/models/base.py)
         # Qwen3.5 checkpoints nest the text model under language_model (VL exports).
         body = self if args.is_next else nn.Module()
         body.model = Backbone(args)
@@ -184,7 +187,7 @@ class Model(nn.Module):
         h = backbone.norm(rows.select_logit_rows(h))                         # [M, H]
         if self.args.tie_word_embeddings:
             return rows.split_logits(backbone.embed_tokens.as_linear(h))     # [B_g, *, V]
-        return rows.split_logits(self.body.lm_head(h))                       # [B_g, *, V]
+        return rows.split_logits(project(self.kernel_set, self.body.lm_head, h))  # [B_g, *, V]
 
     def fuse_projections(self) -> None:
         """Join projections that read the same input (engine/models/fused.py), one layer

@@ -25,6 +25,8 @@ import kernels.moe_block_src as mbs
 import kernels.moe_experts_src as mes
 import kernels.moe_route as mr
 import kernels.paged_attention_src as pas
+import kernels.qmm_rows as qr
+import kernels.qmm_rows_src as qrs
 
 TYPES = {"float32": "float", "bfloat16": "__nv_bfloat16", "int32": "int32_t",
          "uint32": "uint32_t"}
@@ -84,6 +86,13 @@ def cases(dt: str):
             [("part_acc", f32, 4), ("part_ml", f32, 4), ("gate", dt if gated else f32, 3)],
             [("out", dt)], [("OutT", dt), ("D", 256), ("GATED", gated)])
     yield from moe_cases(dt)
+    if dt == "bfloat16":            # the tensor cores' bf16 product: bf16 x only
+        for mt in (1, 2):
+            yield f"qmm_rows MT={mt}", wrap(
+                "qmm", qrs.CUDA_HEADER, qrs.CUDA_SOURCE,
+                [("x", dt, 2), ("w", "uint32", 2), ("scales", dt, 2), ("biases", dt, 2)],
+                [("y", dt)], [("MT", mt), ("NT", qr.NT), ("GS", 64), ("KSPLIT", qr.MAX_SPLIT),
+                              ("OT", dt)])
 
 
 def moe_cases(dt: str):

@@ -9,6 +9,7 @@ import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
 import kernels.moe_route as mr
 import kernels.paged_attention as pa
+from kernels.backend import CUDA_ONLY
 from kernels.kernel_set import NO_KERNELS, KernelSet
 
 
@@ -74,5 +75,6 @@ def test_status_names_every_kernel():
                            "gdn_conv_step": "metal",
                            "add_rms_norm": "metal", "gated_rms_norm": "metal",
                            "attention_prep": "metal", "top_p_cut": "metal",
-                           "gated_delta_step_norm": "metal"}
+                           "gated_delta_step_norm": "metal",
+                           "qmm_rows": f"reference ({CUDA_ONLY['qmm_rows']})"}
     assert set(KernelSet.plain("no GPU").status().values()) == {"reference (no GPU)"}

@@ -1,0 +1,178 @@
+"""The 4-bit matmul for decode batches (kernels/qmm_rows.py): its reference against a
+float64 numpy product, its CUDA body on the CPU (g++, the tensor-core product emulated
+by the PTX layout), the kernel against numpy on a GPU, and the model's projections
+through it where it applies.
+
+Tolerance, from the kernel's roundings: each weight is rounded to bf16 before the
+tensor cores multiply it (2**-9 of its value at most) and y is rounded to bf16 (2**-9 of
+|y|, itself at most the sum of |terms|), float32 sums add ~K * 2**-24. So |y - exact|
+<= 2**-8 * sum_k |x_k w_nk|: a wrong row, column, group or k is off by O(that sum)."""
+import shutil
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+from kernel_numpy_ref import to_np
+
+import kernels.qmm_rows as qr
+from kernels.backend import NAMES
+from kernels.kernel_set import NO_KERNELS, KernelSet
+from kernels.stand_in import COUNT, gpu_graph
+
+BOUND = 2.0 ** -8       # of the sum of |terms|: the roundings above
+# (M, N, K, group): one tile, a partial one, two tiles with a partial second, the real
+# widths (2,048 and 4,096 in), K split over 1, 2 and 8 warps
+GRID = [(2, 16, 128, 32), (5, 48, 1024, 64), (16, 32, 256, 64), (19, 256, 2048, 64),
+        (32, 32, 4096, 128)]
+
+
+def _make(seed, M, N, K, gs):
+    rng = np.random.default_rng(seed)
+    w32 = mx.array(rng.standard_normal((N, K)) * K ** -0.5, mx.bfloat16)
+    w, scales, biases = mx.quantize(w32, group_size=gs, bits=4)
+    x = mx.array(rng.standard_normal((M, K)), mx.bfloat16)
+    return x, w, scales, biases, gs
+
+
+def _numpy(x, w, scales, biases, gs):
+    """float64 (x @ W.T, sum |x| @ |W|.T), the nibbles unpacked by hand."""
+    wn = to_np(w).astype(np.uint64)
+    q = ((wn[..., None] >> (4 * np.arange(8, dtype=np.uint64))) & 0xF).reshape(wn.shape[0], -1)
+    wf = (np.repeat(to_np(scales).astype(np.float64), gs, 1) * q
+          + np.repeat(to_np(biases).astype(np.float64), gs, 1))
+    xf = to_np(x).astype(np.float64)
+    return xf @ wf.T, np.abs(xf) @ np.abs(wf).T
+
+
+def _within(y, want, mag, bound) -> bool:
+    return bool((np.abs(to_np(y).astype(np.float64) - want) <= bound * mag + 1e-30).all())
+
+
+@pytest.mark.parametrize("case", GRID)
+def test_reference_matches_numpy(case, cpu_stream):
+    args = _make(0, *case)
+    want, mag = _numpy(*args)
+    assert _within(qr.reference(*args), want, mag, 1e-6)      # float32 sums, unrounded
+
+
+@pytest.mark.parametrize("case", GRID)
+def test_kernel_matches_numpy(backend, case):
+    args = _make(1, *case)
+    assert qr.applies(*args[:4], args[4], 4)
+    y = qr.kernel(*args, backend=backend)
+    assert y.shape == (case[0], case[1]) and y.dtype == mx.bfloat16
+    assert _within(y, *_numpy(*args), BOUND)
+
+
+def test_kernel_is_deterministic(backend):
+    args = _make(2, 19, 256, 2048, 64)
+    a, b = (np.array(qr.kernel(*args, backend=backend).astype(mx.float32)) for _ in range(2))
+    assert (a == b).all()
+
+
+def test_planted_fault_is_caught(cpu_stream):
+    """The bound tells a right product from a wrong group's scale or a shifted column."""
+    x, w, scales, biases, gs = _make(3, 16, 32, 256, 64)
+    want, mag = _numpy(x, w, scales, biases, gs)
+    y = qr.reference(x, w, scales, biases, gs)
+    assert _within(y, want, mag, BOUND)
+    assert not _within(qr.reference(x, w, scales[:, ::-1], biases, gs), want, mag, BOUND)
+    assert not _within(mx.roll(y, 1, axis=1), want, mag, BOUND)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run the CUDA body with")
+def test_the_cuda_body_on_the_cpu_matches_numpy():
+    """kernels/bench/cuda_on_cpu_qmm.py: the body as written, its mma by the PTX layout."""
+    from kernels.bench.cuda_on_cpu_qmm import main
+    assert main([]) == 0
+
+
+def test_the_contract():
+    x, w, scales, biases, gs = _make(4, 16, 32, 256, 64)
+    assert qr.applies(x, w, scales, biases, gs, 4)
+    assert not qr.applies(x[:1], w, scales, biases, gs, 4)              # one row: MLX's qmv
+    big = mx.zeros((33, 256), mx.bfloat16)
+    assert not qr.applies(big, w, scales, biases, gs, 4)                # past two tiles
+    assert not qr.applies(x.astype(mx.float32), w, scales, biases, gs, 4)
+    assert not qr.applies(x, w, scales, None, gs, 4)
+    assert not qr.applies(x, w, scales, biases, gs, 8)
+    w2, s2, b2 = mx.quantize(mx.zeros((24, 256), mx.bfloat16), group_size=64, bits=4)
+    assert not qr.applies(x, w2, s2, b2, 64, 4)                          # N % 16
+    w3, s3, b3 = mx.quantize(mx.zeros((32, 192), mx.bfloat16), group_size=64, bits=4)
+    assert not qr.applies(x[:, :192], w3, s3, b3, 64, 4)                 # K % 128
+
+
+def test_the_dispatch_declines_outside_the_contract(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("launched a call it should have declined")
+    monkeypatch.setattr(qr, "kernel", refuse)
+    x, w, scales, biases, gs = _make(5, 4, 32, 256, 64)
+    assert NO_KERNELS.qmm_rows(x, w, scales, biases, gs, 4) is None
+    ks = KernelSet("cuda")
+    assert ks.qmm_rows(x[:1], w, scales, biases, gs, 4) is None
+    assert ks.qmm_rows(x.astype(mx.float32), w, scales, biases, gs, 4) is None
+
+
+def test_one_launch_keeps_the_leading_axes():
+    x, w, scales, biases, gs = _make(6, 8, 32, 256, 64)
+    with gpu_graph() as ledger:
+        y = KernelSet(COUNT).qmm_rows(x.reshape(8, 1, 256), w, scales, biases, gs, 4)
+    assert ledger.calls == {"qmm_rows": 1} and y.shape == (8, 1, 32)
+
+
+class _QmmAsMlx(KernelSet):
+    """The kernel's contract on any machine: where it applies, MLX's own product (the
+    plain path's op, so the logits must not move at all) and a note of the call."""
+    calls = []
+
+    def qmm_rows(self, x, w, scales, biases, group_size, bits):
+        rows = x.reshape(-1, x.shape[-1])
+        if not qr.applies(rows, w, scales, biases, group_size, bits):
+            return None
+        self.calls.append((rows.shape[0], w.shape[0]))
+        return mx.quantized_matmul(x, w, scales, biases, transpose=True,
+                                   group_size=group_size, bits=bits)
+
+
+def _bf16_qwen():
+    """A 4-bit bf16 Qwen3.5 MoE of hidden 128 (K % 128 == 0), projections joined."""
+    from qwen_fixtures import build_model, random_weights, tiny_config
+
+    from engine.models.qwen3_5 import quantize_predicate
+    config = tiny_config("qwen3_5_moe")
+    text = config.get("text_config", config)
+    text.update(hidden_size=128, head_dim=32, linear_key_head_dim=32, linear_value_head_dim=32)
+    weights = {k: v if k.endswith("A_log") else v.astype(mx.bfloat16)
+               for k, v in random_weights(config, seed=5).items()}
+    model = build_model(config, weights)
+    nn.quantize(model, group_size=64, bits=4, class_predicate=quantize_predicate)
+    model.fuse_projections()
+    return model
+
+
+def test_the_models_projections_go_through_the_kernel_where_it_applies():
+    """Wiring: a prefill and decode steps of two rows through the kernel's contract give
+    the plain path's logits bit for bit, and the decode steps' joined input projections,
+    output projections and head went through it."""
+    from qwen_fixtures import Rows
+
+    from engine.models.base import use_kernels
+    model = _bf16_qwen()
+    others = tuple((n, "test") for n in NAMES if n != qr.NAME)
+    runs = {}
+    for name, kernels in (("plain", NO_KERNELS), ("kernel", _QmmAsMlx("cuda", others))):
+        use_kernels(model, kernels)
+        rows = Rows(model)
+        for s in (0, 1):
+            rows.start(s)
+        out = [rows.forward({0: [5, 6, 7, 8], 1: [9, 10]})]
+        for step in range(3):
+            out.append(rows.forward({0: [11 + step], 1: [20 + step]}))
+        runs[name] = [np.array(o.astype(mx.float32)) for o in out]
+    for got, want in zip(runs["kernel"], runs["plain"]):
+        assert (got == want).all()
+    widths = {n for m, n in _QmmAsMlx.calls if m == 2}
+    text = model.args
+    assert text.hidden_size in widths                   # out_proj / o_proj
+    assert any(n > text.hidden_size for n in widths)    # a joined input projection or the head
