@@ -212,15 +212,15 @@ class KernelSet:
         return tpc.kernel(key, weights, target, backend=backend)
 
     def qmm_rows(self, x, w, scales, biases, group_size: int, bits: int):
-        """x [..., K] times a 4-bit affine quantized weight [N, K/8] (transposed), as
-        mx.quantized_matmul, for decode batches of kernels.qmm_rows: [..., N]."""
+        """x [..., K] times a 4- or 8-bit affine quantized weight [N, K * bits / 32]
+        (transposed), as mx.quantized_matmul, for decode batches of kernels.qmm_rows."""
         backend = self.launches(qr.NAME)
         if backend is None:
             return None
         rows = x.reshape(-1, x.shape[-1])
         if not qr.applies(rows, w, scales, biases, group_size, bits):
             return None
-        y = qr.kernel(rows, w, scales, biases, group_size, backend=backend)
+        y = qr.kernel(rows, w, scales, biases, group_size, bits, backend=backend)
         return y.reshape(*x.shape[:-1], w.shape[0])
 
 

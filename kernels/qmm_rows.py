@@ -1,23 +1,25 @@
-"""A 4-bit quantized matmul for a few rows (decode batches), on tensor cores.
+"""A 4- or 8-bit quantized matmul for a few rows (decode batches), on tensor cores.
 
     y[m, n] = sum_k x[m, k] * (scale[n, g(k)] * q[n, k] + bias[n, g(k)])     x [M, K], y [M, N]
 
-MLX's affine quantization (``mx.quantize``, 4 bits): w uint32 [N, K/8] (weight t of a
-word in bits 4t..4t+3), scales and biases [N, K/group]. This is ``mx.quantized_matmul(x,
-w, scales, biases, transpose=True)`` for 2 <= M <= ``MAX_ROWS``.
+MLX's affine quantization (``mx.quantize``, 4 or 8 bits): w uint32 [N, K * bits / 32]
+(weight t of a word in its bits t * bits and up), scales and biases [N, K / group]. This
+is ``mx.quantized_matmul(x, w, scales, biases, transpose=True)`` for 2 <= M <=
+``MAX_ROWS``.
 
 Why: on the H200, MLX 0.32's CUDA backend runs a decode batch of 16 rows through its
-tiled `qmm_sm80` kernel at 46 us a projection (81 a step of the Qwen3.5-35B-A3B model:
-3.7 ms of B=16's 13.6 ms of GPU time), ~11 % of the bandwidth its ~1.3 GB of weights
-need (kernel_time, session 20). Here each warp streams 8 or 16 weight rows once with
-16-byte loads, turns each 4-bit weight into bf16 once (scale * q + bias, rounded: as
-a bf16 weight read by a tiled kernel), and multiplies all M rows at once with the
-tensor cores' m16n8k16 bf16 product (float32 sums). K is split over the warps of a
-block, whose partial sums are added in a fixed order.
+tiled `qmm_sm80` kernel at 46 us a 4-bit projection (81 a step of the Qwen3.5-35B-A3B
+model: 3.7 ms of B=16's 13.6 ms of GPU time, ~11 % of the bandwidth its ~1.3 GB of
+weights need) and 23 us an 8-bit router (40 a step: 0.9 ms more; kernel_time, session
+20). Here each warp streams 16 weight rows once with 16-byte loads, turns each weight
+into bf16 once (scale * q + bias, rounded: as a bf16 weight read by a tiled kernel),
+and multiplies all M rows at once with the tensor cores' m16n8k16 bf16 product (float32
+sums). K is split over the warps of a block, whose partial sums are added in a fixed
+order.
 
 CUDA only. On Metal, MLX's own quantized matmul has its small-batch kernels, and no
 Mac has measured this against them: the self-test leaves it off there
-(kernels/selftest.py, `CUDA_ONLY`), so the model keeps ``mx.quantized_matmul``.
+(kernels/backend.py, `CUDA_ONLY`), so the model keeps ``mx.quantized_matmul``.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ NAME = "qmm_rows"
 MIN_ROWS = 2
 MAX_ROWS = 32
 GROUP_SIZES = (32, 64, 128)       # a lane's 32 weights lie in one group
+BITS = (4, 8)                     # the 35B-A3B's projections (4) and its router gates (8)
 K_BLOCK = 128                     # K is read in blocks of 128 weights (4 lanes x 32)
 MAX_SPLIT = 8                     # warps a block splitting K
 NT = 2                            # 8-column output tiles a warp (16 weight rows)
@@ -42,15 +45,15 @@ _KERNEL = KernelBuild(NAME, "tandem_qmm_rows", ["x", "w", "scales", "biases"], [
 
 def applies(x: mx.array, w: mx.array, scales: mx.array, biases: mx.array | None,
             group_size: int, bits: int) -> bool:
-    """x [M, K] bf16 with MIN_ROWS <= M <= MAX_ROWS, a 4-bit affine weight [N, K/8] with
+    """x [M, K] bf16 with MIN_ROWS <= M <= MAX_ROWS, a 4- or 8-bit affine weight with
     N % 16 == 0 and K % 128 == 0 (every real projection of the target models)."""
-    if x.ndim != 2 or w.ndim != 2 or biases is None or bits != 4:
+    if x.ndim != 2 or w.ndim != 2 or biases is None or bits not in BITS:
         return False
     M, K = x.shape
     N = w.shape[0]
     return (MIN_ROWS <= M <= MAX_ROWS and x.dtype == mx.bfloat16 and w.dtype == mx.uint32
             and group_size in GROUP_SIZES and K % K_BLOCK == 0 and N % (8 * NT) == 0
-            and w.shape[1] * 8 == K and scales.shape == (N, K // group_size)
+            and w.shape[1] * 32 == K * bits and scales.shape == (N, K // group_size)
             and biases.shape == scales.shape)
 
 
@@ -59,22 +62,23 @@ def split(K: int) -> int:
     return min(MAX_SPLIT, K // K_BLOCK)
 
 
-def kernel(x, w, scales, biases, group_size: int, *, backend: str) -> mx.array:
+def kernel(x, w, scales, biases, group_size: int, bits: int = 4, *, backend: str) -> mx.array:
     """Launch on `backend` ('cuda', or the counting stand-in): y [M, N] in x's dtype."""
     M, K = x.shape
     N = w.shape[0]
     ks = split(K)
     return _KERNEL.get(backend)(
         inputs=[x, w, scales, biases],
-        template=[("MT", -(-M // 16)), ("NT", NT), ("GS", group_size), ("KSPLIT", ks),
+        template=[("MT", -(-M // 16)), ("NT", NT), ("BITS", bits), ("GS", group_size),
+                  ("KSPLIT", ks),
                   ("OT", x.dtype)],
         grid=(N // (8 * NT) * 32 * ks, 1, 1), threadgroup=(32 * ks, 1, 1),
         output_shapes=[(M, N)], output_dtypes=[x.dtype])[0]
 
 
-def reference(x, w, scales, biases, group_size: int) -> mx.array:
+def reference(x, w, scales, biases, group_size: int, bits: int = 4) -> mx.array:
     """Plain-mx float32: x times the dequantized weight, unrounded (the tests' and the
     self-test's yardstick; the kernel rounds each weight and y to bf16)."""
     wf = mx.dequantize(w, scales.astype(mx.float32), biases.astype(mx.float32),
-                       group_size=group_size, bits=4)
+                       group_size=group_size, bits=bits)
     return x.astype(mx.float32) @ wf.T

@@ -24,12 +24,12 @@ __device__ __forceinline__ void mma_16816(float* d, const unsigned* a, const uns
 """
 
 # Template constants: MT 16-row tiles of x (M <= 16 MT), NT 8-column tiles of the output
-# a warp, GS the quantization group, KSPLIT warps a block splitting K (128 weights each
-# turn). A lane (r = lane / 4, q = lane % 4) holds, for a 128-wide block of K, weight row
-# r's 32 weights from 32 q (one 16-byte load) and x rows r and r + 8's 32 values at the
-# same columns. The mma's k index is permuted so that these line up: at step j its k
-# 2q, 2q+1, 2q+8, 2q+9 are K's 32 q + 4 j + 0..3, in A and B alike (a sum over k does
-# not depend on its order).
+# a warp, BITS 4 or 8, GS the quantization group, KSPLIT warps a block splitting K (128
+# weights each turn). A lane (r = lane / 4, q = lane % 4) holds, for a 128-wide block of
+# K, weight row r's 32 weights from 32 q (BITS words: one 16-byte load at 4 bits, two at
+# 8) and x rows r and r + 8's 32 values at the same columns. The mma's k index is
+# permuted so that these line up: at step j its k 2q, 2q+1, 2q+8, 2q+9 are K's 32 q + 4 j
+# + 0..3, in A and B alike (a sum over k does not depend on its order).
 CUDA_SOURCE = """
   constexpr int ROWS = 8 * NT;                  // output columns a block
   constexpr int ACC = MT * NT * 4;              // accumulators a lane
@@ -42,7 +42,8 @@ CUDA_SOURCE = """
   const int q = lane % 4;
   const int r = lane / 4;
   const int nb = blockIdx.x * ROWS;
-  const int wpr = K / 8;                        // uint32 words a weight row
+  constexpr unsigned MASK = (1u << BITS) - 1u;
+  const int wpr = K * BITS / 32;                // uint32 words a weight row
   const int gpr = K / GS;                       // groups a row
   float c[MT][NT][4];
 #pragma unroll
@@ -72,17 +73,25 @@ CUDA_SOURCE = """
 #pragma unroll
     for (int u = 0; u < NT; ++u) {
       const size_t n = size_t(nb + 8 * u + r);
-      const uint4 wq = reinterpret_cast<const uint4*>(w + n * wpr)[k0 / 32];
+      const uint4* wsrc = reinterpret_cast<const uint4*>(w + n * wpr) + k0 * BITS / 128;
+      unsigned ws[BITS];                        // the lane's 32 weights: BITS words
+#pragma unroll
+      for (int v = 0; v < BITS / 4; ++v) {
+        const uint4 p = wsrc[v];
+        ws[4 * v] = p.x;
+        ws[4 * v + 1] = p.y;
+        ws[4 * v + 2] = p.z;
+        ws[4 * v + 3] = p.w;
+      }
       const float s = static_cast<float>(scales[n * gpr + k0 / GS]);
       const float b = static_cast<float>(biases[n * gpr + k0 / GS]);
-      const unsigned ws[4] = {wq.x, wq.y, wq.z, wq.w};
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const unsigned v = ws[j / 2] >> (16 * (j % 2));
+      for (int j = 0; j < 8; ++j) {             // step j: the lane's weights 4j .. 4j+3
+        const unsigned v = ws[j * BITS / 8] >> ((4 * BITS * j) % 32);
         unsigned bf[2];
-        bf[0] = pack_bf16x2(fmaf(float(v & 15u), s, b), fmaf(float((v >> 4) & 15u), s, b));
-        bf[1] = pack_bf16x2(fmaf(float((v >> 8) & 15u), s, b),
-                            fmaf(float((v >> 12) & 15u), s, b));
+        bf[0] = pack_bf16x2(fmaf(float(v & MASK), s, b), fmaf(float((v >> BITS) & MASK), s, b));
+        bf[1] = pack_bf16x2(fmaf(float((v >> (2 * BITS)) & MASK), s, b),
+                            fmaf(float((v >> (3 * BITS)) & MASK), s, b));
 #pragma unroll
         for (int t = 0; t < MT; ++t) {
           const unsigned a[4] = {xa[t][0][2 * j], xa[t][1][2 * j], xa[t][0][2 * j + 1],

@@ -72,20 +72,23 @@ def _from_bf16(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def _dequantize(w, s, b) -> np.ndarray:
-    q = (w[..., None] >> (4 * np.arange(8, dtype=np.uint32))) & 0xF
+def _dequantize(w, s, b, bits) -> np.ndarray:
+    per = 32 // bits
+    q = (w[..., None] >> (bits * np.arange(per, dtype=np.uint32))) & ((1 << bits) - 1)
     q = q.reshape(w.shape[0], -1).astype(np.float32)
     g = q.shape[1] // s.shape[1]
     return np.repeat(s, g, 1) * q + np.repeat(b, g, 1)          # float32, as the kernel's fmaf
 
 
-def emulate(M: int, N: int, K: int, GS: int, seed: int, work: str) -> float:
+def emulate(M: int, N: int, K: int, GS: int, bits: int, seed: int, work: str) -> float:
     rng = np.random.default_rng(seed)
     x_bits = _bf16(rng.standard_normal((M, K)).astype(np.float32))
-    w = rng.integers(0, 2**32, size=(N, K // 8), dtype=np.uint64).astype(np.uint32)
+    w = rng.integers(0, 2**32, size=(N, K * bits // 32), dtype=np.uint64).astype(np.uint32)
     # scales and biases bf16-representable (the model's are bf16)
     s = _from_bf16(_bf16(rng.uniform(0.5, 1.5, (N, K // GS)).astype(np.float32) / 8 * K**-0.5))
-    b = _from_bf16(_bf16(-7.5 * s + rng.normal(0, 0.1, s.shape).astype(np.float32) * s))
+    s = s / (1 << (bits - 4))                              # the same range at 8 bits
+    mid = ((1 << bits) - 1) / 2
+    b = _from_bf16(_bf16(-mid * s + rng.normal(0, 0.1, s.shape).astype(np.float32) * s))
     for name, arr in {"x": x_bits, "w": w, "s": s, "b": b}.items():
         arr.tofile(f"{work}/{name}.bin")
     ks = qr.split(K)
@@ -94,16 +97,17 @@ def emulate(M: int, N: int, K: int, GS: int, seed: int, work: str) -> float:
         "qmm", CUDA_SOURCE,
         "const unsigned short* x, const int* x_shape, const uint32_t* w, const int* w_shape,"
         " const float* scales, const float* biases, float* y",
-        [("MT", mt), ("NT", qr.NT), ("GS", GS), ("KSPLIT", ks), ("OT", "float")])
+        [("MT", mt), ("NT", qr.NT), ("BITS", bits), ("GS", GS), ("KSPLIT", ks),
+         ("OT", "float")])
     src += f'''
 template <class T> std::vector<T> load(const char* n, size_t c) {{
   std::vector<T> v(c); FILE* f = fopen(n, "rb"); fread(v.data(), sizeof(T), c, f); fclose(f); return v; }}
 std::vector<unsigned short> X; std::vector<uint32_t> W; std::vector<float> S, B, Y;
-int XS[2] = {{{M}, {K}}}, WS[2] = {{{N}, {K // 8}}};
+int XS[2] = {{{M}, {K}}}, WS[2] = {{{N}, {K * bits // 32}}};
 ''' + launch("q", "qmm(X.data(), XS, W.data(), WS, S.data(), B.data(), Y.data())",
              N // (8 * qr.NT), threads=32 * ks) + f'''
 int main() {{
-  X = load<unsigned short>("{work}/x.bin", {M * K}); W = load<uint32_t>("{work}/w.bin", {N * K // 8});
+  X = load<unsigned short>("{work}/x.bin", {M * K}); W = load<uint32_t>("{work}/w.bin", {N * K * bits // 32});
   S = load<float>("{work}/s.bin", {N * K // GS}); B = load<float>("{work}/b.bin", {N * K // GS});
   Y.assign({M * N}, -1e30f);
   run_q();
@@ -117,18 +121,19 @@ int main() {{
     subprocess.run([f"{work}/emu"], check=True)
     y = np.fromfile(f"{work}/y.bin", np.float32).reshape(M, N)
     x = _from_bf16(x_bits).astype(np.float64)
-    wf = _dequantize(w, s, b)
+    wf = _dequantize(w, s, b, bits)
     w16 = _from_bf16(_bf16(wf)).astype(np.float64)        # each weight rounded as the kernel does
     ref = x @ w16.T
     mag = np.abs(x) @ np.abs(w16).T
     err = float((np.abs(y - ref) / mag).max())
     unrounded = float((np.abs(y - x @ wf.astype(np.float64).T) / mag).max())
-    print(f"M={M} N={N} K={K} GS={GS} (KSPLIT {ks}, {mt} row tiles): max |y - ref| / sum|terms|"
+    print(f"M={M} N={N} K={K} GS={GS} bits={bits} (KSPLIT {ks}, {mt} row tiles): max |y - ref| / sum|terms|"
           f" = {err:.2e} (bf16 weights); against unrounded weights {unrounded:.2e}", flush=True)
     return err
 
 
-CASES = [(16, 32, 256, 64), (3, 16, 128, 32), (32, 32, 1024, 128), (21, 48, 2048, 64)]
+CASES = [(16, 32, 256, 64, 4), (3, 16, 128, 32, 4), (32, 32, 1024, 128, 4),
+         (21, 48, 2048, 64, 4), (5, 32, 256, 64, 8), (19, 16, 2048, 64, 8)]
 
 
 def main(argv: list[str]) -> int:

@@ -87,12 +87,12 @@ def cases(dt: str):
             [("out", dt)], [("OutT", dt), ("D", 256), ("GATED", gated)])
     yield from moe_cases(dt)
     if dt == "bfloat16":            # the tensor cores' bf16 product: bf16 x only
-        for mt in (1, 2):
-            yield f"qmm_rows MT={mt}", wrap(
+        for mt, bits in ((1, 4), (2, 4), (2, 8)):
+            yield f"qmm_rows MT={mt} BITS={bits}", wrap(
                 "qmm", qrs.CUDA_HEADER, qrs.CUDA_SOURCE,
                 [("x", dt, 2), ("w", "uint32", 2), ("scales", dt, 2), ("biases", dt, 2)],
-                [("y", dt)], [("MT", mt), ("NT", qr.NT), ("GS", 64), ("KSPLIT", qr.MAX_SPLIT),
-                              ("OT", dt)])
+                [("y", dt)], [("MT", mt), ("NT", qr.NT), ("BITS", bits), ("GS", 64),
+                              ("KSPLIT", qr.MAX_SPLIT), ("OT", dt)])
 
 
 def moe_cases(dt: str):

@@ -1,4 +1,4 @@
-"""The 4-bit matmul for decode batches (kernels/qmm_rows.py): its reference against a
+"""The 4- and 8-bit matmul for decode batches (kernels/qmm_rows.py): its reference against a
 float64 numpy product, its CUDA body on the CPU (g++, the tensor-core product emulated
 by the PTX layout), the kernel against numpy on a GPU, and the model's projections
 through it where it applies.
@@ -21,24 +21,26 @@ from kernels.kernel_set import NO_KERNELS, KernelSet
 from kernels.stand_in import COUNT, gpu_graph
 
 BOUND = 2.0 ** -8       # of the sum of |terms|: the roundings above
-# (M, N, K, group): one tile, a partial one, two tiles with a partial second, the real
-# widths (2,048 and 4,096 in), K split over 1, 2 and 8 warps
-GRID = [(2, 16, 128, 32), (5, 48, 1024, 64), (16, 32, 256, 64), (19, 256, 2048, 64),
-        (32, 32, 4096, 128)]
+# (M, N, K, group, bits): one tile, a partial one, two tiles with a partial second, the
+# real widths (2,048 and 4,096 in), K split over 1, 2 and 8 warps; 8 bits (the router)
+GRID = [(2, 16, 128, 32, 4), (5, 48, 1024, 64, 4), (16, 32, 256, 64, 4),
+        (19, 256, 2048, 64, 4), (32, 32, 4096, 128, 4), (3, 32, 256, 64, 8),
+        (16, 384, 2048, 64, 8)]
 
 
-def _make(seed, M, N, K, gs):
+def _make(seed, M, N, K, gs, bits=4):
     rng = np.random.default_rng(seed)
     w32 = mx.array(rng.standard_normal((N, K)) * K ** -0.5, mx.bfloat16)
-    w, scales, biases = mx.quantize(w32, group_size=gs, bits=4)
+    w, scales, biases = mx.quantize(w32, group_size=gs, bits=bits)
     x = mx.array(rng.standard_normal((M, K)), mx.bfloat16)
-    return x, w, scales, biases, gs
+    return x, w, scales, biases, gs, bits
 
 
-def _numpy(x, w, scales, biases, gs):
-    """float64 (x @ W.T, sum |x| @ |W|.T), the nibbles unpacked by hand."""
+def _numpy(x, w, scales, biases, gs, bits):
+    """float64 (x @ W.T, sum |x| @ |W|.T), the weights unpacked by hand."""
     wn = to_np(w).astype(np.uint64)
-    q = ((wn[..., None] >> (4 * np.arange(8, dtype=np.uint64))) & 0xF).reshape(wn.shape[0], -1)
+    shifts = bits * np.arange(32 // bits, dtype=np.uint64)
+    q = ((wn[..., None] >> shifts) & ((1 << bits) - 1)).reshape(wn.shape[0], -1)
     wf = (np.repeat(to_np(scales).astype(np.float64), gs, 1) * q
           + np.repeat(to_np(biases).astype(np.float64), gs, 1))
     xf = to_np(x).astype(np.float64)
@@ -59,7 +61,7 @@ def test_reference_matches_numpy(case, cpu_stream):
 @pytest.mark.parametrize("case", GRID)
 def test_kernel_matches_numpy(backend, case):
     args = _make(1, *case)
-    assert qr.applies(*args[:4], args[4], 4)
+    assert qr.applies(*args)
     y = qr.kernel(*args, backend=backend)
     assert y.shape == (case[0], case[1]) and y.dtype == mx.bfloat16
     assert _within(y, *_numpy(*args), BOUND)
@@ -73,11 +75,11 @@ def test_kernel_is_deterministic(backend):
 
 def test_planted_fault_is_caught(cpu_stream):
     """The bound tells a right product from a wrong group's scale or a shifted column."""
-    x, w, scales, biases, gs = _make(3, 16, 32, 256, 64)
-    want, mag = _numpy(x, w, scales, biases, gs)
-    y = qr.reference(x, w, scales, biases, gs)
+    x, w, scales, biases, gs, bits = _make(3, 16, 32, 256, 64)
+    want, mag = _numpy(x, w, scales, biases, gs, bits)
+    y = qr.reference(x, w, scales, biases, gs, bits)
     assert _within(y, want, mag, BOUND)
-    assert not _within(qr.reference(x, w, scales[:, ::-1], biases, gs), want, mag, BOUND)
+    assert not _within(qr.reference(x, w, scales[:, ::-1], biases, gs, bits), want, mag, BOUND)
     assert not _within(mx.roll(y, 1, axis=1), want, mag, BOUND)
 
 
@@ -89,14 +91,15 @@ def test_the_cuda_body_on_the_cpu_matches_numpy():
 
 
 def test_the_contract():
-    x, w, scales, biases, gs = _make(4, 16, 32, 256, 64)
+    x, w, scales, biases, gs, _ = _make(4, 16, 32, 256, 64)
     assert qr.applies(x, w, scales, biases, gs, 4)
     assert not qr.applies(x[:1], w, scales, biases, gs, 4)              # one row: MLX's qmv
     big = mx.zeros((33, 256), mx.bfloat16)
     assert not qr.applies(big, w, scales, biases, gs, 4)                # past two tiles
     assert not qr.applies(x.astype(mx.float32), w, scales, biases, gs, 4)
     assert not qr.applies(x, w, scales, None, gs, 4)
-    assert not qr.applies(x, w, scales, biases, gs, 8)
+    assert not qr.applies(x, w, scales, biases, gs, 8)                  # 4-bit words read as 8
+    assert not qr.applies(x, w, scales, biases, gs, 2)
     w2, s2, b2 = mx.quantize(mx.zeros((24, 256), mx.bfloat16), group_size=64, bits=4)
     assert not qr.applies(x, w2, s2, b2, 64, 4)                          # N % 16
     w3, s3, b3 = mx.quantize(mx.zeros((32, 192), mx.bfloat16), group_size=64, bits=4)
@@ -107,7 +110,7 @@ def test_the_dispatch_declines_outside_the_contract(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("launched a call it should have declined")
     monkeypatch.setattr(qr, "kernel", refuse)
-    x, w, scales, biases, gs = _make(5, 4, 32, 256, 64)
+    x, w, scales, biases, gs, _ = _make(5, 4, 32, 256, 64)
     assert NO_KERNELS.qmm_rows(x, w, scales, biases, gs, 4) is None
     ks = KernelSet("cuda")
     assert ks.qmm_rows(x[:1], w, scales, biases, gs, 4) is None
@@ -115,7 +118,7 @@ def test_the_dispatch_declines_outside_the_contract(monkeypatch):
 
 
 def test_one_launch_keeps_the_leading_axes():
-    x, w, scales, biases, gs = _make(6, 8, 32, 256, 64)
+    x, w, scales, biases, gs, _ = _make(6, 8, 32, 256, 64)
     with gpu_graph() as ledger:
         y = KernelSet(COUNT).qmm_rows(x.reshape(8, 1, 256), w, scales, biases, gs, 4)
     assert ledger.calls == {"qmm_rows": 1} and y.shape == (8, 1, 32)
@@ -130,19 +133,21 @@ class _QmmAsMlx(KernelSet):
         rows = x.reshape(-1, x.shape[-1])
         if not qr.applies(rows, w, scales, biases, group_size, bits):
             return None
-        self.calls.append((rows.shape[0], w.shape[0]))
+        self.calls.append((rows.shape[0], w.shape[0], bits))
         return mx.quantized_matmul(x, w, scales, biases, transpose=True,
                                    group_size=group_size, bits=bits)
 
 
 def _bf16_qwen():
-    """A 4-bit bf16 Qwen3.5 MoE of hidden 128 (K % 128 == 0), projections joined."""
+    """A 4-bit bf16 Qwen3.5 MoE of hidden 128 (K % 128 == 0), projections joined; 15
+    experts, so the 8-bit router and shared-expert gate join to 16 rows (a GPU pads them)."""
     from qwen_fixtures import build_model, random_weights, tiny_config
 
     from engine.models.qwen3_5 import quantize_predicate
     config = tiny_config("qwen3_5_moe")
     text = config.get("text_config", config)
-    text.update(hidden_size=128, head_dim=32, linear_key_head_dim=32, linear_value_head_dim=32)
+    text.update(hidden_size=128, head_dim=32, linear_key_head_dim=32, linear_value_head_dim=32,
+                num_experts=15)
     weights = {k: v if k.endswith("A_log") else v.astype(mx.bfloat16)
                for k, v in random_weights(config, seed=5).items()}
     model = build_model(config, weights)
@@ -154,7 +159,7 @@ def _bf16_qwen():
 def test_the_models_projections_go_through_the_kernel_where_it_applies():
     """Wiring: a prefill and decode steps of two rows through the kernel's contract give
     the plain path's logits bit for bit, and the decode steps' joined input projections,
-    output projections and head went through it."""
+    output projections, 8-bit router gates and head went through it."""
     from qwen_fixtures import Rows
 
     from engine.models.base import use_kernels
@@ -172,7 +177,8 @@ def test_the_models_projections_go_through_the_kernel_where_it_applies():
         runs[name] = [np.array(o.astype(mx.float32)) for o in out]
     for got, want in zip(runs["kernel"], runs["plain"]):
         assert (got == want).all()
-    widths = {n for m, n in _QmmAsMlx.calls if m == 2}
+    widths = {n for m, n, _ in _QmmAsMlx.calls if m == 2}
     text = model.args
     assert text.hidden_size in widths                   # out_proj / o_proj
     assert any(n > text.hidden_size for n in widths)    # a joined input projection or the head
+    assert {b for m, _, b in _QmmAsMlx.calls if m == 2} == {4, 8}      # the router's 8 bits
