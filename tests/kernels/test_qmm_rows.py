@@ -143,6 +143,7 @@ def _bf16_qwen():
     experts, so the 8-bit router and shared-expert gate join to 16 rows (a GPU pads them)."""
     from qwen_fixtures import build_model, random_weights, tiny_config
 
+    from engine.loading import cuda_qmm_guard
     from engine.models.qwen3_5 import quantize_predicate
     config = tiny_config("qwen3_5_moe")
     text = config.get("text_config", config)
@@ -153,6 +154,9 @@ def _bf16_qwen():
     model = build_model(config, weights)
     nn.quantize(model, group_size=64, bits=4, class_predicate=quantize_predicate)
     model.fuse_projections()
+    # as the loader does: on CUDA, MLX's product is wrong for the experts' one group along
+    # K (64), so those layers go dense there; the plain run would differ from itself
+    cuda_qmm_guard.apply(model)
     return model
 
 
