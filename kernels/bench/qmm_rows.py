@@ -11,6 +11,10 @@ weight, 256 MB of them at least: in a step every projection's weights come from 
 and one 12 MB weight called 20 times over stays in the H200's 50 MB L2 (session 20's
 first run of this bench did that: MLX's tiled kernel read 30 us at M=16 here against
 46 us in the engine's step).
+Wall clock per call, 20 calls queued: for kernels of 10-40 us that is mostly the host's
+launch cost (a custom kernel's more than MLX's own), so the GPU's time is
+engine/bench/kernel_time.py's (session 20: MLX's qmm_sm80 46 us a call in the B=16 step
+against qmm_rows' 13.6; here 24-35 us against 26-43).
 Run: PYTHONPATH=. python -m kernels.bench.qmm_rows [--one-row]
 """
 from __future__ import annotations
