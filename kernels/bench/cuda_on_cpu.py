@@ -78,6 +78,15 @@ void run_{name}() {{
 }}
 '''
 
+def build_and_run(src: str, work: str) -> None:
+    """Write src to work/emu.cpp, compile it with g++ and run it there."""
+    with open(f"{work}/emu.cpp", "w") as f:
+        f.write(src)
+    subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", f"{work}/emu.cpp", "-o",
+                    f"{work}/emu"], check=True)
+    subprocess.run([f"{work}/emu"], check=True)
+
+
 def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False):  # noqa: E741
     """moe_experts' two kernels; with the shared expert (weight sigmoid(gate), the gate a
     column of a wider array) and a residual; scores a strided view too."""

@@ -12,14 +12,13 @@ and not the tensor cores' own summation order. ~10-60 s a case on two cores.
 """
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
 import kernels.qmm_rows as qr
-from kernels.bench.cuda_on_cpu import PRE, kfunc, launch
+from kernels.bench.cuda_on_cpu import PRE, build_and_run, kfunc, launch
 from kernels.qmm_rows_src import CUDA_SOURCE
 
 CPU_HEADER = r'''
@@ -114,11 +113,7 @@ int main() {{
   FILE* f = fopen("{work}/y.bin", "wb"); fwrite(Y.data(), 4, Y.size(), f); fclose(f);
 }}
 '''
-    with open(f"{work}/emu.cpp", "w") as f:
-        f.write(src)
-    subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", f"{work}/emu.cpp", "-o",
-                    f"{work}/emu"], check=True)
-    subprocess.run([f"{work}/emu"], check=True)
+    build_and_run(src, work)
     y = np.fromfile(f"{work}/y.bin", np.float32).reshape(M, N)
     x = _from_bf16(x_bits).astype(np.float64)
     wf = _dequantize(w, s, b, bits)

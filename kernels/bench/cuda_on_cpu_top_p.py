@@ -6,13 +6,12 @@ the GPU launches 1,024). Each row's cut is checked against its definition in flo
 the mass of the ids strictly likelier than the cut is below target, and with the cut's
 own ids it reaches it, up to the float32 bound of the tests.
 """
-import subprocess
 import tempfile
 
 import numpy as np
 
 import kernels.top_p_cut as tpc
-from kernels.bench.cuda_on_cpu import PRE, kfunc, launch
+from kernels.bench.cuda_on_cpu import PRE, build_and_run, kfunc, launch
 
 
 def emulate(key: np.ndarray, w: np.ndarray, target: np.ndarray, work: str) -> np.ndarray:
@@ -35,11 +34,7 @@ int main() {{
   FILE* f = fopen("{work}/c.bin", "wb"); fwrite(C.data(), 4, C.size(), f); fclose(f);
 }}
 '''
-    with open(f"{work}/emu.cpp", "w") as f:
-        f.write(src)
-    subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", f"{work}/emu.cpp", "-o",
-                    f"{work}/emu"], check=True)
-    subprocess.run([f"{work}/emu"], check=True)
+    build_and_run(src, work)
     return np.fromfile(f"{work}/c.bin", np.int32)
 
 

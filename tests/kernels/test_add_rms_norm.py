@@ -113,21 +113,11 @@ def test_the_layers_add_and_norm_through_the_kernel_as_their_plain_path_does(fam
     """Wiring: prefill and decode steps through the kernel's contract give the plain
     path's logits (within float32 rounding)."""
     from float32_tolerance import assert_close, model_depth
-    from qwen_fixtures import Rows
-
-    from engine.models.base import use_kernels
+    from kernel_wiring import plain_and_kernel_logits
     model = _llama() if family == "llama" else _qwen(family)
     others = tuple((n, "test") for n in NAMES if n != arn.NAME)
-    runs = {}
-    for name, kernels in (("plain", NO_KERNELS), ("kernel", _AddNormByReference("cuda", others))):
-        use_kernels(model, kernels)
-        rows = Rows(model)
-        for s in (0, 1):
-            rows.start(s)
-        out = [rows.forward({0: [5, 6, 7, 8], 1: [9, 10]})]
-        for step in range(3):
-            out.append(rows.forward({0: [11 + step], 1: [20 + step]}))
-        runs[name] = [np.array(o) for o in out]
+    plain, kernel = plain_and_kernel_logits(model, _AddNormByReference("cuda", others))
+    runs = {"plain": plain, "kernel": kernel}
     assert _AddNormByReference.calls
     depth = model_depth(model, 4 + 3)
     for i, (got, want) in enumerate(zip(runs["kernel"], runs["plain"])):

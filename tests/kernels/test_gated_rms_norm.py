@@ -90,22 +90,13 @@ def test_the_layer_norms_through_the_kernel_as_its_plain_path_does(model_type):
     """Wiring: prefill chunks and decode steps through the kernel's contract give the
     plain path's logits (within float32 rounding)."""
     from float32_tolerance import assert_close, model_depth
-    from qwen_fixtures import Rows
+    from kernel_wiring import plain_and_kernel_logits
     from test_gdn_conv_step import _model
 
-    from engine.models.base import use_kernels
     model = _model(model_type)
     others = tuple((n, "test") for n in NAMES if n != grn.NAME)
-    runs = {}
-    for name, kernels in (("plain", NO_KERNELS), ("kernel", _GatedNormByReference("cuda", others))):
-        use_kernels(model, kernels)
-        rows = Rows(model)
-        for s in (0, 1):
-            rows.start(s)
-        out = [rows.forward({0: [5, 6, 7, 8], 1: [9, 10]})]
-        for step in range(3):
-            out.append(rows.forward({0: [11 + step], 1: [20 + step]}))
-        runs[name] = [np.array(o) for o in out]
+    plain, kernel = plain_and_kernel_logits(model, _GatedNormByReference("cuda", others))
+    runs = {"plain": plain, "kernel": kernel}
     assert _GatedNormByReference.calls
     depth = model_depth(model, 4 + 3)
     for i, (got, want) in enumerate(zip(runs["kernel"], runs["plain"])):

@@ -164,22 +164,11 @@ def test_the_models_projections_go_through_the_kernel_where_it_applies():
     """Wiring: a prefill and decode steps of two rows through the kernel's contract give
     the plain path's logits bit for bit, and the decode steps' joined input projections,
     output projections, 8-bit router gates and head went through it."""
-    from qwen_fixtures import Rows
-
-    from engine.models.base import use_kernels
+    from kernel_wiring import plain_and_kernel_logits
     model = _bf16_qwen()
     others = tuple((n, "test") for n in NAMES if n != qr.NAME)
-    runs = {}
-    for name, kernels in (("plain", NO_KERNELS), ("kernel", _QmmAsMlx("cuda", others))):
-        use_kernels(model, kernels)
-        rows = Rows(model)
-        for s in (0, 1):
-            rows.start(s)
-        out = [rows.forward({0: [5, 6, 7, 8], 1: [9, 10]})]
-        for step in range(3):
-            out.append(rows.forward({0: [11 + step], 1: [20 + step]}))
-        runs[name] = [np.array(o.astype(mx.float32)) for o in out]
-    for got, want in zip(runs["kernel"], runs["plain"]):
+    plain, kernel = plain_and_kernel_logits(model, _QmmAsMlx("cuda", others))
+    for got, want in zip(kernel, plain):
         assert (got == want).all()
     widths = {n for m, n, _ in _QmmAsMlx.calls if m == 2}
     text = model.args
