@@ -71,6 +71,13 @@ class EngineConfig:
     # building an uncompiled forward's graph (docs/ENGINE.md, "What the floor allows").
     # Off until a GPU run measures it (issue 21): each new chunk layout traces once.
     compile_chunks: bool = False
+    # Queue step n+1 on the device before reading step n back, so the device works while
+    # the host plans and builds the next step; None: on a GPU only. MLX's CPU backend runs
+    # a step's ops as they are queued (its async_eval returns with ~10 of them left), so
+    # there the overlap is a few ms while every token reaches its stream one step later: a
+    # new prompt's first token beside 3 streams came 0.2-0.3 s later on the 2-core CPU
+    # (docs/PERFORMANCE.md, issue 21). A repetition penalty turns it off either way.
+    pipeline_steps: bool | None = None
     # Kept turns are also written to this folder, so conversations resume after a
     # restart without re-reading their history (None: memory only).
     cache_dir: str | None = None

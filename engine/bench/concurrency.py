@@ -25,6 +25,7 @@ from engine import Engine, EngineConfig, SamplingParams
 from engine.bench.engine_start import open_engine
 from engine.bench.runs import add_moe_max_pairs_arg, apply_moe_max_pairs, mixed_forward_arg
 from engine.core.compiled_forward import runs_mixed_forwards
+from engine.core.runner import pipelines_steps
 from engine.events import StepEvent, TokenEvent
 
 STREAM_PROMPTS = (40, 120, 300)     # the streams' own prompt lengths (cycled)
@@ -184,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="EngineConfig.mixed_forward=True")
     p.add_argument("--compile-chunks", action="store_true",
                    help="EngineConfig.compile_chunks: prompt chunks and mixed steps compiled")
+    p.add_argument("--pipeline-steps", choices=("on", "off"), default=None,
+                   help="EngineConfig.pipeline_steps (default: the engine's choice, GPU only)")
     p.add_argument("--max-decode-slowdown", type=float, default=None,
                    help="EngineConfig.max_decode_slowdown (default: the engine's)")
     p.add_argument("--steps-log", default=None,
@@ -198,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                           max_context=max(lengths + [max(STREAM_PROMPTS)]) + 4096,
                           mixed_forward=mixed_forward_arg(args),
                           compile_chunks=args.compile_chunks,
+                          pipeline_steps={"on": True, "off": False}.get(args.pipeline_steps),
                           **({} if args.max_decode_slowdown is None else
                              {"max_decode_slowdown": args.max_decode_slowdown}))
     with open_engine(args.model, config) as engine:
@@ -205,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         sampling = SamplingParams(temperature=args.temperature, top_p=0.95, max_tokens=4000)
         floor_ms = 1000 / engine.config.min_stream_tok_s
         print(f"# {engine.model_name}, {args.streams} streams, config {config}; mixed "
-              f"forwards {'on' if runs_mixed_forwards(config) else 'off'}", flush=True)
+              f"forwards {'on' if runs_mixed_forwards(config) else 'off'}, steps "
+              f"{'' if pipelines_steps(config) else 'not '}pipelined", flush=True)
         _ttft(engine, _prompt(max(lengths), vocab, 1))          # first-use costs out
         for length in lengths:
             rounds = [measure_round(engine, vocab, args.streams, length, 17 * r + length,

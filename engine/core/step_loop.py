@@ -16,7 +16,7 @@ from engine.core.compiled_forward import runs_mixed_forwards
 from engine.core.disk_transfer import HostCopies, schema
 from engine.core.output_stream import OutputStream
 from engine.core.prefill_budget import PrefillBudget
-from engine.core.runner import Runner, pads_to_fixed_shapes
+from engine.core.runner import Runner, pads_to_fixed_shapes, pipelines_steps
 from engine.core.sampler import RowSampler, sample_batch
 from engine.core.scheduler import Scheduler, StepPlan
 from engine.core.sequence import Sequence, Status, request_stats
@@ -48,6 +48,7 @@ class StepLoop:
         make_runner: Runner's constructor or a subclass's (engine/distributed/leader.py)."""
         self.config = config
         self.mixed_forwards = runs_mixed_forwards(config)   # one forward for a mixed step
+        self.pipelines = pipelines_steps(config)            # step n+1 queued before n is read
         self.runner = (make_runner or Runner)(model, config, num_pages)
         self.kernels = kernel_set_of(model)     # the sampler's too (kernels/top_p_cut)
         # The pool's memory is taken now, while the model loads, not during the first
@@ -150,7 +151,8 @@ class StepLoop:
 
     def _can_pipeline(self) -> bool:
         # The repetition penalty needs every earlier token on the host before sampling.
-        return all(r.sampler.params.repetition_penalty == 1.0 for r in self.requests.values())
+        return self.pipelines and all(r.sampler.params.repetition_penalty == 1.0
+                                      for r in self.requests.values())
 
     def save_kept_turns(self) -> None:
         """Gather kept turns not yet written and hand them to the disk cache (closing)."""
