@@ -121,7 +121,9 @@ class ChunkChoice:
         and the line's slope is not known (module docstring). The probe's cost is at
         most (up / tokens) x the measured one; it is tried where that stays within
         2 x prompt_s, or always in degraded mode (the floor is not holding anyway).
-        calm_s: the calm step; alone_s: a prompt token's seconds read alone, if known."""
+        calm_s: the calm step; floor_s: the step's bound (degraded mode's where that
+        holds, not the floor, which the calm step alone overruns on a CPU); alone_s: a
+        prompt token's seconds read alone, if known."""
         mixed = self.readings.mixed
         bigger = [n for n in chunk_lengths(self.max_chunk) if n > tokens]
         if not bigger:
@@ -142,8 +144,16 @@ class ChunkChoice:
         # So is one read only from readings PROBE_EVERY mixed steps old or older (its
         # next reading starts it anew, mixed_step_cost.STALE_AFTER): a length read dear a
         # few times in a row is otherwise never read again while a shorter one fits.
-        if (self._last_length == tokens and self._num_same_length >= PROBE_EVERY
-                and (flattens or mixed.count(bigger[0]) == 1 or mixed.is_stale(bigger[0]))
+        run = self._last_length == tokens and self._num_same_length >= PROBE_EVERY
+        # In degraded mode where nothing pads, the steps read a length between tokens and
+        # the next one up (`between`), and a prompt's rest breaks any run: on the CPU a
+        # 200-token prompt read 8 x 24 + 8, 32 priced out by readings from the streams'
+        # admission, for good (session 20). There a stale next length is read again once
+        # it is stale (STALE_AFTER mixed steps, which the steps between count too).
+        stale_between = (degraded and tokens <= self._last_length < bigger[0]
+                         and mixed.is_stale(bigger[0]))
+        if ((stale_between or run and (flattens or mixed.count(bigger[0]) == 1
+                                       or mixed.is_stale(bigger[0])))
                 and calm_s + 2 * line.extra_s(tokens) <= 2 * floor_s):
             return bigger[0]
         return tokens

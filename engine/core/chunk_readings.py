@@ -102,7 +102,7 @@ class ChunkReadings:
         if kept:                        # its noise
             self._overruns = (self._overruns + [seconds / kept])[-OVERRUN_STEPS:]
         if length is None:
-            pass                        # an odd length: not kept (reading_length)
+            self.mixed.skip()           # an odd length: no reading, but the others age
         elif (q.step_s and not held and not self.mixed.count(length)
                 and q.tokens == prefill_tokens and extra_s > 2 * q.extra_s):
             self.held = (length, extra_s)      # read it again before believing it

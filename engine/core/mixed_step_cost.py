@@ -151,6 +151,14 @@ class MixedStepCost:
                   if self._num_observed - v.last_seen > _MAX_AGE]:
             del self._lengths[n]
 
+    def skip(self) -> None:
+        """A mixed step that is no reading (a length between the set's, a prompt's odd
+        rest): the lengths age as in any mixed step, so a length read dear long ago is
+        stale after STALE_AFTER of them (on the CPU whole prompts were read at 24 tokens,
+        a length between 16 and 32, while 32's readings from the streams' admission kept
+        it out for good: session 20)."""
+        self._num_observed += 1
+
     def add_to_newest(self, tokens: int, seconds: float) -> None:
         """The newest reading of this length took `seconds` more (its tail, read in the
         step after it: ChunkReadings.charge_tail); nothing if the length is forgotten."""

@@ -177,7 +177,8 @@ class PrefillBudget:
         prompt_s = prompt_bound_s(floor_s, self.decode_s, self.max_slowdown, self.bias(),
                                   line.extra_s(smallest))
         chosen = max(self.choice.longest_within(prompt_s, line, prompt_left), smallest)
-        tokens = self.choice.probe(chosen, prompt_s, line, True, self.decode_s, floor_s,
+        tokens = self.choice.probe(chosen, prompt_s, line, True, self.decode_s,
+                                   max(floor_s, self.decode_s + prompt_s),
                                    self._alone_per_token_s())
         if tokens == chosen and not self.pads_chunks:       # no probe: fill the bound
             tokens = self.choice.between(chosen, prompt_s, line, prompt_left)

@@ -258,3 +258,30 @@ def test_a_longer_chunk_is_never_predicted_cheaper_than_a_shorter_one_was_measur
         cost.observe(n, e)
     cost.observe(16, 0.300)
     assert cost.line(None).extra_s(64) == 0.055
+
+
+def test_degraded_chunks_between_the_set_lengths_read_a_stale_next_length_again():
+    """On the CPU 2 runs of 18 read whole prompts at 24 tokens a step (8 x 24 + 8, ~1.8x
+    calm where the bound is 2.25x: TTFT 2.8-3.0x alone, session 20): 32 had been read dear
+    (the streams' admission), 24 lies between the set's lengths (no reading, so nothing
+    aged) and each prompt's rest broke the run a probe waits for. A next length not read
+    for STALE_AFTER mixed steps is read again once; its fresh reading fills the bound."""
+    def cost(n):                 # seconds above a 200 ms calm step: 60 ms + 2 ms a token
+        return 0.060 + 0.002 * n
+    b = PrefillBudget(512, 15.0, 1.25, pads_chunks=False)
+    b.observe(0.200, decode_rows=3, prefill_tokens=0)          # calm 200 ms: degraded
+    for n in (16, 16):
+        b.observe(0.200 + cost(n), decode_rows=3, prefill_tokens=n)
+    for _ in range(3):                                          # 32 read at 3x its cost
+        b.observe(0.200 + 3 * cost(32), decode_rows=3, prefill_tokens=32)
+    read, left = [], 200
+    for _ in range(60):                                         # 200-token prompts
+        n = min(b.allowance(True, prompt_left=left).tokens, left)
+        b.queued(3, n)
+        b.observe(0.200 + cost(n), decode_rows=3, prefill_tokens=n)
+        read.append(n)
+        left = left - n or 200
+    assert read[:8] == [24] * 8                                 # 32 priced out at first
+    assert 32 in read[:20]                                      # read again once stale
+    # then the bound: 2.25 x 200 ms, 250 above the calm step: 60 + 2n <= 250 -> 88
+    assert sorted(read[-9:]) == [24] * 3 + [88] * 6             # a prompt: 88, 88 and 24
