@@ -197,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     apply_moe_max_pairs(args)
     lengths = [int(n) for n in args.prompt.split(",") if n]
+    if args.steps_log:
+        open(args.steps_log, "w").close()      # this run's steps only (appended per length)
     config = EngineConfig(max_num_seqs=args.max_num_seqs,
                           max_context=max(lengths + [max(STREAM_PROMPTS)]) + 4096,
                           mixed_forward=mixed_forward_arg(args),
