@@ -70,8 +70,7 @@ def kernel(x, w, scales, biases, group_size: int, bits: int = 4, *, backend: str
     return _KERNEL.get(backend)(
         inputs=[x, w, scales, biases],
         template=[("MT", -(-M // 16)), ("NT", NT), ("BITS", bits), ("GS", group_size),
-                  ("KSPLIT", ks),
-                  ("OT", x.dtype)],
+                  ("KSPLIT", ks), ("OT", x.dtype)],
         grid=(N // (8 * NT) * 32 * ks, 1, 1), threadgroup=(32 * ks, 1, 1),
         output_shapes=[(M, N)], output_dtypes=[x.dtype])[0]
 

@@ -25,7 +25,7 @@ from engine import Engine, EngineConfig, SamplingParams
 from engine.bench.engine_start import open_engine
 from engine.bench.runs import add_moe_max_pairs_arg, apply_moe_max_pairs, mixed_forward_arg
 from engine.core.compiled_forward import runs_mixed_forwards
-from engine.core.runner import pipelines_steps
+from engine.core.step_loop import pipelines_steps
 from engine.events import StepEvent, TokenEvent
 
 STREAM_PROMPTS = (40, 120, 300)     # the streams' own prompt lengths (cycled)

@@ -20,14 +20,6 @@ from engine.models.base import ModelCache
 PAGE_BUCKET = 8   # block tables are padded to a multiple of this many pages (fewer shapes)
 
 
-def pipelines_steps(config: EngineConfig) -> bool:
-    """config.pipeline_steps, or when None: on a GPU (where the device runs a step while
-    the host builds the next; MLX's CPU backend runs it while it is being queued)."""
-    if config.pipeline_steps is not None:
-        return config.pipeline_steps
-    return mx.default_device().type == mx.DeviceType.gpu
-
-
 def pads_to_fixed_shapes(config: EngineConfig) -> bool:
     """config.fixed_shapes, or when None: on a GPU (MLX compiles kernels per shape there;
     on the CPU a padded row or token is only more work)."""

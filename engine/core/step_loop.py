@@ -16,7 +16,7 @@ from engine.core.compiled_forward import runs_mixed_forwards
 from engine.core.disk_transfer import HostCopies, schema
 from engine.core.output_stream import OutputStream
 from engine.core.prefill_budget import PrefillBudget
-from engine.core.runner import Runner, pads_to_fixed_shapes, pipelines_steps
+from engine.core.runner import Runner, pads_to_fixed_shapes
 from engine.core.sampler import RowSampler, sample_batch
 from engine.core.scheduler import Scheduler, StepPlan
 from engine.core.sequence import Sequence, Status, request_stats
@@ -30,6 +30,14 @@ POOL_FULL_NOTE = ("The reply filled the whole KV cache and was cut here; raise t
 
 # Bytes of kept turns copied to the host per busy step (~10 ms of memcpy).
 HOST_COPY_BYTES = 32 << 20
+
+
+def pipelines_steps(config: EngineConfig) -> bool:
+    """config.pipeline_steps, or when None: on a GPU (where the device runs a step while
+    the host builds the next; MLX's CPU backend runs it while it is being queued)."""
+    if config.pipeline_steps is not None:
+        return config.pipeline_steps
+    return mx.default_device().type == mx.DeviceType.gpu
 
 
 class Request:

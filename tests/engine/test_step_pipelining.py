@@ -15,7 +15,7 @@ from engine_harness import Harness
 from tiny_models import tiny_llama
 
 from engine.config import EngineConfig
-from engine.core.runner import pipelines_steps
+from engine.core.step_loop import pipelines_steps
 
 
 def _host_tokens_at_each_decode(pipeline: bool | None) -> list[list[int]]:
