@@ -15,9 +15,19 @@ from pathlib import Path
 ENV_VAR = "MLX_PTX_CACHE_DIR"
 
 
-def kernel_cache_dir() -> Path:
+def _tandem_cache() -> Path:
     import platformdirs
-    return Path(platformdirs.user_cache_dir("Tandem", appauthor=False)) / "mlx-cuda-kernels"
+    return Path(platformdirs.user_cache_dir("Tandem", appauthor=False))
+
+
+def kernel_cache_dir() -> Path:
+    return _tandem_cache() / "mlx-cuda-kernels"
+
+
+def selftest_verdict_dir() -> Path:
+    """Where the kernels' self-test verdict is kept between starts (kernels/selftest_verdict.py:
+    on CUDA the checks compile for about a minute in every process otherwise)."""
+    return _tandem_cache() / "kernel-selftest"
 
 
 def use_user_kernel_cache() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import mlx.core as mx
 
@@ -27,6 +28,7 @@ import kernels.qmm_rows as qr
 import kernels.top_p_cut as tpc
 from kernels.backend import CUDA_ONLY, absent_reason, gpu_backend
 from kernels.kernel_set import BACKENDS, KernelSet
+from kernels.selftest_verdict import cached_selftest
 
 TOL = 2e-3  # float32 math on bf16 inputs; a wrong index or race is off by O(1)
 
@@ -375,13 +377,20 @@ def kernel_set_from(results: dict) -> KernelSet:
                                     if not r["passed"]))
 
 
-def select_kernels(use_kernels: bool = True) -> KernelSet:
-    """The kernel set for a model loaded now (the engine's setting, then the self-test)."""
+def select_kernels(use_kernels: bool = True, verdict_dir: Path | None = None) -> KernelSet:
+    """The kernel set for a model loaded now (the engine's setting, then the self-test).
+    verdict_dir: where the self-test's verdict is kept for this code, device, driver and
+    MLX (kernels/selftest_verdict.py: on CUDA the checks compile for a minute in every
+    process); None runs the checks."""
     if not use_kernels:
         return KernelSet.plain("turned off in settings")
-    if gpu_backend() is None:
+    backend = gpu_backend()
+    if backend is None:
         return KernelSet.plain(absent_reason())
-    return kernel_set_from(run_selftest(verbose=False))
+    if verdict_dir is None:
+        return kernel_set_from(run_selftest(verbose=False))
+    return kernel_set_from(cached_selftest(lambda: run_selftest(verbose=False), backend,
+                                           verdict_dir))
 
 
 def _print(results: dict) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from engine.config import EngineConfig
 from engine.cpu_blas import blas_info
 from engine.events import LoadProgress
+from engine.kernel_cache import selftest_verdict_dir
 from engine.loading import cpu_dense, cpu_layout, cuda_qmm_guard
 from engine.loading.default_model import default_model_path
 from engine.loading.loader import load_model
@@ -99,6 +100,6 @@ def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
 def _give_kernels(model, config: EngineConfig) -> KernelSet:
     """Self-test the kernels here (unless turned off) and give the model the ones that
     passed: its own set, so another engine in this process cannot change it."""
-    kernels = select_kernels(config.use_kernels)
+    kernels = select_kernels(config.use_kernels, selftest_verdict_dir())
     use_kernels(model, kernels)
     return kernels

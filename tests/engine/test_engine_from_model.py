@@ -60,7 +60,7 @@ def test_each_engine_keeps_its_own_kernel_set(tmp_path, monkeypatch):
         return mr.reference(logits, k, normalize)       # the kernel's float32 contract
     monkeypatch.setattr(mr, "kernel", router_kernel)
     only_router = KernelSet("cuda", tuple((n, "test") for n in NAMES if n != "moe_route"))
-    monkeypatch.setattr(model_bundle, "select_kernels", lambda use: only_router)
+    monkeypatch.setattr(model_bundle, "select_kernels", lambda use, verdict_dir: only_router)
     # No warm-up (a GPU's default): its forwards would route through A's kernel at load.
     a = Engine.from_model(_moe_model(tmp_path / "a"), replace(CFG, warm_up=False))
     monkeypatch.undo()
