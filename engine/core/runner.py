@@ -13,6 +13,7 @@ from engine.config import EngineConfig
 from engine.core.batch_view import BatchView
 from engine.core.compiled_forward import CompiledForward, compiles_forward
 from engine.core.disk_transfer import gather_save, write_load
+from engine.core.host_arrays import constant, upload
 from engine.core.sequence import Sequence
 from engine.core.shapes import MIN_TABLE_WIDTH, padded_batch, padded_chunk, table_width
 from engine.models.base import ModelCache
@@ -78,10 +79,12 @@ class Runner:
                 slot_mapping[b] = np.arange(T) % ps      # scratch page 0
             offsets[b], lengths[b], slots[b] = start, n, slot
         positions = offsets[:, None] + np.arange(T, dtype=np.int32)[None]
+        # One host allocation for all six (engine/core/host_arrays.py: on CUDA each may cost
+        # a blocking copy); the fields are views into it.
+        dev = upload([offsets, lengths, positions, slot_mapping, tables, slots])
         return BatchView(
-            offsets=mx.array(offsets), lengths=mx.array(lengths),
-            positions=mx.array(positions), slot_mapping=mx.array(slot_mapping),
-            block_tables=mx.array(tables), state_slots=mx.array(slots), page_size=ps,
+            offsets=dev[0], lengths=dev[1], positions=dev[2], slot_mapping=dev[3],
+            block_tables=dev[4], state_slots=dev[5], page_size=ps,
             num_tokens=T, ragged=bool((lengths < T).any()), all_logits=all_logits,
             context_len=int(offsets[0]) + T if not stable and (offsets == offsets[0]).all()
             and (lengths == T).all() else None, any_fresh=bool((offsets == 0).any()),
@@ -213,7 +216,7 @@ class Runner:
         base = sum(a.size for a in arrays)
         index = [i if i >= 0 else base + (-1 - i) for i in index]
         source = mx.concatenate(arrays + [mx.array(host, mx.int32)] if host else arrays)
-        return source.astype(mx.int32)[mx.array(index)].reshape(-1, 1)
+        return source.astype(mx.int32)[constant(tuple(index), mx.int32)].reshape(-1, 1)
 
     def copy(self, copies: DeviceCopies) -> list[tuple]:
         """A plan's device-side copies, queued before its forward (lazy). Returns each
@@ -286,7 +289,7 @@ def _route_rows(batch: int, real_rows: int | None) -> mx.array | None:
     or None without padding. real_rows 0: the warm-up, every row a padding row."""
     if real_rows is None:
         return None
-    return mx.array(np.where(np.arange(batch) < real_rows, np.arange(batch), 0), mx.int32)
+    return constant(tuple(i if i < real_rows else 0 for i in range(batch)), mx.int32)
 
 
 def _ids(tokens) -> mx.array:

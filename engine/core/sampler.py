@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import mlx.core as mx
 
+from engine.core.host_arrays import constant
 from engine.core.sampler_extras import (
     SampleTracker,
     apply_constraints,
@@ -143,7 +144,7 @@ def sample(logits: mx.array, params: Sequence[SamplingParams],
     if keys is None:
         keys = mx.random.split(mx.random.key(random.getrandbits(63)), len(params))
     sampled = _sample_rows(logits, params, keys, kernels)
-    is_greedy = mx.array([p.greedy for p in params])                   # [B]
+    is_greedy = constant(tuple(p.greedy for p in params), mx.bool_)   # [B]
     return mx.where(is_greedy, greedy_ids, sampled).astype(mx.int32)
 
 
@@ -153,7 +154,8 @@ def _float32(x: mx.array) -> mx.array:
 
 
 def _column(values: list, dtype=mx.float32) -> mx.array:
-    return mx.array(values, dtype=dtype)[:, None]                      # [B, 1]
+    # The same settings step after step: one array, made once (engine/core/host_arrays.py)
+    return constant(tuple(values), dtype)[:, None]                     # [B, 1]
 
 
 def _sample_rows(logits: mx.array, params: Sequence[SamplingParams], keys: mx.array,
