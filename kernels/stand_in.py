@@ -24,8 +24,10 @@ COUNT = "count"     # the KernelSet backend whose launches are stand-ins
 
 @dataclass
 class Ledger:
-    """Stand-in launches made while building a graph, by name."""
+    """Stand-in launches made while building a graph, by name; and the distinct kernel
+    instances among them (`instances`: what MLX compiles one module for)."""
     calls: dict[str, int] = field(default_factory=dict)
+    instances: set = field(default_factory=set)
 
     def add(self, name: str) -> None:
         self.calls[name] = self.calls.get(name, 0) + 1
@@ -65,8 +67,20 @@ class StandInKernel:
     def __init__(self, name: str):
         self.name = name
 
-    def __call__(self, *, inputs, output_shapes, output_dtypes, **_launch):
-        return stand_in(self.name, list(inputs), list(output_shapes), list(output_dtypes))
+    def __call__(self, *, inputs, output_shapes, output_dtypes, template=(), **_launch):
+        outputs = stand_in(self.name, list(inputs), list(output_shapes), list(output_dtypes))
+        _ledger[-1].instances.add(instance(self.name, inputs, output_dtypes, template))
+        return outputs
+
+
+def instance(name: str, inputs, output_dtypes, template=()) -> tuple:
+    """What makes MLX compile a custom kernel's module anew: the kernel, its template
+    arguments, its inputs' dtypes and whether each is an array with a shape (the source
+    MLX builds declares those), its outputs' dtypes (mlx/backend/cuda/custom_kernel.cpp);
+    not the shapes, the grid or the threadgroup."""
+    return (name, tuple((k, str(v)) for k, v in template),
+            tuple((str(a.dtype), a.ndim > 0) for a in inputs),
+            tuple(str(d) for d in output_dtypes))
 
 
 def _out_dtype(x: mx.array, *others) -> mx.Dtype:

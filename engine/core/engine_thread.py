@@ -24,6 +24,7 @@ from engine.core.warm_up import (
     background_shapes,
     load_shapes,
     should_warm_up,
+    warm_sampler,
     warm_up,
 )
 from engine.distributed.cluster import current_cluster
@@ -112,6 +113,7 @@ class EngineThread:
         if cluster:
             config = dataclasses.replace(config, warm_up_in_background=False)
         warm_up(loop.runner, config, report, shapes=load_shapes(config))
+        warm_sampler(loop.runner, report)
         return BackgroundWarmUp(background_shapes(config), self.warmed)
 
     def _disk_opener(self, model, bundle: ModelBundle, quantize_bits: int | None):

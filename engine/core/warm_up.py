@@ -53,8 +53,12 @@ from engine.arith import ceil_div
 from engine.config import EngineConfig
 from engine.core.compiled_forward import compiles_forward, runs_mixed_forwards
 from engine.core.runner import Runner, pads_to_fixed_shapes
+from engine.core.sampler import RowSampler, sample_batch
 from engine.core.shapes import chunk_lengths, decode_sizes, padded_batch, table_widths
 from engine.events import LoadProgress
+from engine.models.base import kernel_set_of
+from engine.sampling_params import SamplingParams
+from engine.settings_spec import chat_defaults
 
 
 def should_warm_up(config: EngineConfig) -> bool:
@@ -152,6 +156,24 @@ def warm_up(runner: Runner, config: EngineConfig, report: Callable[[LoadProgress
 
 def _warm(runner: Runner, shape: tuple) -> None:
     mx.eval(_run_shape(runner, shape), runner.cache_arrays())
+
+
+def warm_sampler(runner: Runner, report: Callable[[LoadProgress], None]) -> None:
+    """Sample one row at the app's chat settings (temperature, top-p) from a one-row
+    decode: a GPU compiles the sampler's kernel (kernels/top_p_cut) now, not in the
+    first reply. No forward shape reaches it: a stand-in count of the warm-up against
+    a concurrency workload found it the one kernel only a step met
+    (tests/engine/test_warm_up_kernels.py). Writes only scratch, like every shape."""
+    report(LoadProgress(0.999, "Compiling kernels: the sampler"))
+    mx.eval(sampled_warm_up(runner), runner.cache_arrays())
+
+
+def sampled_warm_up(runner: Runner) -> mx.array:
+    """warm_sampler's graph (lazy): a one-row decode, sampled at the app's settings."""
+    settings = chat_defaults()
+    params = SamplingParams(temperature=settings["temperature"], top_p=settings["top_p"],
+                            seed=0)
+    return sample_batch(runner.warm_decode(1), [RowSampler(params)], kernel_set_of(runner.model))
 
 
 class BackgroundWarmUp:

@@ -208,8 +208,10 @@ def test_a_compiled_warm_up_runs_every_width_and_writes_only_scratch():
 
 
 # decode 1, 2; prefill 16, 32, each exactly and padded; 1 row beside a chunk of 16, 32,
-# each exactly and padded. In the background: all but decode 1 and the prefills, later.
-@pytest.mark.parametrize("background,at_load", [(False, 2 + 2 * 2 + 2 * 2), (True, 1 + 2 * 2)])
+# each exactly and padded; then the sampler. In the background: all but decode 1 and the
+# prefills, later.
+@pytest.mark.parametrize("background,at_load", [(False, 2 + 2 * 2 + 2 * 2 + 1),
+                                                (True, 1 + 2 * 2 + 1)])
 def test_an_engine_that_warms_up_reports_it_then_serves(tmp_path, background, at_load):
     """The request comes right after "Ready": with the background part still to run, it
     is served between those shapes, and the rest runs after it."""
