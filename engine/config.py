@@ -69,7 +69,9 @@ class EngineConfig:
     # layout and shape). On the H200 a mixed step's fixed cost (~25 ms over the calm step
     # in one thread, ~45-95 ms in the engine beside 7 consumer threads) is mostly Python
     # building an uncompiled forward's graph (docs/ENGINE.md, "What the floor allows").
-    # Off until a GPU run measures it (issue 21): each new chunk layout traces once.
+    # Off until a GPU run measures it (issue 21). Each chunk layout (length, block-table
+    # width, first chunk or not, padded or not) is a trace of its own; the warm-up traces
+    # them all (warm_up.compiled_chunk_shapes: 84 at the GPU defaults).
     compile_chunks: bool = False
     # Queue step n+1 on the device before reading step n back, so the device works while
     # the host plans and builds the next step; None: on a GPU only. MLX's CPU backend runs

@@ -176,6 +176,18 @@ class Runner:
         logits, _ = self.forward(*self._warm_prefill_inputs(length, tokens))
         return logits
 
+    def warm_compiled_chunk(self, length: int, width: int, fresh: bool,
+                            ragged: bool) -> mx.array:
+        """One compiled prompt chunk (compile_chunks) of `length` at a `width`-page block
+        table: the first of its prompt (fresh) or a later one ending on the table's last
+        page, with all its tokens or one fewer (ragged); into the scratch page and slot.
+        Returns its logits (lazy)."""
+        tokens = length - 1 if ragged else length
+        start = 0 if fresh else width * self.page_size - length
+        rows = [([0] * width, self.scratch_slot, start, tokens)]
+        view = self.build_view(rows, length, real_rows=0, stable=True)
+        return self.compiled_chunks(_ids(np.zeros((1, length), np.int32)), view, self.cache)
+
     def warm_mixed(self, batch: int, length: int, padded: bool = False) -> list[mx.array]:
         """A mixed forward of `batch` padding decode rows and a `length`-token chunk (one
         token short of it when padded: the ragged path), all into the scratch page and

@@ -71,6 +71,21 @@ def table_widths(max_pages: int) -> tuple[int, ...]:
     return tuple(widths)
 
 
+def chunk_layouts(max_chunk: int, page_size: int, max_pages: int) -> list[tuple]:
+    """(length, width, fresh, ragged) of every compiled prompt chunk a prompt of at most
+    max_pages pages can run (EngineConfig.compile_chunks; engine/core/compiled_forward.py
+    traces each apart): a first chunk (fresh) at the width its tokens need; a later one at
+    every width from the first past its own tokens to the widest; each with all its tokens
+    and one short of them (a prompt's padded rest)."""
+    out = []
+    for n in chunk_lengths(max_chunk):
+        variants = (False, True) if n > 1 else (False,)
+        out += [(n, table_width(-(-n // page_size)), True, r) for r in variants]
+        out += [(n, w, False, r) for w in table_widths(max_pages) if w * page_size > n
+                for r in variants]
+    return out
+
+
 MIN_CHUNK = CHUNK_LENGTHS[0]    # the smallest chunk a step reads beside a decode
 
 

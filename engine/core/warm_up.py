@@ -54,7 +54,13 @@ from engine.config import EngineConfig
 from engine.core.compiled_forward import compiles_forward, runs_mixed_forwards
 from engine.core.runner import Runner, pads_to_fixed_shapes
 from engine.core.sampler import RowSampler, sample_batch
-from engine.core.shapes import chunk_lengths, decode_sizes, padded_batch, table_widths
+from engine.core.shapes import (
+    chunk_layouts,
+    chunk_lengths,
+    decode_sizes,
+    padded_batch,
+    table_widths,
+)
 from engine.events import LoadProgress
 from engine.models.base import kernel_set_of
 from engine.sampling_params import SamplingParams
@@ -77,7 +83,21 @@ def warm_up_shapes(config: EngineConfig) -> list[tuple]:
     return (decode_shapes(config)
             + [(kind, n) for n in lengths
                for kind in (("prefill", "padded prefill") if n > 1 else ("prefill",))]
-            + mixed_shapes(config))
+            + mixed_shapes(config) + compiled_chunk_shapes(config))
+
+
+def compiled_chunk_shapes(config: EngineConfig) -> list[tuple]:
+    """With compiled prompt chunks (EngineConfig.compile_chunks, fixed shapes): every layout
+    a chunk can trace (shapes.chunk_layouts), a prompt's first chunks ("compiled
+    prefill", before "Ready": a first prompt meets them) and later ones ("compiled
+    chunk", in the background). Without them a prompt read in chunks beside streams
+    traced the whole model inside its steps at each new length and width."""
+    if not (config.compile_chunks and pads_to_fixed_shapes(config)):
+        return []
+    layouts = chunk_layouts(config.prefill_chunk, config.page_size,
+                            ceil_div(config.max_context, config.page_size))
+    return [("compiled prefill" if fresh else "compiled chunk", n, w, fresh, ragged)
+            for n, w, fresh, ragged in layouts]
 
 
 def load_shapes(config: EngineConfig) -> list[tuple]:
@@ -126,6 +146,8 @@ def _describe(shape: tuple) -> str:
         return f"{kind}, batch of {sizes[0]}{width}"
     if "mixed" in kind:
         return f"{kind}, batch of {sizes[0]} beside a {sizes[1]}-token prompt chunk"
+    if kind.startswith("compiled"):
+        return f"{kind}, {sizes[0]}-token prompt chunk, {sizes[1]}-page block tables"
     return f"{kind}, {sizes[0]}-token prompt chunk"
 
 
@@ -139,6 +161,8 @@ def _run_shape(runner: Runner, shape: tuple):
         return runner.warm_decode(sizes[0])
     if "mixed" in kind:
         return runner.warm_mixed(sizes[0], sizes[1], padded=kind == "padded mixed")
+    if kind.startswith("compiled"):
+        return runner.warm_compiled_chunk(*sizes)
     n = sizes[0]
     return runner.warm_prefill(n, n if kind == "prefill" else n - 1)
 

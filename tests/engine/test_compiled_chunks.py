@@ -112,3 +112,29 @@ def test_an_engine_streams_the_same_tokens_with_compiled_chunks(monkeypatch):
 def test_compile_chunks_must_be_a_bool():
     with pytest.raises(ValueError, match="compile_chunks"):
         EngineConfig(compile_chunks=None)
+
+
+def test_after_the_warm_up_a_prompt_read_beside_streams_traces_nothing(monkeypatch):
+    """Compiled chunks in two forwards (the GPU A/B's `--compile-chunks --no-mixed-forward`):
+    the warm-up traces every chunk layout (shapes.chunk_layouts), so streams admitted and a
+    long prompt read in chunks beside them trace no forward inside a step."""
+    traces = []
+    traced = CompiledForward._traced
+    monkeypatch.setattr(CompiledForward, "_traced",
+                        lambda self, key, cache: traces.append(key) or traced(self, key, cache))
+    config = EngineConfig(max_num_seqs=4, page_size=PAGE, prefill_chunk=16, max_context=64,
+                          kv_budget_mb=8, prefix_cache=False, fixed_shapes=True,
+                          compile_decode=True, compile_chunks=True, mixed_forward=False,
+                          warm_up=True)
+    model = InMemoryModel(_model("qwen3_5_moe"), IdTokenizer(), tiny_config(), "tiny")
+    greedy = SamplingParams(max_tokens=12, temperature=0.0)
+    with Engine.from_model(model, config) as engine:
+        engine.generate([[1, 2, 3]], SamplingParams(max_tokens=1))   # waits for the load
+        assert engine.wait_for_warm_up(timeout=300)
+        warmed = len(traces)
+        streams = [engine.submit(p, greedy) for p in PROMPTS]
+        next(streams[0])
+        new = engine.submit(NEW_PROMPT, SamplingParams(max_tokens=4, temperature=0.0))
+        outs = [h.result() for h in [*streams, new]]
+    assert warmed > 0 and [len(o.token_ids) for o in outs] == [12] * len(PROMPTS) + [4]
+    assert traces[warmed:] == []

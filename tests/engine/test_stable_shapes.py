@@ -320,8 +320,12 @@ def test_a_gpus_default_warm_up_has_no_mixed_shapes_where_no_mixed_forward_runs(
     """Compiled decode, uncompiled chunks (a GPU's defaults): steps run two forwards, so
     the warm-up compiles 40 shapes, not 52 (a shorter first start, issue 23 item 5):
     4 decode sizes x 7 block-table widths (8..512 pages of 16: 8,192 tokens), 6 chunk
-    lengths exactly and padded, and 12 mixed ones where mixed forwards run."""
+    lengths exactly and padded, and 12 mixed ones where mixed forwards run. Compiled
+    chunks add their layouts: 6 first chunks and 36 later (lengths 16-512 at each width
+    past their tokens: 7 + 7 + 7 + 6 + 5 + 4), each exactly and one token short."""
     gpu = dict(max_num_seqs=8, prefill_chunk=512, fixed_shapes=True, compile_decode=True)
     assert len(warm_up_shapes(EngineConfig(**gpu))) == 4 * 7 + 12 == 40
     assert len(warm_up_shapes(EngineConfig(**gpu, mixed_forward=True))) == 52
-    assert len(warm_up_shapes(EngineConfig(**gpu, compile_chunks=True))) == 52
+    compiled = warm_up_shapes(EngineConfig(**gpu, compile_chunks=True))
+    assert len(compiled) == 52 + 2 * (6 + 36) == 136
+    assert len([s for s in compiled if s[0] == "compiled prefill"]) == 12   # at load
