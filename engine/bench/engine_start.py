@@ -20,9 +20,11 @@ from engine.events import LoadProgress
 
 def open_engine(model: str | None, config: EngineConfig, quiet: bool = False) -> Engine:
     t0 = time.perf_counter()
-    compiling: list[float] = []         # when each load-time warm-up shape began
+    compiling: list[float] = []         # when each load-time warm-up step began
+    steps: list[tuple[float, str]] = []  # every progress message, timed
 
     def progress(p: LoadProgress) -> None:
+        steps.append((time.perf_counter(), p.message))
         if p.message.startswith("Compiling kernels"):
             compiling.append(time.perf_counter())
 
@@ -39,7 +41,17 @@ def open_engine(model: str | None, config: EngineConfig, quiet: bool = False) ->
     if not quiet:
         at_load = t_ready - compiling[0] if compiling else 0.0
         print(f"# engine start: weights built {t_built - t0:.1f} s, load to Ready "
-              f"{t_ready - t_built:.1f} s (of which {len(compiling)} warm-up shapes "
+              f"{t_ready - t_built:.1f} s (of which the kernels' self-test "
+              f"{self_test_s(steps):.1f} s, {len(compiling)} warm-up steps "
               f"{at_load:.1f} s), background warm-up {t_warm - t_ready:.1f} s more",
               flush=True)
     return engine
+
+
+def self_test_s(steps: list[tuple[float, str]]) -> float:
+    """Seconds from "Checking kernels" to the next progress message: the self-test, or
+    reading its kept verdict (kernels/selftest_verdict.py); 0 when it did not report."""
+    for (t, message), (t_next, _) in zip(steps, steps[1:]):
+        if message == "Checking kernels":
+            return t_next - t
+    return 0.0

@@ -1,0 +1,14 @@
+"""The benches' start line: the kernels' self-test timed apart (it compiled for ~62 s of
+every H200 start until its verdict was kept: kernels/selftest_verdict.py)."""
+from engine.bench.engine_start import self_test_s
+
+
+def test_the_self_test_is_timed_from_its_message_to_the_next():
+    steps = [(0.0, "Reading the tokenizer"), (1.0, "Checking kernels"),
+             (63.5, "Compiling kernels: decode, batch of 1"), (70.0, "Ready")]
+    assert self_test_s(steps) == 62.5
+
+
+def test_a_load_without_the_message_reports_no_self_test():
+    assert self_test_s([(0.0, "Ready")]) == 0.0
+    assert self_test_s([(0.0, "Checking kernels")]) == 0.0     # nothing after it
