@@ -33,13 +33,9 @@ def upload(parts: list[np.ndarray], dtype=np.int32) -> list[mx.array]:
     return out
 
 
+@lru_cache(maxsize=_CONSTANTS)
 def constant(values: tuple, dtype=mx.float32) -> mx.array:
     """mx.array(values, dtype), made once per distinct (values, dtype) (an array of host
     values holds its data from the start: nothing to evaluate). values: a tuple
     (hashable); the result must never be written in place."""
-    return _constant(tuple(values), dtype)
-
-
-@lru_cache(maxsize=_CONSTANTS)
-def _constant(values: tuple, dtype) -> mx.array:
     return mx.array(values, dtype=dtype)

@@ -13,6 +13,8 @@ Plain Python (no mlx): the scheduler imports it.
 """
 from __future__ import annotations
 
+from engine.arith import ceil_div
+
 # Powers of two: a padded decode batch is at most twice the real one, and a decode
 # step is bound by launches and weight reads, not by its rows.
 DECODE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -80,7 +82,7 @@ def chunk_layouts(max_chunk: int, page_size: int, max_pages: int) -> list[tuple]
     out = []
     for n in chunk_lengths(max_chunk):
         variants = (False, True) if n > 1 else (False,)
-        out += [(n, table_width(-(-n // page_size)), True, r) for r in variants]
+        out += [(n, table_width(ceil_div(n, page_size)), True, r) for r in variants]
         out += [(n, w, False, r) for w in table_widths(max_pages) if w * page_size > n
                 for r in variants]
     return out

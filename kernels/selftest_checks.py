@@ -1,0 +1,331 @@
+"""The self-test's checks: each kernel against its float32 reference on small shapes, as
+the model launches it (strided views, bf16, padding rows). Each check returns the error
+past the kernel's own roundings; selftest.py runs them and decides what may launch."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import mlx.core as mx
+
+import kernels.add_rms_norm as arn
+import kernels.attention_prep as ap
+import kernels.gated_delta_chunk as gdc
+import kernels.gated_delta_step as gds
+import kernels.gated_delta_step_norm as gdsn
+import kernels.gated_rms_norm as grn
+import kernels.gdn_conv_step as gcs
+import kernels.moe_block as mb
+import kernels.moe_experts as me
+import kernels.moe_route as mr
+import kernels.paged_attention as pa
+import kernels.qmm_rows as qr
+import kernels.top_p_cut as tpc
+
+TOL = 2e-3  # float32 math on bf16 inputs; a wrong index or race is off by O(1)
+
+
+def _gdn_inputs(key, B, T, Hk, Hv, D, S, dtype):
+    ks = mx.random.split(key, 6)
+    shp = (B, T) if T else (B,)
+    q = mx.random.normal(shp + (Hk, D), key=ks[0]) / D**0.5
+    k = mx.random.normal(shp + (Hk, D), key=ks[1]) / D**0.5
+    v = mx.random.normal(shp + (Hv, D), key=ks[2])
+    g = mx.random.uniform(0.6, 1.0, shp + (Hv,), key=ks[3])
+    beta = mx.random.uniform(0.0, 1.0, shp + (Hv,), key=ks[4])
+    pool = mx.random.normal((S, Hv, D, D), key=ks[5]) * 0.1
+    slots = mx.array([(3 * i + 1) % S for i in range(B)], dtype=mx.int32)   # out of order
+    fresh = mx.array([i % 3 == 2 for i in range(B)])
+    return q.astype(dtype), k.astype(dtype), v.astype(dtype), g, beta, pool, slots, fresh
+
+
+def _err(a, b) -> float:
+    return mx.abs(a.astype(mx.float32) - b.astype(mx.float32)).max().item()
+
+
+def _err_past_bf16(out, exact) -> float:
+    """A bf16 output against the unrounded float32 result: the error beyond the output's
+    own rounding (round to nearest, 8 significant bits: at most 2**-8 of the value)."""
+    gap = mx.abs(out.astype(mx.float32) - exact) - 2.0 ** -8 * mx.abs(exact)
+    return max(0.0, gap.max().item())
+
+
+def check_step(backend: str) -> float:
+    args = _gdn_inputs(mx.random.key(1), 3, 0, 2, 4, 32, 5, mx.bfloat16)
+    ry, rrows = gds.reference(*args)
+    mx.eval(ry, rrows)                       # before the kernel rewrites the pool in place
+    y = gds.kernel(*args, backend=backend)
+    mx.eval(y)
+    pool, slots = args[5], args[6]
+    return max(_err(y, ry), _err(pool[slots], rrows))
+
+
+def check_step_raw_gates(backend: str) -> float:
+    """The model's launch: raw a, b (columns of one projection row) and q/k/v as views."""
+    q, k, v, _, _, pool, slots, fresh = _gdn_inputs(mx.random.key(7), 3, 0, 2, 4, 32, 5,
+                                                    mx.bfloat16)
+    ks = mx.random.split(mx.random.key(8), 3)
+    ab = (2.0 * mx.random.normal((3, 11), key=ks[0])).astype(mx.bfloat16)
+    a, b = ab[:, 1:5], ab[:, 6:10]
+    decay = (mx.random.uniform(0.0, 2.5, (4,), key=ks[1]),
+             mx.random.normal((4,), key=ks[2]).astype(mx.bfloat16))
+    qs, ks_, vs = (mx.concatenate([x, x], axis=-1)[..., 16:48] for x in (q, k, v))
+    # y against the unrounded float32 result (q in float32: the same values), past its
+    # bf16 rounding: the kernel's gates round apart from the reference's
+    ry, rrows = gds.reference(qs.astype(mx.float32), ks_, vs, a, b, pool, slots, fresh,
+                              decay=decay)
+    mx.eval(ry, rrows)                       # before the kernel rewrites the pool in place
+    y = gds.kernel(qs, ks_, vs, a, b, pool, slots, fresh, backend=backend, decay=decay)
+    mx.eval(y)
+    return max(_err_past_bf16(y, ry), _err(pool[slots], rrows))
+
+
+def check_step_norm(backend: str) -> float:
+    """The model's launch (raw a, b; q/k/v and z strided views; bf16) at the real head size
+    (D = 128: blocks of 1024 threads, two rows a thread), then float32 at D = 32 (one row a
+    thread); against the unrounded float32 result past the output's rounding."""
+    err = 0.0
+    for D, dtype, seed in ((128, mx.bfloat16, 13), (32, mx.float32, 14)):
+        q, k, v, _, _, pool, slots, fresh = _gdn_inputs(mx.random.key(seed), 3, 0, 1, 2, D, 5,
+                                                        dtype)
+        ks = mx.random.split(mx.random.key(seed + 100), 5)
+        ab = (2.0 * mx.random.normal((3, 7), key=ks[0])).astype(dtype)
+        a, b = ab[:, 1:3], ab[:, 4:6]
+        decay = (mx.random.uniform(0.0, 2.5, (2,), key=ks[1]),
+                 mx.random.normal((2,), key=ks[2]).astype(dtype))
+        z = mx.random.normal((3, 2, D + 16), key=ks[3]).astype(dtype)[..., 8:8 + D]
+        w = (1.0 + 0.1 * mx.random.normal((D,), key=ks[4])).astype(dtype)
+        qs, ks_, vs = (mx.concatenate([x, x], axis=-1)[..., D // 2:D // 2 + D] for x in (q, k, v))
+        want, rows = gdsn.reference(qs.astype(mx.float32), ks_, vs, a, b, pool, slots, z, w,
+                                    1e-6, fresh, decay=decay)
+        mx.eval(want, rows)                  # before the kernel rewrites the pool in place
+        out = gdsn.kernel(qs, ks_, vs, a, b, pool, slots, z, w, 1e-6, fresh, backend=backend,
+                          decay=decay)
+        mx.eval(out)
+        err = max(err, _err_past_bf16(out, want), _err(pool[slots], rows))
+    return err
+
+
+def check_chunk(backend: str) -> float:
+    q, k, v, g, beta, pool, slots, fresh = _gdn_inputs(mx.random.key(2), 3, 5, 2, 4, 32, 4,
+                                                       mx.bfloat16)
+    lens = mx.array([5, 1, 3], dtype=mx.int32)
+    args = (q, k, v, g, beta, pool, slots, lens, fresh)
+    ry, rrows = gdc.reference(*args)
+    mx.eval(ry, rrows)                       # before the kernel rewrites the pool in place
+    y = gdc.kernel(*args, backend=backend)
+    mx.eval(y)
+    return max(_err(y, ry), _err(pool[slots], rrows))
+
+
+def check_paged(backend: str) -> float:
+    ks = mx.random.split(mx.random.key(3), 3)
+    B, Hq, Hkv, D, ps, pages = 3, 4, 2, 64, 4, 10
+    q = mx.random.normal((B, Hq, D), key=ks[0]).astype(mx.bfloat16)
+    kp = mx.random.normal((pages * ps, Hkv, D), key=ks[1]).astype(mx.bfloat16)
+    vp = mx.random.normal((pages * ps, Hkv, D), key=ks[2]).astype(mx.bfloat16)
+    bt = mx.array([[7, 2, 9], [1, 0, 0], [4, 8, 3]], dtype=mx.int32)
+    lens = mx.array([11, 3, 12], dtype=mx.int32)
+    args = (q, kp, vp, bt, lens, ps, D**-0.5)
+    # the gated layer's launch: the gate a strided view (the second half of each q head)
+    gate = mx.random.normal((B, Hq, 2 * D), key=mx.random.key(31)).astype(mx.bfloat16)[..., D:]
+    exact = pa.reference(q.astype(mx.float32), *args[1:], gate=gate)   # unrounded
+    return max(_err(pa.kernel(*args, backend=backend, kps=8), pa.reference(*args)),
+               _err_past_bf16(pa.kernel(*args, backend=backend, kps=8, gate=gate), exact))
+
+
+def check_route(backend: str) -> float:
+    logits = mx.random.normal((5, 64), key=mx.random.key(4))
+    idx, w = mr.kernel(logits, 4, True, backend=backend)
+    ridx, rw = mr.reference(logits, 4, True)
+    return float((idx != ridx).any().item()) + _err(w, rw)
+
+
+def random_experts(key, E: int, D: int, hidden: int, group_size: int, pad: int = 0):
+    """4-bit experts as the loader makes them: joined gate+up (pad zero rows after) and down."""
+    ks = mx.random.split(key, 2)
+    gu = mx.random.normal((E, 2 * hidden + pad, D), key=ks[0]) * D**-0.5
+    gu[:, 2 * hidden:] = 0.0
+    dn = mx.random.normal((E, D, hidden), key=ks[1]) * hidden**-0.5
+    return me.QuantExperts(tuple(mx.quantize(gu.astype(mx.bfloat16), group_size, 4)),
+                           tuple(mx.quantize(dn.astype(mx.bfloat16), group_size, 4)),
+                           hidden, group_size)
+
+
+def check_experts(backend: str) -> float:
+    """float32 routed experts, and the model's bf16 launch: routed + shared expert +
+    residual, against the unrounded result past the output's bf16 rounding."""
+    ks = mx.random.split(mx.random.key(5), 5)
+    N, E, K, D, hidden = 3, 8, 4, 256, 256        # K * hidden / 32 = 32 chunks: every lane
+    experts = random_experts(ks[0], E, D, hidden, 64, pad=128)
+    one = random_experts(ks[3], 1, D, hidden, 64, pad=128)
+    shared = me.QuantExperts(experts.gate_up, experts.down, hidden, 64,
+                             shared=(tuple(a[0] for a in one.gate_up),
+                                     tuple(a[0] for a in one.down)))
+    idx = mx.array([[7, 0, 3, 5], [1, 2, 6, 4], [5, 3, 0, 7]], dtype=mx.uint32)
+    router = mx.random.normal((N, K + 1), key=ks[2])         # the gate a strided column
+    scores, gate = 0.1 * mx.softmax(router[:, :K], axis=-1), router[:, K:] - 3.0
+    x = mx.random.normal((N, D), key=ks[1])
+    residual = 0.05 * mx.random.normal((N, D), key=ks[4])
+    err = _err(me.kernel(x, idx, scores, experts, backend=backend),
+               me.reference(x, idx, scores, experts))
+    bf = [a.astype(mx.bfloat16) for a in (x, scores, gate, residual)]
+    f32 = [a.astype(mx.float32) for a in bf]                  # the unrounded result
+    want = me.reference(f32[0], idx, f32[1], shared, f32[2], f32[3])
+    got = me.kernel(bf[0], idx, bf[1], shared, bf[2], bf[3], backend=backend)
+    return max(err, _err_past_bf16(got, want))
+
+
+def check_block(backend: str) -> float:
+    """The model's launch of moe_block (bf16; the logits and the shared gate columns of one
+    joined router row; padding rows; shared expert and residual): against the unrounded
+    float32 reference past the bf16 rounding on distinct logits, and on logits full of
+    exact ties against moe_route's kernel then moe_experts' (bit for bit on CUDA; past a
+    rounding, so a Metal compiler's reassociation is no failure: a wrong pick is O(1))."""
+    ks = mx.random.split(mx.random.key(13), 6)
+    N, E, K, D, hidden = 3, 64, 4, 256, 256
+    one = random_experts(ks[1], 1, D, hidden, 64, pad=128)
+    experts = replace(random_experts(ks[0], E, D, hidden, 64, pad=128),
+                      shared=(tuple(a[0] for a in one.gate_up), tuple(a[0] for a in one.down)))
+    perm = mx.argsort(mx.random.uniform(shape=(N, E), key=ks[2]), axis=-1)
+    tied = mx.round(2.0 * mx.random.normal((N, E), key=ks[3])) / 2.0     # halves: ties
+    x = mx.random.normal((N, D), key=ks[4]).astype(mx.bfloat16)
+    residual = (0.05 * mx.random.normal((N, D), key=ks[5])).astype(mx.bfloat16)
+    rows = mx.array([0, 1, 0], dtype=mx.int32)                           # row 2: padding
+    err = 0.0
+    for logits in (perm.astype(mx.float32) * (4.0 / E) - 2.0, tied):   # distinct in bf16
+        joined = mx.concatenate([logits, mx.ones((N, 1)), mx.zeros((N, 7))], axis=1)
+        joined = joined.astype(mx.bfloat16)
+        args = (joined[:, :E], K, True, experts, joined[:, E:E + 1], residual, rows)
+        got = mb.kernel(x, *args, backend=backend)
+        if logits is tied:
+            idx, w = mr.kernel(args[0], K, True, backend=backend)
+            two = me.kernel(x, idx[rows], w[rows], experts, args[4], residual, backend=backend)
+            err = max(err, _err_past_bf16(got, two.astype(mx.float32)))
+        else:
+            f32 = [a.astype(mx.float32) for a in (x, joined)]
+            want = mb.reference(f32[0], f32[1][:, :E], *args[1:4], f32[1][:, E:E + 1],
+                                residual.astype(mx.float32), rows)
+            err = max(err, _err_past_bf16(got, want))
+    return err
+
+
+def check_conv(backend: str) -> float:
+    heads = (1, 2, 128, 32)           # Hk, Hv, Dk, Dv: C = 320; Dk 128 as in the models
+    ks = mx.random.split(mx.random.key(6), 3)
+    C, S = 320, 5
+    qkv = mx.random.normal((3, 1, C + 64), key=ks[0]).astype(mx.bfloat16)[..., 32:32 + C]
+    weight = mx.random.normal((C, 4, 1), key=ks[1]) * 0.5
+    pool = mx.random.normal((S, 3, C), key=ks[2]).astype(mx.bfloat16)
+    slots = mx.array([4, 0, 2], dtype=mx.int32)
+    fresh = mx.array([False, True, False])
+    # Against the unrounded float32 result; the new states are exact copies of inputs.
+    (rq, rk, rv), rows = gcs.reference(qkv.astype(mx.float32), weight, pool, slots, fresh,
+                                       heads, 1e-6)
+    mx.eval(rq, rk, rv, rows)                # before the kernel rewrites the pool in place
+    q, k, v = gcs.kernel(qkv, weight, pool, slots, fresh, heads, 1e-6, backend=backend)
+    mx.eval(q, k, v)
+    return max(_err_past_bf16(q, rq), _err_past_bf16(k, rk), _err_past_bf16(v, rv),
+               _err(pool[slots], rows))
+
+
+def check_add_rms_norm(backend: str) -> float:
+    """bf16 rows (r a strided view, D not a multiple of the block) and a float32 launch."""
+    ks = mx.random.split(mx.random.key(9), 3)
+    x = mx.random.normal((3, 200), key=ks[0]).astype(mx.bfloat16)
+    r = mx.random.normal((3, 232), key=ks[1]).astype(mx.bfloat16)[:, 16:216]
+    w = (1.0 + 0.1 * mx.random.normal((200,), key=ks[2])).astype(mx.bfloat16)
+    err = 0.0
+    for args in ((x, r, w), tuple(a.astype(mx.float32) for a in (x, r, w))):
+        rh, _ = arn.reference(*args, 1e-6)         # h: the same rounding both ways
+        # y: from the rounded h, unrounded (float32), against the kernel's past its rounding
+        exact = arn.reference(rh.astype(mx.float32), mx.zeros(rh.shape), w.astype(mx.float32),
+                              1e-6)[1]
+        h, y = arn.kernel(*args, 1e-6, backend=backend)
+        err = max(err, _err(h, rh), _err_past_bf16(y, exact))
+    return err
+
+
+def check_gated_rms_norm(backend: str) -> float:
+    """bf16 heads (z a strided view of a wider row, y dense; D=96: three lanes' loops),
+    and a float32 launch."""
+    ks = mx.random.split(mx.random.key(10), 3)
+    y = mx.random.normal((2, 3, 4, 96), key=ks[0]).astype(mx.bfloat16)
+    z = mx.random.normal((2, 3, 4 * 96 + 40), key=ks[1]).astype(mx.bfloat16)
+    z = z[..., 8:8 + 4 * 96].reshape(2, 3, 4, 96)
+    w = (1.0 + 0.1 * mx.random.normal((96,), key=ks[2])).astype(mx.bfloat16)
+    err = 0.0
+    for args in ((y, z, w), tuple(a.astype(mx.float32) for a in (y, z, w))):
+        exact = grn.reference(*(a.astype(mx.float32) for a in args), 1e-6)
+        err = max(err, _err_past_bf16(grn.kernel(*args, 1e-6, backend=backend), exact))
+    return err
+
+
+def check_attention_prep(backend: str) -> float:
+    """bf16 views of one joined projection row (q with its gate per head), pools written at
+    out-of-order rows; against the unrounded float32 result past the outputs' rounding."""
+    B, Hq, Hkv, D, rd, R = 3, 4, 2, 64, 16, 9
+    heads = (Hq, Hkv, D, 2 * D)
+    ks = mx.random.split(mx.random.key(11), 4)
+    joined = mx.random.normal((B, Hq * 2 * D + 2 * Hkv * D + 8), key=ks[0]).astype(mx.bfloat16)
+    q, k = joined[:, :Hq * 2 * D], joined[:, Hq * 2 * D:Hq * 2 * D + Hkv * D]
+    v = joined[:, Hq * 2 * D + Hkv * D:Hq * 2 * D + 2 * Hkv * D]
+    qw, kw = (1.0 + 0.1 * mx.random.normal((2, D), key=ks[1])).astype(mx.bfloat16)
+    offsets = mx.array([3, 0, 37], dtype=mx.int32)
+    slots = mx.array([7, 2, 5], dtype=mx.int32)
+    k_pool, v_pool = mx.random.normal((2, R, Hkv, D), key=ks[2]).astype(mx.bfloat16)
+    mx.eval(k_pool, v_pool)
+    f32 = [a.astype(mx.float32) for a in (q, k, v, qw, kw)]
+    pools32 = [mx.zeros((1, Hkv, D), mx.float32)] * 2
+    want = ap.reference(*f32[:5], 1e-6, offsets, slots, *pools32, heads, rd, 1e7)
+    mx.eval(want)
+    got = ap.kernel(q, k, v, qw, kw, 1e-6, offsets, slots, k_pool, v_pool, heads, rd, 1e7,
+                    backend=backend)
+    mx.eval(got)
+    return max(_err_past_bf16(g, w) for g, w in zip((got, k_pool[slots], v_pool[slots]), want))
+
+
+def check_top_p_cut(backend: str) -> float:
+    """Rows of a sampler's keys and weights (a peaked row, a flat one, ties and dropped
+    ids); the error is how far the kernel's cut misses its definition, as a share of
+    the row's mass: sum(w[key < cut]) below target and sum(w[key <= cut]) at least it."""
+    logits = mx.random.normal((3, 5003), key=mx.random.key(12)) * mx.array([[6.0], [0.5], [3.0]])
+    logits = mx.concatenate([mx.round(logits[:2] * 4) / 4, logits[2:]], axis=0)     # ties
+    logits = mx.where(mx.arange(5003) % 97 == 5, -mx.inf, logits)                  # dropped
+    d = logits - mx.max(logits, axis=-1, keepdims=True)
+    w = mx.power(2.0, d * 1.4426950408889634)
+    key = (0.0 - d).view(mx.int32)
+    total = w.sum(axis=-1, keepdims=True)
+    target = mx.array([[0.95], [0.5], [0.999]]) * total
+    cut = tpc.kernel(key, w, target, backend=backend)
+    below = mx.where(key < cut, w, 0.0).sum(axis=-1, keepdims=True)
+    upto = mx.where(key <= cut, w, 0.0).sum(axis=-1, keepdims=True)
+    miss = mx.maximum(below - target, target - upto) / total
+    return max(0.0, miss.max().item())
+
+
+def check_qmm_rows(backend: str) -> float:
+    """19 rows (two row tiles, the second partial) of a 4-bit and an 8-bit layer, K split
+    over 8 warps; the error past the kernel's own roundings, as a share of the sum of
+    |terms| (a wrong row, column or group is off by O(1) of it): each weight rounded to
+    bf16 and y too, 2**-9 relative each at most."""
+    ks = mx.random.split(mx.random.key(13), 2)
+    w32 = (mx.random.normal((48, 1024), key=ks[0]) * 1024 ** -0.5).astype(mx.bfloat16)
+    x = mx.random.normal((19, 1024), key=ks[1]).astype(mx.bfloat16)
+    worst = 0.0
+    for bits in qr.BITS:
+        w, scales, biases = mx.quantize(w32, group_size=64, bits=bits)
+        want = qr.reference(x, w, scales, biases, 64, bits)
+        mag = mx.abs(x.astype(mx.float32)) @ mx.abs(mx.dequantize(
+            w, scales.astype(mx.float32), biases.astype(mx.float32), 64, bits)).T
+        got = qr.kernel(x, w, scales, biases, 64, bits, backend=backend).astype(mx.float32)
+        worst = max(worst, (mx.abs(got - want) / mag).max().item() - 2.0 ** -8)
+    return max(0.0, worst)
+
+
+CHECKS = {"gated_delta_step": lambda b: max(check_step(b), check_step_raw_gates(b)),
+          "gated_delta_chunk": check_chunk,
+          "paged_attention": check_paged, "moe_route": check_route,
+          "moe_experts": check_experts, "moe_block": check_block, "gdn_conv_step": check_conv,
+          "add_rms_norm": check_add_rms_norm, "gated_rms_norm": check_gated_rms_norm,
+          "attention_prep": check_attention_prep, "top_p_cut": check_top_p_cut,
+          "gated_delta_step_norm": check_step_norm, "qmm_rows": check_qmm_rows}
