@@ -30,6 +30,26 @@ def silu_gated_norm(y: mx.array, z: mx.array, dtype_like: mx.array) -> mx.array:
     return (y * z * mx.sigmoid(z)).astype(dtype_like.dtype)
 
 
+@mx.compile     # per shape: shapeless, the taps' casts and broadcasts are left unfused
+def causal_conv_silu(x: mx.array, weight: mx.array) -> mx.array:
+    """silu(depthwise causal conv) of x [B, K-1+T, C] (the state's K-1 inputs, then the
+    chunk's T) with weight [C, K, 1] (nn.Conv1d's, groups=C) -> [B, T, C] in x's dtype,
+    float32 inside, as kernels/gdn_conv_step computes a decode step: one fused kernel
+    over K shifted views. MLX's GPU Convolution goes through cuDNN, which builds (and
+    NVRTC-compiles) a graph for every input shape it meets, kept in memory only: 1.5 s
+    of compiling inside the steps of one concurrency run on the H200 and 2.5 s of its
+    warm-up (session 21's profile), in every process; and it was a Convolution and a
+    SiLU launch where this is one. The fused kernel's source does not depend on the
+    shape, so a new chunk length only traces this small function again."""
+    K = weight.shape[1]
+    T = x.shape[1] - K + 1
+    acc = None
+    for j in range(K):
+        term = x[:, j:j + T].astype(mx.float32) * weight[:, j, 0].astype(mx.float32)
+        acc = term if acc is None else acc + term
+    return (acc * mx.sigmoid(acc)).astype(x.dtype)
+
+
 @partial(mx.compile, shapeless=True)
 def decay_and_beta(A_log: mx.array, a: mx.array, dt_bias: mx.array, b: mx.array):
     """g = exp(-exp(A_log) * softplus(a + dt_bias)) and beta = sigmoid(b), float32."""

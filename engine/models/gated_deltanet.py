@@ -12,7 +12,7 @@ import mlx.nn as nn
 
 from engine.core.batch_view import BatchView
 from engine.models.base import StateSpec
-from engine.models.elementwise import decay_and_beta, silu_gated_norm
+from engine.models.elementwise import causal_conv_silu, decay_and_beta, silu_gated_norm
 from engine.models.fused import fuse_linears
 from engine.models.gated_delta import gated_delta, normalize_qk
 from engine.models.projection import project
@@ -152,7 +152,7 @@ class GatedDeltaNet(nn.Module):
 
         conv_in = mx.concatenate([conv_state, qkv], axis=1)                  # [B, K-1+T, C]
         writes.append((slots, self._conv_tail(conv_in, view).astype(states[0].dtype)))
-        conv_out = nn.silu(self.conv1d(conv_in))                             # [B, T, C]
+        conv_out = causal_conv_silu(conv_in, self.conv1d.weight)             # [B, T, C]
 
         q, k, v = mx.split(conv_out, [self.key_dim, 2 * self.key_dim], axis=-1)
         q = q.reshape(B, T, self.hk, self.dk)                                # [B, T, Hk, Dk]

@@ -23,6 +23,14 @@ def test_a_chunk_forward_launches_at_most_the_reached_count():
     assert all(counts[key] <= most for key, most in MOST.items()), counts
 
 
+def test_a_chunk_forward_has_no_convolution():
+    """The causal conv is elementwise over shifted views, never MLX's Convolution: on a
+    GPU that is cuDNN, which builds and compiles a graph per input shape inside a step."""
+    for T in (16, 64):
+        for variant in VARIANTS:
+            assert "Convolution" not in _ops(T, variant)
+
+
 def test_a_chunk_forward_does_not_grow_with_its_length():
     """Past the MoE kernel's reach the graph is the same at every length (DESIGN.md:
     prefill must not loop over tokens on the host)."""
