@@ -4,7 +4,7 @@ The chunk is the longest length of engine/core/shapes.py whose predicted step fi
 room (engine/core/prefill_budget.py says what room: the floor, the bank's, degraded
 mode's); in degraded mode where nothing is padded (the CPU), any multiple of 8 tokens
 between that length and the next one up where the next one's cost rules it out
-(`between`). Three rules keep the policy from locking itself into a small chunk (issue 21):
+(`between`). Four rules keep the policy from locking itself into a small chunk (issue 21):
 - the fixed cost is never charged to the tokens: a length measured is predicted by its
   own cost, others from the segments and line through the measured ones, or, with one
   length, a slope bounded by the alone prefill's seconds per token (an upper bound)
@@ -19,7 +19,10 @@ between that length and the next one up where the next one's cost rules it out
   steps at one length the next length up is measured once, if twice this chunk's cost
   keeps the step within twice the floor: a cost that flattens with the tokens (an MoE
   chunk's experts saturate) is under-read by any line, and old readings price a length
-  by other steps than these.
+  by other steps than these;
+- where the cost rose into this length faster than alone tokens cost (a step in the
+  fixed cost: another path's launches), a next length up never read is measured once
+  after PROBE_NEW steps at this one (`probe_unread`), within twice the floor.
 Chunks also grow by at most 4x the longest measured a step (WARMUP_TOKENS first), so a
 wrong prediction costs one step, never a stall. While a surprising first reading waits
 for its second (engine/core/chunk_readings.py), no length that long and no new one.
@@ -35,6 +38,7 @@ from engine.core.step_predictions import StepPredictor
 
 WARMUP_TOKENS = 64  # before anything is measured, read this much beside a decode
 PROBE_EVERY = 16    # mixed steps at one length before the next length up is tried
+PROBE_NEW = 4       # ... where the next length up was never read (its cost is a guess)
 BETWEEN_STEP = 8    # degraded chunks between the set's lengths, where none is padded
 
 
@@ -156,4 +160,42 @@ class ChunkChoice:
                                        or mixed.is_stale(bigger[0])))
                 and calm_s + 2 * line.extra_s(tokens) <= 2 * floor_s):
             return bigger[0]
-        return tokens
+        if degraded:        # the bound is degraded mode's, which a probe would overrun
+            return tokens
+        return self.probe_unread(tokens, line, calm_s, floor_s, alone_s)
+
+    def probe_unread(self, tokens: int, line: CostLine, calm_s: float, floor_s: float,
+                     alone_s: float | None) -> int:
+        """tokens, or the next length up where it was never read beside these rows and
+        PROBE_NEW steps in a row read `tokens` (the floor's chunk, or the one the bank
+        buys), if its cost's bound keeps that step within twice the floor: twice this
+        chunk's cost (the fixed part is not paid twice) or this chunk's cost and the
+        added tokens at the alone prefill's seconds per token (which include its fixed
+        cost: an upper bound), whichever is lower. The H200 (session 21): 32
+        tokens cost 44 ms above the calm step, 64 76 ms (a step in the launches: the
+        experts' kernel up to 32 tokens, the sorted matmuls from 64) and 128 87; any line
+        through 32 and 64 priced 128 over the bank's room, and the first prompt beside
+        the streams was read at 32 and 64 for most of its length: 2.7x its time alone,
+        against 1.8x once 128 was read. One such step a length, then its readings rule."""
+        bigger = [n for n in chunk_lengths(self.max_chunk) if n > tokens]
+        if (not bigger or bigger[0] in self.readings.mixed.lengths or self.readings.held
+                or self._last_length != tokens or self._num_same_length < PROBE_NEW
+                or not _steps_up_at(tokens, line, alone_s)):
+            return tokens
+        bound_s = min(2 * line.extra_s(tokens),
+                      line.extra_s(tokens) + (bigger[0] - tokens) * alone_s)
+        return bigger[0] if calm_s + bound_s <= 2 * floor_s else tokens
+
+
+def _steps_up_at(tokens: int, line: CostLine, alone_s: float | None) -> bool:
+    """Whether the cost rose into `tokens` from the next shorter length measured faster
+    than tokens read alone cost (alone_s seconds each, their fixed cost included): a
+    step in the fixed cost (another path's launches), not a cost per token, so the line
+    through them says little about a longer chunk. Where it rises no faster, the line is
+    an honest guess and no probe is spent on it."""
+    shorter = [(n, e) for n, e in line.points if n < tokens]
+    here = [e for n, e in line.points if n == tokens]
+    if alone_s is None or not shorter or not here:
+        return False
+    n, e = shorter[-1]
+    return (here[0] - e) / (tokens - n) > alone_s

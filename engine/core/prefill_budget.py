@@ -201,8 +201,12 @@ class PrefillBudget:
             return tokens
         # its time over the floor
         need_s = self.decode_s + pending_s + self.predictor.own_s(best, line) - floor_s
-        return self.bank.choose(tokens, best, need_s, floor_s, floor_s - self.decode_s,
-                                self._in_flight)
+        chosen = self.bank.choose(tokens, best, need_s, floor_s, floor_s - self.decode_s,
+                                  self._in_flight)
+        if chosen != best or pending_s:
+            return chosen
+        return self.choice.probe_unread(best, line, self.decode_s, floor_s,
+                                        self._alone_per_token_s())
 
     def overrun(self) -> float:
         """How far recent mixed steps took over their predictions, at the most but one

@@ -3,6 +3,7 @@ step its cost (calm decode seconds + prompt tokens / prompt rate) and the budget
 learns from those, as the step loop's would; the scheduler plans from the budget."""
 from engine.cache.cache_manager import CacheManager
 from engine.config import EngineConfig
+from engine.core.chunk_choice import PROBE_NEW
 from engine.core.prefill_budget import BURST, PrefillBudget
 from engine.core.scheduler import Scheduler
 from engine.core.sequence import Sequence
@@ -396,3 +397,26 @@ def test_where_chunks_are_padded_the_prompts_rest_is_priced_at_its_padded_length
     eng.read(100, 200)
     during = mixed(eng.read(101, 200))
     assert [p.prefill_tokens for p, _, _ in during] == [32] * 6 + [8]
+
+
+def test_a_cost_that_steps_up_between_lengths_is_probed_past():
+    """The H200 (session 21, docs/bench/h200-session21-conc_steps.jsonl): beside 7 streams
+    (17 ms calm step) a chunk cost 44 ms at 32 tokens, 76 at 64 and 87 at 128 above it:
+    the MoE experts' kernel up to 32 tokens, the sorted matmuls' launches from 64. Every
+    line through 16/32 and 64 priced 128 over the bank's room, so the first prompt was
+    read at 32 and 64 for most of its length (2.7x its time alone). A next length never
+    read, where the cost stepped up into this one faster than alone tokens cost, is read
+    once (within twice the floor) after PROBE_NEW steps: 128 and a calm step in turn."""
+    extra = {16: 0.035, 32: 0.044, 64: 0.076, 128: 0.087, 256: 0.143, 512: 0.260}
+    eng = ScriptedEngine(decode_s=0.017, prefill_tok_s=1880, chunk=512,
+                         mixed_cost=lambda n: extra[min(L for L in extra if L >= n)])
+    eng.streams(7)
+    t0 = eng.now
+    steps = eng.read(100, 2048)
+    sizes = [p.prefill_tokens for p, _, _ in mixed(steps)]
+    first = sizes.index(128)
+    assert first <= 2 + PROBE_NEW + 1, sizes
+    assert set(sizes[first:-1]) == {128}, sizes     # 256 is never probed: 2x its bound
+    assert max(sec for _, sec, _ in steps) <= 2 * FLOOR_S
+    # without the probe: 64 and a calm step in turn for the whole prompt, 3.3x alone
+    assert (eng.first_token[100] - t0) / (2048 / 1880) < 2.2
