@@ -417,6 +417,6 @@ def test_a_cost_that_steps_up_between_lengths_is_probed_past():
     first = sizes.index(128)
     assert first <= 2 + PROBE_NEW + 1, sizes
     assert set(sizes[first:-1]) == {128}, sizes     # 256 is never probed: 2x its bound
-    assert max(sec for _, sec, _ in steps) <= 2 * FLOOR_S
+    assert_reading_pace(steps, probe_steps=1)
     # without the probe: 64 and a calm step in turn for the whole prompt, 3.3x alone
     assert (eng.first_token[100] - t0) / (2048 / 1880) < 2.2
