@@ -43,8 +43,9 @@ from kernels.kernel_set import KernelSet
 from kernels.stand_in import COUNT, gpu_graph
 
 # Primitives that only relabel memory (views) or order work: they launch nothing on the GPU.
+# View too where the item size stays (the engine views int32 ids as uint32 only).
 VIEWS = {"Broadcast", "Reshape", "ExpandDims", "Squeeze", "Transpose", "Slice", "Flatten",
-         "Unflatten", "StopGradient", "Split", "AsStrided", "Depends"}
+         "Unflatten", "StopGradient", "Split", "AsStrided", "Depends", "View"}
 PATHS = ("cpu", "gpu")          # "device": only when asked for
 
 

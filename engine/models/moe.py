@@ -166,6 +166,15 @@ def _quantized_mlp(mlp: MLP):
     return parts, (fused.parts.sizes[0], *settings)
 
 
+def _as_uint32(idx: mx.array) -> mx.array:
+    """Expert ids as uint32: moe_route's int32 ids are never negative, so the same bits
+    viewed as uint32 (a view launches nothing where the item size is the same: MLX's
+    View shares the buffer) rather than a cast kernel in every MoE layer of a chunk."""
+    if idx.dtype == mx.int32:
+        return idx.view(mx.uint32)
+    return idx.astype(mx.uint32)        # a no-op where it is uint32 already
+
+
 @lru_cache(maxsize=64)     # decode and chunk shapes; bounded
 def batch_rows(batch_shape: tuple[int, ...]) -> mx.array:
     """The lhs indices gather_mm would build per call (each input matrix of the batch
@@ -268,7 +277,7 @@ class SparseMoeBlock(nn.Module):
             y = self.kernel_set.moe_experts(x, idx, scores, quantized)
             if y is not None:
                 return y
-        # gather_(q)mm takes uint32 indices (cast once here, not in each of its calls);
+        # gather_(q)mm takes uint32 indices (made once here, not in each of its calls);
         # the weighted sum runs in x's dtype. Both no-ops after the plain router.
-        y = self.switch_mlp(x, idx.astype(mx.uint32))                       # [N, k, D]
+        y = self.switch_mlp(x, _as_uint32(idx))                              # [N, k, D]
         return (scores.astype(x.dtype)[:, None, :] @ y)[:, 0]   # weighted sum, one matmul
