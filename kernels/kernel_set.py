@@ -26,6 +26,7 @@ import kernels.gated_rms_norm as grn
 import kernels.gdn_conv_step as gcs
 import kernels.moe_block as mb
 import kernels.moe_experts as me
+import kernels.moe_grouped as mg
 import kernels.moe_route as mr
 import kernels.paged_attention as pa
 import kernels.qmm_rows as qr
@@ -140,6 +141,15 @@ class KernelSet:
         if backend is None or not me.applies(x, idx, experts, shared_gate, residual):
             return None
         return me.kernel(x, idx, scores, experts, shared_gate, residual, backend=backend)
+
+    def moe_grouped(self, x, idx, scores, experts):
+        """y [N, D] of kernels.moe_grouped: the routed experts' weighted sum (as moe_experts
+        without the shared expert and residual) for a prompt chunk's many pairs, grouped by
+        expert. CUDA only; from moe_grouped.MIN_PAIRS pairs (off while that is None)."""
+        backend = self.launches(mg.NAME)
+        if backend is None or not mg.applies(x, idx, experts):
+            return None
+        return mg.kernel(x, idx, scores, experts, backend=backend)
 
     def moe_block(self, x, logits, k: int, normalize: bool, experts, shared_gate=None,
                   residual=None, route_rows=None):

@@ -16,6 +16,7 @@ import kernels.gated_rms_norm as grn
 import kernels.gdn_conv_step as gcs
 import kernels.moe_block as mb
 import kernels.moe_experts as me
+import kernels.moe_grouped as mg
 import kernels.moe_route as mr
 import kernels.paged_attention as pa
 import kernels.qmm_rows as qr
@@ -175,6 +176,26 @@ def check_experts(backend: str) -> float:
     return max(err, _err_past_bf16(got, want))
 
 
+def check_grouped(backend: str) -> float:
+    """A chunk's pairs grouped by expert: 13 tokens x 4 of 16 experts, one expert never
+    chosen (its blocks find no pair) and one chosen by most tokens; float32, and bf16
+    against the unrounded result past the output's bf16 rounding."""
+    ks = mx.random.split(mx.random.key(17), 4)
+    N, E, K, D, hidden = 13, 16, 4, 256, 128
+    experts = random_experts(ks[0], E, D, hidden, 64, pad=32)
+    picks = mx.argsort(mx.random.uniform(shape=(N, E), key=ks[1]), axis=-1)
+    picks = mx.where(picks == 5, 15, picks)                      # expert 5: no pair
+    idx = mx.concatenate([mx.full((N, 1), 3, mx.int32),          # expert 3: every token
+                          mx.where(picks[:, :K - 1] == 3, 14, picks[:, :K - 1])], axis=1)
+    scores = mx.softmax(mx.random.normal((N, K), key=ks[2]), axis=-1)
+    x = mx.random.normal((N, D), key=ks[3])
+    err = _err(mg.kernel(x, idx, scores, experts, backend=backend),
+               mg.reference(x, idx, scores, experts))
+    xb = x.astype(mx.bfloat16)
+    want = mg.reference(xb.astype(mx.float32), idx, scores, experts)
+    return max(err, _err_past_bf16(mg.kernel(xb, idx, scores, experts, backend=backend), want))
+
+
 def check_block(backend: str) -> float:
     """The model's launch of moe_block (bf16; the logits and the shared gate columns of one
     joined router row; padding rows; shared expert and residual): against the unrounded
@@ -328,4 +349,5 @@ CHECKS = {"gated_delta_step": lambda b: max(check_step(b), check_step_raw_gates(
           "moe_experts": check_experts, "moe_block": check_block, "gdn_conv_step": check_conv,
           "add_rms_norm": check_add_rms_norm, "gated_rms_norm": check_gated_rms_norm,
           "attention_prep": check_attention_prep, "top_p_cut": check_top_p_cut,
-          "gated_delta_step_norm": check_step_norm, "qmm_rows": check_qmm_rows}
+          "gated_delta_step_norm": check_step_norm, "qmm_rows": check_qmm_rows,
+          "moe_grouped": check_grouped}

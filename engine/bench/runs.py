@@ -179,11 +179,19 @@ def add_moe_max_pairs_arg(parser) -> None:
                              "expert) pairs up to which the gathered matrix-vector "
                              "kernel runs the experts (a decode batch's or a prompt "
                              "chunk's tuning A/B)")
+    parser.add_argument("--moe-grouped-from", type=int, default=None,
+                        help="kernels.moe_grouped.MIN_PAIRS for this run: the pairs from "
+                             "which a prompt chunk's experts run grouped by expert (CUDA; "
+                             "off by default until measured)")
 
 
 def apply_moe_max_pairs(args) -> None:
-    """Set kernels.moe_experts.MAX_PAIRS from --moe-max-pairs, before a model is built
-    (its applies() reads the constant at every call)."""
+    """Set kernels.moe_experts.MAX_PAIRS from --moe-max-pairs and kernels.moe_grouped.
+    MIN_PAIRS from --moe-grouped-from, before a model is built (their applies() read the
+    constants at every call)."""
     if args.moe_max_pairs is not None:
         import kernels.moe_experts as moe_experts
         moe_experts.MAX_PAIRS = args.moe_max_pairs
+    if args.moe_grouped_from is not None:
+        import kernels.moe_grouped as moe_grouped
+        moe_grouped.MIN_PAIRS = args.moe_grouped_from

@@ -275,6 +275,8 @@ class SparseMoeBlock(nn.Module):
         quantized = self.switch_mlp.quantized_experts()
         if quantized is not None:          # reads the router's int32 / float32 as they are
             y = self.kernel_set.moe_experts(x, idx, scores, quantized)
+            if y is None:                  # a chunk's many pairs, grouped by expert (CUDA)
+                y = self.kernel_set.moe_grouped(x, idx, scores, quantized)
             if y is not None:
                 return y
         # gather_(q)mm takes uint32 indices (made once here, not in each of its calls);

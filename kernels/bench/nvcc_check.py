@@ -23,6 +23,8 @@ import kernels.gated_delta_step_norm as gdsn
 import kernels.gated_rms_norm as grn
 import kernels.moe_block_src as mbs
 import kernels.moe_experts_src as mes
+import kernels.moe_grouped as mg
+import kernels.moe_grouped_src as mgs
 import kernels.moe_route as mr
 import kernels.paged_attention_src as pas
 import kernels.qmm_rows as qr
@@ -115,6 +117,14 @@ def moe_cases(dt: str):
     yield "moe_experts down", wrap("dn", header, down, [("h", f32, 2), ("idx", i32, 2),
                                                         ("scores", f32, 2)] + weights + tail,
                                    [("y", dt)], dn_t)
+    yield "moe_grouped gate_up", wrap(
+        "ggu", mgs.CUDA_HEADER, mgs.CUDA_GATE_UP,
+        [("x", dt, 2), ("order", u32, 1), ("eid", u32, 1)] + weights[:3], [("h", f32)],
+        size + [("R", 1024), ("RPW", mg.RPW1)])
+    yield "moe_grouped down", wrap(
+        "gdn", mgs.CUDA_HEADER, mgs.CUDA_DOWN,
+        [("h", f32, 2), ("order", u32, 1), ("eid", u32, 1), ("scores", f32, 1)] + weights[:3],
+        [("y", f32)], [("D", 2048), ("I", 512), ("GS", 64), ("RPW", mg.RPW2)])
     header, gate_up, down = mbs.SOURCES["cuda"]
     for rows in (0, 1):
         routed = [("E", 256), ("ROWS", rows)]

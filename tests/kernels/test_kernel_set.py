@@ -76,5 +76,6 @@ def test_status_names_every_kernel():
                            "add_rms_norm": "metal", "gated_rms_norm": "metal",
                            "attention_prep": "metal", "top_p_cut": "metal",
                            "gated_delta_step_norm": "metal",
-                           "qmm_rows": f"reference ({CUDA_ONLY['qmm_rows']})"}
+                           "qmm_rows": f"reference ({CUDA_ONLY['qmm_rows']})",
+                           "moe_grouped": f"reference ({CUDA_ONLY['moe_grouped']})"}
     assert set(KernelSet.plain("no GPU").status().values()) == {"reference (no GPU)"}

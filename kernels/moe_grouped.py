@@ -1,0 +1,107 @@
+"""The routed experts of a prompt chunk, grouped by expert: each expert's weights read once
+a launch. CUDA only (kernels/backend.py, `CUDA_ONLY`).
+
+A chunk of T tokens routes T * k (token, expert) pairs. MLX 0.32's CUDA `gather_qmm` takes
+the sorted pairs (engine/models/moe.SwitchGLU) as one tiled GEMM each (`qmm_sm80`, the
+rows of a pair padded to a 16-row tile), so every pair reads its expert's 1.5 MB again:
+on the H200 the plain path took 863 us a layer at 64 tokens and 1,541 at 128 (session 7,
+docs/PERFORMANCE.md, "The experts kernel's range"), against ~100 us to read all 256
+experts once; kernels/moe_experts.py, one warp a pair, is no better there. Metal's
+`gather_qmm` reads each expert once for sorted pairs already (`gather_qmm_rhs`).
+
+Two launches over the pairs sorted by expert (`order`, from one argsort): gate+up and
+SwiGLU, then down with each pair's weight, written at the pair's token-major row; the sum
+over a token's k pairs is one reduction after. The shared expert and the residual stay
+with the caller (engine/models/moe.py). Contract: 4-bit affine experts
+(`moe_experts.QuantExperts`), D % 32 == 0 and the group size in (32, 64, 128); hidden I a
+multiple of 8 * RPW1 and of 32 with I / 32 a power of two up to 32 or a multiple of 32.
+
+Runs where a chunk's pairs number at least MIN_PAIRS (None: never, the default until a
+GPU measures it against the plain path; `--moe-grouped-from` in the benches).
+"""
+from __future__ import annotations
+
+import mlx.core as mx
+
+from kernels.moe_experts import GROUP_SIZES, QuantExperts
+from kernels.moe_experts import reference as experts_reference
+from kernels.moe_grouped_src import CUDA_DOWN, CUDA_GATE_UP, CUDA_HEADER
+from kernels.stand_in import COUNT, StandInKernel
+
+NAME = "moe_grouped"
+MIN_PAIRS: int | None = None    # pairs from which it runs; None: off (not measured yet)
+RPW1 = 2          # gate rows a warp (and their up rows): 2 x 2 chunks of weights a lane
+RPW2 = 8          # down rows a warp
+
+_built: dict[str, tuple] = {}
+
+
+def _get(backend: str):
+    """(gate_up kernel, down kernel) on `backend`."""
+    if backend == COUNT:
+        return StandInKernel(NAME), StandInKernel(NAME)
+    if backend != "cuda":
+        raise ValueError(f"{NAME} has a CUDA source only, not {backend!r}")
+    if backend not in _built:
+        _built[backend] = (
+            mx.fast.cuda_kernel(name="tandem_moe_grouped_gate_up",
+                                input_names=["x", "order", "eid", "w", "scales", "biases"],
+                                output_names=["h"], source=CUDA_GATE_UP, header=CUDA_HEADER),
+            mx.fast.cuda_kernel(name="tandem_moe_grouped_down",
+                                input_names=["h", "order", "eid", "scores", "w", "scales",
+                                             "biases"],
+                                output_names=["y"], source=CUDA_DOWN, header=CUDA_HEADER))
+    return _built[backend]
+
+
+def reference(x, idx, scores, experts: QuantExperts) -> mx.array:
+    """Plain-mx float32: the routed experts' weighted sum [N, D] in x.dtype."""
+    return experts_reference(x, idx, scores, experts)
+
+
+def _lanes_fit(hidden: int) -> bool:
+    cpr = hidden // 32          # chunks a down row: a power of two up to 32, or 32 * m
+    return hidden % 32 == 0 and (cpr % 32 == 0 or (cpr & (cpr - 1)) == 0)
+
+
+def applies(x, idx, experts: QuantExperts, min_pairs: int | None = None) -> bool:
+    """Shapes and formats the kernel handles, at or past min_pairs (MIN_PAIRS when None)
+    pairs; the caller's plain path takes the rest."""
+    least = MIN_PAIRS if min_pairs is None else min_pairs
+    if least is None or x.ndim != 2 or idx.ndim != 2 or idx.shape[0] != x.shape[0]:
+        return False
+    (N, D), K, hidden, gs = x.shape, idx.shape[1], experts.hidden, experts.group_size
+    gw, dw = experts.gate_up[0], experts.down[0]
+    return (N * K >= least and experts.bits == 4 and experts.mode == "affine"
+            and gs in GROUP_SIZES and D % 32 == 0 and D % gs == 0 and hidden % gs == 0
+            and all(len(p) == 3 and p[2] is not None for p in (experts.gate_up, experts.down))
+            and gw.dtype == mx.uint32 and dw.dtype == mx.uint32
+            and hidden % (8 * RPW1) == 0 and _lanes_fit(hidden)
+            and RPW2 % max(1, 32 // min(hidden // 32, 32)) == 0 and D % (8 * RPW2) == 0
+            and gw.ndim == 3 and gw.shape[2] * 8 == D and gw.shape[1] >= 2 * hidden
+            and dw.ndim == 3 and dw.shape[1] == D and dw.shape[2] * 8 == hidden)
+
+
+def kernel(x, idx, scores, experts: QuantExperts, *, backend: str) -> mx.array:
+    """Launch on `backend`: y [N, D] in x.dtype, as `reference`. The pairs are sorted by
+    expert here (an argsort and a gather); the sum over a token's k pairs is one reduction."""
+    (N, D), K, hidden, gs = x.shape, idx.shape[1], experts.hidden, experts.group_size
+    E = experts.gate_up[0].shape[0]
+    flat = idx.reshape(-1)
+    if flat.dtype == mx.int32:
+        flat = flat.view(mx.uint32)          # ids are never negative: the same bits
+    order = mx.argsort(flat).astype(mx.uint32)                            # [P]
+    eid = flat[order]                                                      # [P] ascending
+    gate_up, down = _get(backend)
+    (h,) = gate_up(
+        inputs=[x, order, eid, *experts.gate_up],
+        template=[("D", D), ("I", hidden), ("K", K), ("R", experts.gate_up[0].shape[1]),
+                  ("GS", gs), ("RPW", RPW1)],
+        grid=(E * (hidden // (8 * RPW1)) * 256, 1, 1), threadgroup=(256, 1, 1),
+        output_shapes=[(N * K, hidden)], output_dtypes=[mx.float32])
+    (y,) = down(
+        inputs=[h, order, eid, scores.reshape(-1).astype(mx.float32), *experts.down],
+        template=[("D", D), ("I", hidden), ("GS", gs), ("RPW", RPW2)],
+        grid=(E * (D // (8 * RPW2)) * 256, 1, 1), threadgroup=(256, 1, 1),
+        output_shapes=[(N * K, D)], output_dtypes=[mx.float32])
+    return y.reshape(N, K, D).sum(axis=1).astype(x.dtype)
