@@ -46,9 +46,10 @@ def _get(backend: str):
         _built[backend] = (
             mx.fast.cuda_kernel(name="tandem_moe_grouped_gate_up",
                                 input_names=["x", "order", "eid", "w", "scales", "biases"],
-                                output_names=["h"], source=CUDA_GATE_UP, header=CUDA_HEADER),
+                                output_names=["h", "seg"], source=CUDA_GATE_UP,
+                                header=CUDA_HEADER),
             mx.fast.cuda_kernel(name="tandem_moe_grouped_down",
-                                input_names=["h", "order", "eid", "scores", "w", "scales",
+                                input_names=["h", "order", "seg", "scores", "w", "scales",
                                              "biases"],
                                 output_names=["y"], source=CUDA_DOWN, header=CUDA_HEADER))
     return _built[backend]
@@ -93,14 +94,14 @@ def kernel(x, idx, scores, experts: QuantExperts, *, backend: str) -> mx.array:
     order = mx.argsort(flat).astype(mx.uint32)                            # [P]
     eid = flat[order]                                                      # [P] ascending
     gate_up, down = _get(backend)
-    (h,) = gate_up(
+    h, seg = gate_up(
         inputs=[x, order, eid, *experts.gate_up],
         template=[("D", D), ("I", hidden), ("K", K), ("R", experts.gate_up[0].shape[1]),
                   ("GS", gs), ("RPW", RPW1)],
         grid=(E * (hidden // (8 * RPW1)) * 256, 1, 1), threadgroup=(256, 1, 1),
-        output_shapes=[(N * K, hidden)], output_dtypes=[mx.float32])
+        output_shapes=[(N * K, hidden), (E, 2)], output_dtypes=[mx.float32, mx.int32])
     (y,) = down(
-        inputs=[h, order, eid, scores.reshape(-1).astype(mx.float32), *experts.down],
+        inputs=[h, order, seg, scores.reshape(-1).astype(mx.float32), *experts.down],
         template=[("D", D), ("I", hidden), ("GS", gs), ("RPW", RPW2)],
         grid=(E * (D // (8 * RPW2)) * 256, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(N * K, D)], output_dtypes=[mx.float32])

@@ -3,7 +3,7 @@ of many (token, expert) pairs, grouped by expert. Launch 1: gate+up and SwiGLU, 
 down, each pair's output scaled by its weight and written at its token-major row.
 
 Both launches: a block is (expert e, a tile of its rows); it finds e's pairs in the sorted
-ids by two binary searches, holds its warps' weight rows in registers and runs every pair
+ids (launch 1 by two warp-wide searches, which it writes for launch 2), holds its warps' weight rows in registers and runs every pair
 of e through them, so each expert's bytes are read once a launch whatever its pair count
 (MLX 0.32's CUDA gather_qmm runs a tiled GEMM a pair, each reading its expert again).
 """
@@ -41,25 +41,29 @@ __device__ __forceinline__ uint4 opaque(uint4 q) {
   return q;
 }
 
-// [s, t): the pairs of expert e in the ascending ids eid[0..P)
-__device__ __forceinline__ void expert_pairs(const uint32_t* eid, int P, int e, int& s, int& t) {
+// The first index i in [0, P) with eid[i] >= key (P if none; eid ascending), found by the
+// 32 lanes of a warp together: each round they probe 32 evenly spaced ids and keep the
+// bucket the key falls in (3 rounds of one load for P up to 32K, where one lane's binary
+// search is ~15 dependent loads before a block can start on its weights)
+__device__ __forceinline__ int warp_lower_bound(const uint32_t* eid, int P, int key, int lane) {
   int lo = 0, hi = P;
   while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (int(eid[mid]) < e) lo = mid + 1; else hi = mid;
+    const int step = (hi - lo + 31) / 32;
+    const int q = lo + lane * step;
+    const bool less = q < hi && int(eid[q]) < key;
+    const int c = int(warp_sum(less ? 1.f : 0.f));  // the probes below key: lanes 0..c-1
+    const int up = lo + c * step;
+    const int next_lo = c == 0 ? lo : lo + (c - 1) * step + 1;
+    hi = up < hi ? up : hi;
+    lo = next_lo;
   }
-  s = lo;
-  hi = P;
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (int(eid[mid]) <= e) lo = mid + 1; else hi = mid;
-  }
-  t = lo;
+  return lo;
 }
 """
 
 # x [N, D]; order [P] (pair index n * K + j, in expert order); eid [P] (ascending expert
-# ids); w [E, R, D/8] (gate rows [0, I), up rows [I, 2I)); h [P, I] float32, sorted order.
+# ids); w [E, R, D/8] (gate rows [0, I), up rows [I, 2I)); h [P, I] float32, sorted order;
+# seg [E, 2] int32: each expert's pairs [s, t), for launch 2.
 CUDA_GATE_UP = """
   constexpr int WPR = D / 8;                  // uint32 words per row
   constexpr int NCHUNK = D / 32;              // 32-weight chunks (one uint4) per row
@@ -71,8 +75,12 @@ CUDA_GATE_UP = """
   const int e = blockIdx.x / BPE;
   const int i0 = (blockIdx.x % BPE) * RPB + (threadIdx.x / 32) * RPW;
   const int lane = threadIdx.x % 32;
-  int s, t;
-  expert_pairs(eid, P, e, s, t);
+  const int s = warp_lower_bound(eid, P, e, lane);      // e's pairs: [s, t)
+  const int t = warp_lower_bound(eid, P, e + 1, lane);
+  if (blockIdx.x % BPE == 0 && threadIdx.x == 0) {      // for launch 2: no search there
+    seg[2 * e] = s;
+    seg[2 * e + 1] = t;
+  }
   if (s == t) return;                         // the whole block: no barrier below
   uint4 qg[RPW][NCH], qu[RPW][NCH];
   float sg[RPW][NCH], bg[RPW][NCH], su[RPW][NCH], bu[RPW][NCH];
@@ -126,7 +134,7 @@ CUDA_GATE_UP = """
   }
 """
 
-# h [P, I] float32 (sorted order); order, eid as launch 1; scores [N * K] float32 (a
+# h [P, I] float32 (sorted order); order as launch 1; seg launch 1's; scores [N * K] float32 (a
 # pair's weight at its token-major index); w [E, D, I/8]; y [N * K, D] float32: row
 # order[p] = scores[order[p]] * (down_e @ h[p]).
 CUDA_DOWN = """
@@ -138,13 +146,11 @@ CUDA_DOWN = """
   constexpr int G = I / GS;
   constexpr int RPB = 8 * RPW;                // rows per block: 8 warps
   constexpr int BPE = D / RPB;                // blocks per expert
-  const int P = order_shape[0];
   const int e = blockIdx.x / BPE;
   const int lane = threadIdx.x % 32;
   const int d0 = (blockIdx.x % BPE) * RPB + (threadIdx.x / 32) * RPW + lane / LPR;
   const int part = lane % LPR;
-  int s, t;
-  expert_pairs(eid, P, e, s, t);
+  const int s = seg[2 * e], t = seg[2 * e + 1];         // e's pairs, from launch 1
   if (s == t) return;
 #pragma unroll
   for (int rr = 0; rr < RPW; rr += RPP) {

@@ -2,7 +2,8 @@
 on the CPU (the shim of kernels/bench/cuda_on_cpu.py: a block's threads as std::threads,
 warp shuffles as barriers), against a float64 numpy reference that unpacks the nibbles
 by hand. Cases: an expert with no pair, an expert every token picks, hidden sizes whose
-down rows take 4, 16 and 32 lanes (1, 2 and 8 rows a warp at once). Not a benchmark:
+down rows take 4, 16 and 32 lanes (8, 2 and 1 rows a warp at once), and 1,200 pairs (the
+warp-wide search's three rounds). Not a benchmark:
 a check of the index math where no GPU is at hand (~20 s a case on two cores).
 """
 import tempfile
@@ -42,11 +43,11 @@ def emulate(N, E, K, D, I, GS, pad, seed):  # noqa: E741
         src += kfunc("gate_up", CUDA_GATE_UP,
                      "const float* x, const uint32_t* order, const int* order_shape,"
                      " const uint32_t* eid, const uint32_t* w, const float* scales,"
-                     " const float* biases, float* h",
+                     " const float* biases, float* h, int* seg",
                      [("D", D), ("I", I), ("K", K), ("R", R), ("GS", GS), ("RPW", mg.RPW1)])
         src += kfunc("down", CUDA_DOWN,
-                     "const float* h, const uint32_t* order, const int* order_shape,"
-                     " const uint32_t* eid, const float* scores, const uint32_t* w,"
+                     "const float* h, const uint32_t* order, const int* seg,"
+                     " const float* scores, const uint32_t* w,"
                      " const float* scales, const float* biases, float* y",
                      [("D", D), ("I", I), ("GS", GS), ("RPW", mg.RPW2)])
         types = {"order": "uint32_t", "eid": "uint32_t", "gw": "uint32_t", "dw": "uint32_t"}
@@ -56,13 +57,13 @@ def emulate(N, E, K, D, I, GS, pad, seed):  # noqa: E741
 template <class T> std::vector<T> load(const char* n, size_t c) {{
   std::vector<T> v(c); FILE* f = fopen(n, "rb"); fread(v.data(), sizeof(T), c, f); fclose(f); return v; }}
 std::vector<float> X, SC, GS, GB, DS, DB, H, Y;
-std::vector<uint32_t> ORDER, EID, GW, DW; int OS[1] = {{{P}}};
+std::vector<uint32_t> ORDER, EID, GW, DW; std::vector<int> SEG; int OS[1] = {{{P}}};
 ''' + launch("gu", "gate_up(X.data(), ORDER.data(), OS, EID.data(), GW.data(), GS.data(),"
-                   " GB.data(), H.data())", E * (I // (8 * mg.RPW1))) \
-            + launch("dn", "down(H.data(), ORDER.data(), OS, EID.data(), SC.data(), DW.data(),"
+                   " GB.data(), H.data(), SEG.data())", E * (I // (8 * mg.RPW1))) \
+            + launch("dn", "down(H.data(), ORDER.data(), SEG.data(), SC.data(), DW.data(),"
                      " DS.data(), DB.data(), Y.data())", E * (D // (8 * mg.RPW2))) + f'''
 int main() {{
-{loads}  H.assign({P * I}, -1e30f); Y.assign({P * D}, -1e30f);
+{loads}  H.assign({P * I}, -1e30f); Y.assign({P * D}, -1e30f); SEG.assign({2 * E}, -7);
   run_gu(); run_dn();
   FILE* f = fopen("{d}/y.bin", "wb"); fwrite(Y.data(), 4, Y.size(), f); fclose(f);
 }}
@@ -85,7 +86,8 @@ int main() {{
 def main() -> int:
     worst = max(emulate(6, 8, 3, 128, 128, 32, 32, 0),      # down rows of 4 lanes, 8 at once
                 emulate(5, 8, 4, 64, 512, 64, 0, 1),        # 16 lanes, 2 rows at once
-                emulate(3, 3, 2, 128, 2048, 128, 16, 2))    # 32 lanes, two chunks a lane
+                emulate(3, 3, 2, 128, 2048, 128, 16, 2),    # 32 lanes, two chunks a lane
+                emulate(300, 8, 4, 64, 128, 32, 0, 3))      # 1,200 pairs: 3 search rounds
     print("OK" if worst < 1e-4 else "FAILED", f"(worst {worst:.2e})")
     return 0 if worst < 1e-4 else 1
 

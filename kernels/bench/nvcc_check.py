@@ -119,11 +119,12 @@ def moe_cases(dt: str):
                                    [("y", dt)], dn_t)
     yield "moe_grouped gate_up", wrap(
         "ggu", mgs.CUDA_HEADER, mgs.CUDA_GATE_UP,
-        [("x", dt, 2), ("order", u32, 1), ("eid", u32, 1)] + weights[:3], [("h", f32)],
+        [("x", dt, 2), ("order", u32, 1), ("eid", u32, 1)] + weights[:3],
+        [("h", f32), ("seg", i32)],
         size + [("R", 1024), ("RPW", mg.RPW1)])
     yield "moe_grouped down", wrap(
         "gdn", mgs.CUDA_HEADER, mgs.CUDA_DOWN,
-        [("h", f32, 2), ("order", u32, 1), ("eid", u32, 1), ("scores", f32, 1)] + weights[:3],
+        [("h", f32, 2), ("order", u32, 1), ("seg", i32, 1), ("scores", f32, 1)] + weights[:3],
         [("y", f32)], [("D", 2048), ("I", 512), ("GS", 64), ("RPW", mg.RPW2)])
     header, gate_up, down = mbs.SOURCES["cuda"]
     for rows in (0, 1):
