@@ -33,6 +33,14 @@ __device__ __forceinline__ float dot32(const uint4 q, const float* x) {
   return acc;
 }
 
+// 32 consecutive values as floats. Scalar loads: 16-byte ones need an alignment a view's
+// offset does not promise, and a checked pair of paths took 105 registers against 80
+template <typename T>
+__device__ __forceinline__ void load32(const T* p, float* out) {
+#pragma unroll
+  for (int k = 0; k < 32; ++k) out[k] = static_cast<float>(p[k]);
+}
+
 // The words pass through an empty asm each use, so the compiler re-extracts the nibbles
 // per pair instead of hoisting all of a warp's dequantized weights out of the pair loop
 // (256 floats a lane: 255 registers and spills, nvcc -arch=sm_90a)
@@ -112,12 +120,10 @@ CUDA_GATE_UP = """
       const int c = it * 32 + lane;
       if (c < NCHUNK) {
         float xv[32];
+        load32(xr + c * 32, xv);
         float xs = 0.f;
 #pragma unroll
-        for (int k = 0; k < 32; ++k) {
-          xv[k] = static_cast<float>(xr[c * 32 + k]);
-          xs += xv[k];
-        }
+        for (int k = 0; k < 32; ++k) xs += xv[k];
 #pragma unroll
         for (int r = 0; r < RPW; ++r) {
           ag[r] += sg[r][it] * dot32(opaque(qg[r][it]), xv) + bg[r][it] * xs;
@@ -171,12 +177,10 @@ CUDA_DOWN = """
       for (int it = 0; it < CPL; ++it) {
         const int c = it * LPR + part;
         float hv[32];
+        load32(hr + c * 32, hv);
         float hsum = 0.f;
 #pragma unroll
-        for (int k = 0; k < 32; ++k) {
-          hv[k] = hr[c * 32 + k];
-          hsum += hv[k];
-        }
+        for (int k = 0; k < 32; ++k) hsum += hv[k];
         acc += sc[it] * dot32(opaque(q[it]), hv) + bs[it] * hsum;
       }
       acc = lanes_sum(acc, LPR);
