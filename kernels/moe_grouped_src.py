@@ -3,34 +3,20 @@ of many (token, expert) pairs, grouped by expert. Launch 1: gate+up and SwiGLU, 
 down, each pair's output scaled by its weight and written at its token-major row.
 
 Both launches: a block is (expert e, a tile of its rows); it finds e's pairs in the sorted
-ids (launch 1 by two warp-wide searches, which it writes for launch 2), holds its warps' weight rows in registers and runs every pair
-of e through them, so each expert's bytes are read once a launch whatever its pair count
-(MLX 0.32's CUDA gather_qmm runs a tiled GEMM a pair, each reading its expert again).
+ids (launch 1 by two warp-wide searches, which it writes for launch 2), holds its warps'
+weight rows in registers and runs every pair of e through them, so each expert's bytes are
+read once a launch whatever its pair count (MLX 0.32's CUDA gather_qmm runs a tiled GEMM a
+pair, each reading its expert again).
 """
 
-CUDA_HEADER = """
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
-}
+from kernels.moe_experts_src import _CUDA_HEADER as _PAIR_HEADER
 
+# moe_experts' warp_sum and dot32, then this kernel's own helpers
+CUDA_HEADER = _PAIR_HEADER + """
 // sum over `lanes` consecutive lanes (a power of two up to 32)
 __device__ __forceinline__ float lanes_sum(float v, int lanes) {
   for (int off = lanes / 2; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;
-}
-
-// sum over the 32 weights of a chunk of q[t] * x[t] (q: 4 words, 8 nibbles each, low first)
-__device__ __forceinline__ float dot32(const uint4 q, const float* x) {
-  const unsigned w[4] = {q.x, q.y, q.z, q.w};
-  float acc = 0.f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-#pragma unroll
-    for (int t = 0; t < 8; ++t) acc += float((w[i] >> (4 * t)) & 0xFu) * x[8 * i + t];
-  }
-  return acc;
 }
 
 // 32 consecutive values as floats. Scalar loads: 16-byte ones need an alignment a view's
