@@ -89,9 +89,7 @@ def kernel(x, idx, scores, experts: QuantExperts, *, backend: str) -> mx.array:
     (N, D), K, hidden, gs = x.shape, idx.shape[1], experts.hidden, experts.group_size
     E = experts.gate_up[0].shape[0]
     flat = idx.reshape(-1)
-    if flat.dtype == mx.int32:
-        flat = flat.view(mx.uint32)          # ids are never negative: the same bits
-    order = mx.argsort(flat).astype(mx.uint32)                            # [P]
+    order = mx.argsort(flat)                                               # [P] uint32
     eid = flat[order]                                                      # [P] ascending
     gate_up, down = _get(backend)
     h, seg = gate_up(

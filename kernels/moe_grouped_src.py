@@ -39,7 +39,8 @@ __device__ __forceinline__ uint4 opaque(uint4 q) {
 // 32 lanes of a warp together: each round they probe 32 evenly spaced ids and keep the
 // bucket the key falls in (3 rounds of one load for P up to 32K, where one lane's binary
 // search is ~15 dependent loads before a block can start on its weights)
-__device__ __forceinline__ int warp_lower_bound(const uint32_t* eid, int P, int key, int lane) {
+template <typename Id>
+__device__ __forceinline__ int warp_lower_bound(const Id* eid, int P, int key, int lane) {
   int lo = 0, hi = P;
   while (lo < hi) {
     const int step = (hi - lo + 31) / 32;
@@ -56,7 +57,8 @@ __device__ __forceinline__ int warp_lower_bound(const uint32_t* eid, int P, int 
 """
 
 # x [N, D]; order [P] (pair index n * K + j, in expert order); eid [P] (ascending expert
-# ids); w [E, R, D/8] (gate rows [0, I), up rows [I, 2I)); h [P, I] float32, sorted order;
+# ids, the router's int32 or uint32); w [E, R, D/8] (gate rows [0, I), up rows [I, 2I));
+# h [P, I] float32, sorted order;
 # seg [E, 2] int32: each expert's pairs [s, t), for launch 2.
 CUDA_GATE_UP = """
   constexpr int WPR = D / 8;                  // uint32 words per row

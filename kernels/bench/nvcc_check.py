@@ -119,7 +119,7 @@ def moe_cases(dt: str):
                                    [("y", dt)], dn_t)
     yield "moe_grouped gate_up", wrap(
         "ggu", mgs.CUDA_HEADER, mgs.CUDA_GATE_UP,
-        [("x", dt, 2), ("order", u32, 1), ("eid", u32, 1)] + weights[:3],
+        [("x", dt, 2), ("order", u32, 1), ("eid", i32, 1)] + weights[:3],
         [("h", f32), ("seg", i32)],
         size + [("R", 1024), ("RPW", mg.RPW1)])
     yield "moe_grouped down", wrap(

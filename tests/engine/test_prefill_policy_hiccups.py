@@ -1,7 +1,7 @@
 """The reading-pace policy when steps do not come out as predicted: a first step that
 compiles, a GPU's spread of step times, a one-off stall on a loaded machine (scripted
 clock, as in test_prefill_policy.py; no timing)."""
-from test_prefill_policy import FLOOR_S, ScriptedEngine, mixed
+from scripted_engine import FLOOR_S, ScriptedEngine, mixed
 
 from engine.core.alone_prefill_cost import MIXED_FORWARD_SHARE, OWN_FORWARD_SHARE
 from engine.core.prefill_budget import BURST, PROBE_EVERY, PrefillBudget
