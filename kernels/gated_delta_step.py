@@ -36,6 +36,7 @@ from functools import cache
 
 import mlx.core as mx
 
+from kernels.kernel_build import cuda_kernel
 from kernels.stand_in import COUNT, StandInKernel
 
 NAME = "gated_delta_step"
@@ -201,7 +202,7 @@ def _get(backend: str):
         return StandInKernel(NAME)
     if backend not in _built:
         if backend == "cuda":
-            _built[backend] = mx.fast.cuda_kernel(
+            _built[backend] = cuda_kernel(
                 name="tandem_gated_delta_step", input_names=_INPUTS, output_names=_OUTPUTS,
                 source=_CUDA_SOURCE, header=CUDA_HEADER, ensure_row_contiguous=False)
         else:

@@ -7,7 +7,47 @@ from functools import cache
 
 import mlx.core as mx
 
+from kernels.kernel_seeding import SEEDER, dtype_name
 from kernels.stand_in import COUNT, StandInKernel
+
+
+def cuda_kernel(*, name: str, input_names: list[str], output_names: list[str], source: str,
+                header: str = "", ensure_row_contiguous: bool = True):
+    """`mx.fast.cuda_kernel`, whose every new instance is also compiled into MLX's disk
+    cache by kernels/kernel_seeding.py (MLX keeps none of a custom kernel's)."""
+    return _SeededCudaKernel(name, input_names, output_names, source, header,
+                             ensure_row_contiguous)
+
+
+class _SeededCudaKernel:
+    def __init__(self, name, input_names, output_names, source, header, row_contiguous):
+        self._kernel = mx.fast.cuda_kernel(
+            name=name, input_names=input_names, output_names=output_names, source=source,
+            header=header, ensure_row_contiguous=row_contiguous)
+        self._spec = (name, header, source, input_names, output_names)
+        self._seen: set = set()
+
+    def __call__(self, *, inputs, output_dtypes, template=(), **launch):
+        template = list(template or ())
+        key = (tuple((a.dtype, a.ndim) if isinstance(a, mx.array) else None for a in inputs),
+               tuple(output_dtypes), tuple(template))
+        if key not in self._seen:
+            self._seen.add(key)
+            self._note(key)
+        return self._kernel(inputs=inputs, output_dtypes=output_dtypes,
+                            template=template or None, **launch)
+
+    def _note(self, key) -> None:
+        """What MLX builds this instance's source from (kernels/cuda_jit_names.py)."""
+        name, header, source, input_names, output_names = self._spec
+        if None in key[0]:      # a Python scalar input: MLX picks its dtype; not seeded
+            return
+        inputs = [(n, dtype_name(d), nd) for n, (d, nd) in zip(input_names, key[0])]
+        outputs = [(n, dtype_name(d)) for n, d in zip(output_names, key[1])]
+        template = tuple((k, dtype_name(v) if isinstance(v, mx.Dtype) else v)
+                         for k, v in key[2])
+        ingredients = (name, header, source, inputs, outputs, template)
+        SEEDER.note(repr((name, hash(header), hash(source)) + ingredients[3:]), ingredients)
 
 
 class KernelBuild:
@@ -28,7 +68,7 @@ class KernelBuild:
         if backend == COUNT:
             return StandInKernel(self.name)
         if backend not in self._built:
-            make = mx.fast.cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
+            make = cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
             extra = {"header": self.headers[backend]} if self.headers[backend] else {}
             self._built[backend] = make(
                 name=self.kernel_name, input_names=self.inputs, output_names=self.outputs,

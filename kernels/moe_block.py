@@ -28,7 +28,7 @@ import mlx.core as mx
 
 import kernels.moe_experts as me
 import kernels.moe_route as mr
-from kernels.kernel_build import scalar
+from kernels.kernel_build import cuda_kernel, scalar
 from kernels.moe_block_src import SOURCES
 from kernels.stand_in import COUNT, StandInKernel
 
@@ -57,7 +57,7 @@ def _get(backend: str):
         return StandInKernel(NAME), StandInKernel(NAME)
     if backend not in _built:
         header, gate_up, down = SOURCES[backend]
-        make = mx.fast.cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
+        make = cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
         _built[backend] = (
             make(name="tandem_moe_block_gate_up",
                  input_names=["x", "logits", "row_map", "w", "scales", "biases", "sw", "ss", "sb"],

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+from kernels.kernel_build import cuda_kernel
 from kernels.moe_experts_src import _SOURCES
 from kernels.stand_in import COUNT, StandInKernel
 
@@ -81,7 +82,7 @@ def _get(backend: str):
         return StandInKernel(NAME), StandInKernel(NAME)
     if backend not in _built:
         header, gate_up, down = _SOURCES[backend]
-        make = mx.fast.cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
+        make = cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
         _built[backend] = (
             make(name="tandem_moe_gate_up",
                  input_names=["x", "idx", "w", "scales", "biases", "sw", "ss", "sb"],

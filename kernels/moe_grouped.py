@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from kernels.kernel_build import cuda_kernel
 from kernels.moe_experts import GROUP_SIZES, QuantExperts
 from kernels.moe_experts import reference as experts_reference
 from kernels.moe_grouped_src import CUDA_DOWN, CUDA_GATE_UP, CUDA_HEADER
@@ -44,11 +45,11 @@ def _get(backend: str):
         raise ValueError(f"{NAME} has a CUDA source only, not {backend!r}")
     if backend not in _built:
         _built[backend] = (
-            mx.fast.cuda_kernel(name="tandem_moe_grouped_gate_up",
+            cuda_kernel(name="tandem_moe_grouped_gate_up",
                                 input_names=["x", "order", "eid", "w", "scales", "biases"],
                                 output_names=["h", "seg"], source=CUDA_GATE_UP,
                                 header=CUDA_HEADER),
-            mx.fast.cuda_kernel(name="tandem_moe_grouped_down",
+            cuda_kernel(name="tandem_moe_grouped_down",
                                 input_names=["h", "order", "seg", "scores", "w", "scales",
                                              "biases"],
                                 output_names=["y"], source=CUDA_DOWN, header=CUDA_HEADER))

@@ -18,6 +18,7 @@ import math
 
 import mlx.core as mx
 
+from kernels.kernel_build import cuda_kernel
 from kernels.paged_attention_src import (
     _CUDA_HEADER,
     _CUDA_PASS1,
@@ -39,11 +40,11 @@ def _get(backend: str):
         return StandInKernel(NAME + "_p1"), StandInKernel(NAME + "_p2")
     if backend not in _built:
         if backend == "cuda":
-            p1 = mx.fast.cuda_kernel(
+            p1 = cuda_kernel(
                 name="tandem_paged_attn_p1", header=_CUDA_HEADER, source=_CUDA_PASS1,
                 input_names=["q", "k_pool", "v_pool", "block_tables", "context_lens", "scale"],
                 output_names=["part_acc", "part_ml"])
-            p2 = mx.fast.cuda_kernel(
+            p2 = cuda_kernel(
                 name="tandem_paged_attn_p2", header=_CUDA_HEADER, source=_CUDA_PASS2,
                 input_names=["part_acc", "part_ml", "gate"], output_names=["out"],
                 ensure_row_contiguous=False)

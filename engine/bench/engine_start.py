@@ -16,6 +16,7 @@ from engine.bench.synthetic import SYNTHETIC_PREFIX, synthetic_in_memory
 from engine.config import EngineConfig
 from engine.core.engine import Engine
 from engine.events import LoadProgress
+from kernels.kernel_seeding import SEEDER
 
 
 def open_engine(model: str | None, config: EngineConfig, quiet: bool = False) -> Engine:
@@ -38,6 +39,7 @@ def open_engine(model: str | None, config: EngineConfig, quiet: bool = False) ->
     t_ready = time.perf_counter()
     engine.wait_for_warm_up()
     t_warm = time.perf_counter()
+    SEEDER.wait_idle()
     if not quiet:
         at_load = t_ready - compiling[0] if compiling else 0.0
         print(f"# engine start: weights built {t_built - t0:.1f} s, load to Ready "
@@ -45,6 +47,9 @@ def open_engine(model: str | None, config: EngineConfig, quiet: bool = False) ->
               f"{self_test_s(steps):.1f} s, {len(compiling)} warm-up steps "
               f"{at_load:.1f} s), background warm-up {t_warm - t_ready:.1f} s more",
               flush=True)
+        if SEEDER.state != "off":
+            print(f"# {SEEDER.summary()} (then {time.perf_counter() - t_warm:.1f} s "
+                  "waited for its workers)", flush=True)
     return engine
 
 

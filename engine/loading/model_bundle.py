@@ -14,7 +14,8 @@ from engine.loading.default_model import default_model_path
 from engine.loading.loader import load_model
 from engine.models.base import fuse_projections, use_kernels
 from engine.tokenization.tokenizer import Tokenizer
-from kernels import NO_KERNELS, KernelSet, select_kernels
+from kernels import NO_KERNELS, KernelSet, gpu_backend, select_kernels
+from kernels.kernel_seeding import SEEDER
 
 
 @dataclass
@@ -62,6 +63,8 @@ def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
     """Runs on the engine thread: weights, tokenizer, projections joined, kernel self-test.
     Reports progress up to 0.88; the engine reports the warm-up and "Ready" after it."""
     report = on_progress or (lambda p: None)
+    if gpu_backend() == "cuda":
+        SEEDER.start()      # kernels compile in workers while the weights are read
     if isinstance(model, InMemoryModel):
         return _in_memory_bundle(model, config, report)
     path = Path(model).expanduser() if model is not None else default_model_path()
@@ -100,6 +103,7 @@ def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
 def _give_kernels(model, config: EngineConfig) -> KernelSet:
     """Self-test the kernels here (unless turned off) and give the model the ones that
     passed: its own set, so another engine in this process cannot change it."""
+    SEEDER.check()          # CUDA: from here on, kernels met are compiled in workers too
     kernels = select_kernels(config.use_kernels, selftest_verdict_dir())
     use_kernels(model, kernels)
     return kernels

@@ -29,25 +29,9 @@ import kernels.moe_route as mr
 import kernels.paged_attention_src as pas
 import kernels.qmm_rows as qr
 import kernels.qmm_rows_src as qrs
+from kernels.cuda_jit_names import wrap_source
 
-TYPES = {"float32": "float", "bfloat16": "__nv_bfloat16", "int32": "int32_t",
-         "uint32": "uint32_t"}
-HEADER = '\n#include "mlx/backend/cuda/device/utils.cuh"\n\n#include <cooperative_groups.h>\n\n'
-
-
-def wrap(name: str, header: str, source: str, inputs, outputs, template) -> str:
-    """The source MLX JIT-compiles: inputs (name, dtype, ndim), outputs (name, dtype)."""
-    s = HEADER + header + "namespace mlx::core::cu {\n\nnamespace cg = cooperative_groups;\n\n"
-    s += f"__global__ void {name}(\n"
-    for n, dt, ndim in inputs:
-        s += f"    const {TYPES[dt]}* {n},\n"
-        for suffix, kind in (("shape", "Shape"), ("strides", "Strides"), ("ndim", "int")):
-            if ndim > 0 and f"{n}_{suffix}" in source:
-                s += f"    const __grid_constant__ {kind} {n}_{suffix},\n"
-    s += ",\n".join(f"    {TYPES[dt]}* {n}" for n, dt in outputs) + ") {\n"
-    for k, v in template:
-        s += f"  using {k} = {TYPES[v]};\n" if isinstance(v, str) else f"  constexpr int {k} = {v};\n"
-    return s + "\n" + source + "\n}\n\n} // namespace mlx::core::cu\n"
+wrap = wrap_source     # the source MLX JIT-compiles (kernels/cuda_jit_names.py)
 
 
 def cases(dt: str):
