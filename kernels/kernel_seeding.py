@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import mlx.core as mx
@@ -113,6 +114,7 @@ class Seeder:
         self._canary_ok = False
         self.tools: Toolchain | None = None
         self.cache = Path()
+        self.dry = False          # kernels only note their instance (see dry_run)
 
     def start(self) -> None:
         """On the engine thread, once a process, before any kernel runs: find the toolchain
@@ -181,6 +183,16 @@ class Seeder:
         end = time.monotonic() + timeout
         while self.state == "on" and self._jobs.unfinished_tasks and time.monotonic() < end:
             time.sleep(0.1)
+
+    @contextmanager
+    def dry_run(self):
+        """Kernels called inside note their instance and return zeros, running nothing:
+        a pass that tells the workers what is coming (kernels/selftest.py)."""
+        self.dry = True
+        try:
+            yield
+        finally:
+            self.dry = False
 
     def summary(self) -> str:
         c = self.counts

@@ -178,3 +178,29 @@ def test_every_cuda_kernel_is_made_through_the_seeding_wrapper():
 def test_on_cuda_mlx_loads_what_the_seeder_writes():
     SEEDER.start()
     assert SEEDER.check(), SEEDER.summary()
+
+
+def test_in_a_dry_run_a_kernel_notes_its_instance_and_runs_nothing(monkeypatch):
+    noted = []
+    monkeypatch.setattr(SEEDER, "note", lambda key, ingredients: noted.append(key))
+    k = _SeededCudaKernel.__new__(_SeededCudaKernel)
+    k._kernel = lambda **kw: pytest.fail("ran in a dry run")
+    k._spec, k._seen = ("tandem_x", "", "body", ["a"], ["y", "z"]), set()
+    with SEEDER.dry_run():
+        y, z = k(inputs=[mx.ones((2,))], output_dtypes=[mx.float32, mx.int32],
+                 output_shapes=[(3,), (1, 2)], grid=(1, 1, 1), threadgroup=(1, 1, 1))
+    assert not SEEDER.dry and len(noted) == 1
+    assert y.shape == (3,) and z.dtype == mx.int32 and not z.any().item()
+
+
+def test_the_selftest_notes_every_check_before_running_one(monkeypatch):
+    import kernels.selftest as selftest
+    seen = []
+
+    def failing(backend):
+        seen.append(("failing", SEEDER.dry))
+        raise ValueError("zeros tripped it")
+    monkeypatch.setattr(selftest, "CHECKS", {
+        "a": failing, "b": lambda backend: seen.append(("b", SEEDER.dry)) or 0.0})
+    selftest._note_ahead("cuda")
+    assert seen == [("failing", True), ("b", True)] and not SEEDER.dry
