@@ -42,7 +42,10 @@ log = logging.getLogger(__name__)
 ENV_VAR = "TANDEM_KERNEL_SEEDING"
 MAX_WORKERS = 8
 _WORKER = Path(__file__).with_name("nvrtc_worker.py")
-_CANARY = ("tandem_seed_canary", "out[0] = x[0] + 1.0f;", "out[0] = x[0] + 41.0f;")
+# Every part of MLX's wrapping: a shape argument, int, bool and dtype template constants.
+_CANARY = ("tandem_seed_canary", "out[0] = T(x[0] + N + (B ? 1 : 0) + x_shape[0]);",
+           "out[0] = T(x[0] + N + (B ? 1 : 0) + x_shape[0] + 36);")
+_CANARY_TEMPLATE = (("N", 3), ("B", True), ("T", "float32"))
 
 
 def _nvrtc_library(mlx_dir: Path) -> str | None:
@@ -159,12 +162,13 @@ class Seeder:
 
     @staticmethod
     def _canary_value() -> float:
-        """The canary run by MLX: 2 from its own compile of the source, 42 from the
+        """The canary run by MLX: 6 from its own compile of the source, 42 from the
         module written under that source's name."""
         name, body, _ = _CANARY
         k = mx.fast.cuda_kernel(name=name, input_names=["x"], output_names=["out"],
                                 source=body)
         return k(inputs=[mx.array([1.0])], output_shapes=[(1,)], output_dtypes=[mx.float32],
+                 template=[("N", 3), ("B", True), ("T", mx.float32)],
                  grid=(1, 1, 1), threadgroup=(1, 1, 1))[0].item()
 
     def note(self, key: str, ingredients: tuple) -> None:
@@ -204,11 +208,12 @@ class Seeder:
 
     def _seed_canary(self) -> None:
         name, body, other = _CANARY
-        inputs, outputs = [("x", "float32", 1)], [("out", "float32")]
-        kname = kernel_name(name, ())
-        module = module_name(kname, wrap_source(kname, "", body, inputs, outputs, ()))
-        self._canary_ok = self._compile(wrap_source(kname, "", other, inputs, outputs, ()),
-                                        module, kname) is not None
+        inputs, outputs, t = [("x", "float32", 1)], [("out", "float32")], _CANARY_TEMPLATE
+        kname = kernel_name(name, t)
+        module = module_name(kname, wrap_source(kname, "", body, inputs, outputs, t))
+        # "other" names x_shape as "body" does, so both get the same signature
+        self._canary_ok = self._compile(wrap_source(kname, "", other, inputs, outputs, t),
+                                        module, kname) == "compiled"
 
     def _work(self) -> None:
         while True:

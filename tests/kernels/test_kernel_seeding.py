@@ -129,11 +129,27 @@ def test_a_module_already_in_the_cache_is_not_compiled_again(tmp_path, monkeypat
 
 
 def test_when_mlx_compiles_the_canary_itself_nothing_is_written(tmp_path, monkeypatch):
-    s, compiled = _seeder(tmp_path, 2.0, monkeypatch)     # MLX's own compile: 1 + 1
+    s, compiled = _seeder(tmp_path, 6.0, monkeypatch)     # MLX's own compile: 1 + 3 + 1 + 1
     s.note("a", INGREDIENTS)
     assert not s.check() and s.state == "failed"
     s.note("b", INGREDIENTS)
     assert compiled == [] and s._pending == [] and s._jobs.empty()
+
+
+def test_the_canary_is_one_sources_code_under_the_other_sources_name(tmp_path, monkeypatch):
+    from kernels.cuda_jit_names import kernel_name, module_name, wrap_source
+    from kernels.kernel_seeding import _CANARY, _CANARY_TEMPLATE
+    s, compiled = _seeder(tmp_path, 42.0, monkeypatch)
+    asked = []
+    monkeypatch.setattr(s, "_compile", lambda *a: asked.append(a) or "compiled")
+    s._seed_canary()
+    (source, module, kname), = asked
+    name, body, other = _CANARY
+    assert kname == kernel_name(name, _CANARY_TEMPLATE) == "custom_kernel_tandem_seed_canary_3_t_float"
+    io = ([("x", "float32", 1)], [("out", "float32")], _CANARY_TEMPLATE)
+    assert module == module_name(kname, wrap_source(kname, "", body, *io))
+    assert source == wrap_source(kname, "", other, *io) and "x_shape" in source
+    assert s._canary_ok
 
 
 def test_seeding_is_off_where_asked_and_without_cuda(monkeypatch):
