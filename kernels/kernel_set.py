@@ -44,6 +44,7 @@ class KernelSet:
     off: (kernel name, why) for each kernel that must not launch."""
     backend: str | None = None
     off: tuple[tuple[str, str], ...] = ()
+    grouped_from: int | None = None     # moe_grouped's pairs from, measured at load (None: off)
 
     def __post_init__(self):
         if self.backend is not None and self.backend not in BACKENDS:
@@ -68,8 +69,11 @@ class KernelSet:
     def status(self) -> dict[str, str]:
         """name -> 'cuda' | 'metal' | 'reference (<why>)', for the status panel."""
         why = {**(CUDA_ONLY if self.backend == "metal" else {}), **dict(self.off)}
-        return {name: self.launches(name) or f"reference ({why.get(name, 'no GPU backend')})"
-                for name in NAMES}
+        status = {name: self.launches(name) or f"reference ({why.get(name, 'no GPU backend')})"
+                  for name in NAMES}
+        if self.launches(mg.NAME) and mg.MIN_PAIRS is None and self.grouped_from is None:
+            status[mg.NAME] = "reference (not faster than MLX's own path where measured)"
+        return status
 
     # -- dispatch: the kernel's result, or None (the caller runs its plain-mx path) ----
     def gated_delta_step(self, q, k, v, g, beta, pool, slots, fresh=None, decay=None):
@@ -145,9 +149,11 @@ class KernelSet:
     def moe_grouped(self, x, idx, scores, experts):
         """y [N, D] of kernels.moe_grouped: the routed experts' weighted sum (as moe_experts
         without the shared expert and residual) for a prompt chunk's many pairs, grouped by
-        expert. CUDA only; from moe_grouped.MIN_PAIRS pairs (off while that is None)."""
+        expert. CUDA only; from moe_grouped.MIN_PAIRS pairs where a bench sets it, else
+        from `grouped_from` (kernels/moe_grouped_tune.py: where it measured faster)."""
         backend = self.launches(mg.NAME)
-        if backend is None or not mg.applies(x, idx, experts):
+        least = mg.MIN_PAIRS if mg.MIN_PAIRS is not None else self.grouped_from
+        if backend is None or least is None or not mg.applies(x, idx, experts, least):
             return None
         return mg.kernel(x, idx, scores, experts, backend=backend)
 

@@ -16,8 +16,9 @@ with the caller (engine/models/moe.py). Contract: 4-bit affine experts
 (`moe_experts.QuantExperts`), D % 32 == 0 and the group size in (32, 64, 128); hidden I a
 multiple of 8 * RPW1 and of 32 with I / 32 a power of two up to 32 or a multiple of 32.
 
-Runs where a chunk's pairs number at least MIN_PAIRS (None: never, the default until a
-GPU measures it against the plain path; `--moe-grouped-from` in the benches).
+Runs where a chunk's pairs number at least what the model's kernel set says
+(`KernelSet.grouped_from`: measured against the plain path on this GPU at load,
+kernels/moe_grouped_tune.py), or MIN_PAIRS where a bench forces it (`--moe-grouped-from`).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from kernels.moe_grouped_src import CUDA_DOWN, CUDA_GATE_UP, CUDA_HEADER
 from kernels.stand_in import COUNT, StandInKernel
 
 NAME = "moe_grouped"
-MIN_PAIRS: int | None = None    # pairs from which it runs; None: off (not measured yet)
+MIN_PAIRS: int | None = None    # forced: the pairs from which it runs; None: as measured
 RPW1 = 2          # gate rows a warp (and their up rows): 2 x 2 chunks of weights a lane
 RPW2 = 8          # down rows a warp
 
@@ -70,7 +71,7 @@ def applies(x, idx, experts: QuantExperts, min_pairs: int | None = None) -> bool
     """Shapes and formats the kernel handles, at or past min_pairs (MIN_PAIRS when None)
     pairs; the caller's plain path takes the rest."""
     least = MIN_PAIRS if min_pairs is None else min_pairs
-    if least is None or x.ndim != 2 or idx.ndim != 2 or idx.shape[0] != x.shape[0]:
+    if least is None or least < 1 or x.ndim != 2 or idx.ndim != 2 or idx.shape[0] != x.shape[0]:
         return False
     (N, D), K, hidden, gs = x.shape, idx.shape[1], experts.hidden, experts.group_size
     gw, dw = experts.gate_up[0], experts.down[0]

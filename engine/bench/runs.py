@@ -182,7 +182,8 @@ def add_moe_max_pairs_arg(parser) -> None:
     parser.add_argument("--moe-grouped-from", type=int, default=None,
                         help="kernels.moe_grouped.MIN_PAIRS for this run: the pairs from "
                              "which a prompt chunk's experts run grouped by expert (CUDA; "
-                             "off by default until measured)")
+                             "0: never; default: as measured at load, "
+                             "kernels/moe_grouped_tune.py)")
 
 
 def apply_moe_max_pairs(args) -> None:

@@ -11,6 +11,7 @@ from engine.events import LoadProgress
 from engine.kernel_cache import selftest_verdict_dir
 from engine.loading import cpu_dense, cpu_layout, cuda_qmm_guard
 from engine.loading.default_model import default_model_path
+from engine.loading.grouped_tune import tune_grouped
 from engine.loading.loader import load_model
 from engine.models.base import fuse_projections, use_kernels
 from engine.tokenization.tokenizer import Tokenizer
@@ -33,6 +34,7 @@ class ModelBundle:
         return self.kernels.status()
     weights: dict = field(default_factory=dict)   # cpu_dense.WeightsChoice.as_dict()
     blas: dict = field(default_factory=lambda: blas_info().as_dict())   # CPU matmuls
+    grouped_note: str = ""     # what moe_grouped's measure at load found (grouped_tune.py)
 
 
 @dataclass(frozen=True)
@@ -80,10 +82,10 @@ def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
     cuda_qmm_guard.apply(loaded.model)     # CUDA: no one-group quantized matmul (tiny models)
     cpu_layout.arrange(loaded.model)       # after joining: the joined weights' layout
     report(LoadProgress(0.88, "Checking kernels"))
-    kernels = _give_kernels(loaded.model, config)
+    kernels, note = _give_kernels(loaded.model, config, report)
     name = path.stem if path.is_file() else path.name
     return ModelBundle(loaded.model, tokenizer, loaded.config, path, name, kernels,
-                       loaded.weights.as_dict())
+                       loaded.weights.as_dict(), grouped_note=note)
 
 
 def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
@@ -95,15 +97,21 @@ def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
     cuda_qmm_guard.apply(m.model)
     cpu_layout.arrange(m.model)
     report(LoadProgress(0.88, "Checking kernels"))
-    kernels = _give_kernels(m.model, config)
+    kernels, note = _give_kernels(m.model, config, report)
     return ModelBundle(m.model, m.tokenizer, m.config, Path(m.name), m.name, kernels,
-                       weights.as_dict())
+                       weights.as_dict(), grouped_note=note)
 
 
-def _give_kernels(model, config: EngineConfig) -> KernelSet:
+def _give_kernels(model, config: EngineConfig,
+                  report: Callable[[LoadProgress], None]) -> tuple[KernelSet, str]:
     """Self-test the kernels here (unless turned off) and give the model the ones that
-    passed: its own set, so another engine in this process cannot change it."""
+    passed: its own set, so another engine in this process cannot change it. On CUDA,
+    also where the grouped experts kernel beats the model's own path (grouped_tune.py)."""
     SEEDER.check()          # CUDA: from here on, kernels met are compiled in workers too
     kernels = select_kernels(config.use_kernels, selftest_verdict_dir())
     use_kernels(model, kernels)
-    return kernels
+    tuned, note = tune_grouped(
+        model, kernels, lambda: report(LoadProgress(0.89, "Measuring the experts kernel")))
+    if tuned is not kernels:
+        use_kernels(model, tuned)
+    return tuned, note

@@ -279,6 +279,10 @@ class SparseMoeBlock(nn.Module):
                 y = self.kernel_set.moe_grouped(x, idx, scores, quantized)
             if y is not None:
                 return y
+        return self.gathered_experts(x, idx, scores)
+
+    def gathered_experts(self, x: mx.array, idx: mx.array, scores: mx.array) -> mx.array:
+        """The plain path of `experts`: MLX's gathered matmuls, then the weighted sum."""
         # gather_(q)mm takes uint32 indices (made once here, not in each of its calls);
         # the weighted sum runs in x's dtype. Both no-ops after the plain router.
         y = self.switch_mlp(x, _as_uint32(idx))                              # [N, k, D]

@@ -5,8 +5,8 @@ The real shapes (E=256, k=8, D=2048, I=512, 4-bit group 64, bf16), each token ro
 random 8 of 256, chunks of N = 32-512 tokens (256-4,096 pairs); routed experts only (the
 shared expert and the residual are the same dense path in all three). Each expert's
 weights are ~1.5 MB: reading all 256 once is ~0.4 GB, ~0.13 ms at 3 TB/s, the floor a
-launch pair reading each once can approach. kernels/moe_grouped.MIN_PAIRS (the engine's
-switch, off until this is measured) is chosen from where the grouped column wins.
+launch pair reading each once can approach. The engine makes the same comparison itself
+at load, on the model's own layer (kernels/moe_grouped_tune.py); this table shows it whole.
 Run: PYTHONPATH=. python -m kernels.bench.moe_grouped
 """
 from __future__ import annotations

@@ -1,0 +1,78 @@
+"""From how many pairs kernels/moe_grouped beats the model's own path, measured at load.
+
+The grouped kernel reads each expert once a launch; MLX 0.32's CUDA `gather_qmm` reads an
+expert again for every pair (kernels/moe_grouped.py). Which wins depends on the GPU, the
+model's widths and MLX's version, so it is measured where the engine runs: once a model
+is loaded and its self-test passed the kernel, on one of its own MoE layers, at the
+prompt-chunk lengths the prefill budget picks, each path called alternately (the first
+call of each untimed: it compiles), median of RUNS. The kernel then runs from the fewest
+pairs at which it was faster by MARGIN there and at every longer chunk measured; nowhere
+faster, it stays off. A few hundred milliseconds at load on a GPU; never on a CPU.
+Runs on the engine thread (it evaluates).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from statistics import median
+
+import mlx.core as mx
+
+SIZES = (16, 32, 64, 128, 256, 512)   # prompt-chunk lengths a step beside decode reads
+MARGIN = 0.9      # chosen only where it takes at most 90 % of the plain path's time
+RUNS = 5
+
+
+def routed_inputs(n: int, k: int, num_experts: int, dims: int, dtype: mx.Dtype,
+                  seed: int = 0) -> tuple[mx.array, mx.array, mx.array]:
+    """x [n, dims], idx [n, k] (k distinct experts a token, int32 as the router kernel
+    gives them) and scores [n, k] (summing to 1): random routing, as a chunk's tokens
+    spread over the experts."""
+    kx, ki, ks = mx.random.split(mx.random.key(seed), 3)
+    x = mx.random.normal((n, dims), key=kx).astype(dtype)
+    idx = mx.argsort(mx.random.uniform(shape=(n, num_experts), key=ki), axis=-1)[:, :k]
+    scores = mx.softmax(mx.random.normal((n, k), key=ks), axis=-1)
+    return x, idx.astype(mx.int32), scores
+
+
+def time_both(plain: Callable, grouped: Callable, args: tuple, runs: int = RUNS,
+              clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
+    """Median seconds of each path on `args`, the two alternating."""
+    def once(f) -> float:
+        start = clock()
+        mx.eval(f(*args))
+        return clock() - start
+    once(plain), once(grouped)              # compiles, and the buffers' first use
+    pairs = [(once(plain), once(grouped)) for _ in range(runs)]
+    return median(p for p, _ in pairs), median(g for _, g in pairs)
+
+
+def crossing(times: dict[int, tuple[float, float]], k: int) -> int | None:
+    """The fewest pairs (tokens * k) from which grouped took at most MARGIN of the plain
+    path's time at every measured length; None when it did not at the longest."""
+    least = None
+    for n in sorted(times, reverse=True):
+        plain, grouped = times[n]
+        if grouped > MARGIN * plain:
+            break
+        least = n * k
+    return least
+
+
+def tune(plain: Callable, grouped: Callable, applies: Callable, inputs: Callable[[int], tuple],
+         k: int, sizes=SIZES, timer: Callable = time_both) -> tuple[int | None, dict]:
+    """(the pairs from which to run the grouped kernel or None, {tokens: (plain s,
+    grouped s)}) over the lengths at which the kernel applies."""
+    times = {}
+    for n in sizes:
+        args = inputs(n)
+        if applies(*args):
+            times[n] = timer(plain, grouped, args)
+    return crossing(times, k), times
+
+
+def describe(least: int | None, times: dict[int, tuple[float, float]], k: int) -> str:
+    """One line for the logs and the benches' start line."""
+    cols = ", ".join(f"{n * k}: {p * 1e6:.0f}/{g * 1e6:.0f} us" for n, (p, g) in times.items())
+    verdict = f"from {least} pairs" if least is not None else "off (not faster here)"
+    return f"moe_grouped {verdict}; measured plain/grouped a layer at {cols or 'no length'}"

@@ -1,0 +1,127 @@
+"""Where the grouped experts kernel runs: measured at load (kernels/moe_grouped_tune.py,
+engine/loading/grouped_tune.py). No timing here: the clock and the measure are scripted;
+what is checked is the choice made from given times, that both measured paths compute
+the model's experts, and that the choice reaches the model's own kernel set."""
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+from float32_tolerance import assert_close
+
+import engine.loading.grouped_tune as gt
+import kernels.moe_grouped as mg
+from engine.bench.profile_ops import ops_by_primitive
+from engine.models.base import kernel_set_of, use_kernels
+from engine.models.moe import SparseMoeBlock
+from kernels.kernel_set import KernelSet
+from kernels.moe_grouped_tune import MARGIN, crossing, describe, routed_inputs, time_both, tune
+from kernels.stand_in import COUNT, gpu_graph
+
+
+def test_it_runs_from_the_shortest_length_from_which_it_always_won():
+    k = 8
+    assert crossing({16: (1.0, 1.5), 32: (1.0, 0.8), 64: (2.0, 1.0), 128: (4.0, 1.1)}, k) == 256
+    # a loss at a longer length ends it there: a win below it does not count
+    assert crossing({16: (1.0, 0.5), 32: (1.0, 0.95), 64: (2.0, 1.0)}, k) == 512
+    assert crossing({16: (1.0, 0.5), 512: (1.0, 1.2)}, k) is None      # lost at the longest
+    assert crossing({}, k) is None
+    assert crossing({64: (1.0, MARGIN)}, k) == 512                    # the margin, met
+    assert crossing({64: (1.0, MARGIN + 1e-6)}, k) is None
+
+
+def test_the_two_paths_alternate_and_their_medians_are_kept():
+    calls, now = [], [0.0]
+    cost = {"plain": 3.0, "grouped": 1.0}
+
+    def path(name):
+        def run(x):
+            calls.append(name)
+            now[0] += cost[name] + (10.0 if calls.count(name) == 1 else 0.0)  # compiles
+            return x + 1
+        return run
+    plain, grouped = time_both(path("plain"), path("grouped"), (mx.zeros(2),), runs=3,
+                               clock=lambda: now[0])
+    assert (plain, grouped) == (3.0, 1.0)
+    assert calls == ["plain", "grouped"] * 4
+
+
+def test_lengths_it_does_not_fit_are_not_measured():
+    measured = []
+
+    def timer(plain, grouped, args):
+        measured.append(args[0])
+        return {16: (1.0, 2.0), 64: (2.0, 1.0)}[args[0]]
+    least, times = tune(None, None, lambda n: n != 32, lambda n: (n,), 8, (16, 32, 64), timer)
+    assert measured == [16, 64] and least == 512 and set(times) == {16, 64}
+    line = describe(least, times, 8)
+    assert line.startswith("moe_grouped from 512 pairs") and "128: 1000000/2000000 us" in line
+    assert describe(None, {}, 8).startswith("moe_grouped off (not faster here)")
+
+
+def test_random_routing_picks_k_distinct_experts_a_token():
+    x, idx, scores = routed_inputs(64, 8, 32, 128, mx.bfloat16)
+    assert x.shape == (64, 128) and x.dtype == mx.bfloat16 and idx.dtype == mx.int32
+    assert all(len(set(row)) == 8 for row in idx.tolist())
+    assert mx.allclose(scores.sum(axis=-1), mx.ones(64)).item()
+
+
+def _model():
+    """A one-block 'model': the layer tune_grouped measures on, quantized as loaded."""
+    mx.random.seed(0)
+    block = SparseMoeBlock(dims=256, hidden=128, shared_hidden=64, num_experts=16, top_k=4,
+                           norm_topk_prob=True)
+    nn.quantize(block, group_size=64, bits=4)
+    block.fuse_projections()
+    mx.eval(block.parameters())
+    model = nn.Sequential(block)
+    return model, block
+
+
+def test_at_load_the_measured_choice_goes_into_the_models_own_kernel_set(monkeypatch):
+    """Both measured paths compute the block's routed experts (the grouped one as its
+    reference here: no CUDA), and the answer becomes the model's `grouped_from`."""
+    model, block = _model()
+    cuda = KernelSet("cuda")
+    use_kernels(model, cuda)
+    monkeypatch.setattr(mg, "kernel", lambda x, idx, scores, experts, backend:
+                        mg.reference(x, idx, scores, experts))
+    seen, announced = {}, []
+
+    def scripted(plain, grouped, applies, inputs, k, sizes=(), timer=None):
+        args = inputs(16)
+        seen.update(plain=plain(*args), grouped=grouped(*args), fits=applies(*args), k=k)
+        return 128, {16: (2.0, 1.0)}
+    monkeypatch.setattr(gt, "tune", scripted)
+    tuned, note = gt.tune_grouped(model, cuda, lambda: announced.append(1))
+    assert tuned.grouped_from == 128 and tuned.backend == "cuda" and tuned.off == cuda.off
+    assert note.startswith("moe_grouped from 128 pairs") and announced == [1]
+    assert seen["fits"] and seen["k"] == 4
+    # the sums on a value's path: over D (gate, up), over I (down), over the k experts
+    assert_close(seen["plain"], seen["grouped"], depth=256 + 128 + 4, what="plain vs grouped")
+    # a bench's forced threshold, another backend, or no MoE layer: nothing measured
+    monkeypatch.setattr(mg, "MIN_PAIRS", 64)
+    assert gt.tune_grouped(model, cuda) == (cuda, "")
+    monkeypatch.setattr(mg, "MIN_PAIRS", None)
+    assert gt.tune_grouped(model, KernelSet("metal")) == (KernelSet("metal"), "")
+    assert gt.tune_grouped(nn.Sequential(nn.Linear(4, 4)), cuda) == (cuda, "")
+
+
+def test_the_kernel_sets_threshold_decides_and_its_status_says_so():
+    model, block = _model()
+    x = mx.zeros((96, 256))             # 384 pairs: past moe_experts' MAX_PAIRS
+    counts = {}
+    for least in (None, 385, 384):
+        use_kernels(model, KernelSet(COUNT, grouped_from=least))
+        with gpu_graph() as ledger:
+            ops_by_primitive(block(x))
+            counts[least] = ledger.calls.get(mg.NAME, 0)
+    assert counts == {None: 0, 385: 0, 384: 2}
+    assert kernel_set_of(model).grouped_from == 384
+    assert KernelSet(COUNT, grouped_from=128).status()[mg.NAME] == COUNT
+    assert KernelSet(COUNT).status()[mg.NAME].startswith("reference (not faster")
+
+
+@pytest.fixture(autouse=True)
+def _no_forced_threshold(monkeypatch):
+    monkeypatch.setattr(mg, "MIN_PAIRS", None)
