@@ -4,8 +4,8 @@ The grouped kernel reads each expert once a launch; MLX 0.32's CUDA `gather_qmm`
 expert again for every pair (kernels/moe_grouped.py). Which wins depends on the GPU, the
 model's widths and MLX's version, so it is measured where the engine runs: once a model
 is loaded and its self-test passed the kernel, on one of its own MoE layers, at the
-prompt-chunk lengths the prefill budget picks (32-512 tokens), each path called alternately (the first
-call of each untimed: it compiles), median of RUNS. The kernel then runs from the fewest
+prompt-chunk lengths the prefill budget picks (32-512 tokens), each path called
+alternately (the first call of each untimed: it compiles), median of RUNS. The kernel then runs from the fewest
 pairs at which it was faster by MARGIN there and at every longer chunk measured; nowhere
 faster, it stays off. A few hundred milliseconds at load on a GPU; never on a CPU.
 Runs on the engine thread (it evaluates).
