@@ -21,6 +21,7 @@ The worker threads here never touch mx; `note` and `check` run on the engine thr
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import logging
 import os
@@ -41,6 +42,7 @@ from kernels.mlx_device_headers import embedded_headers, needed
 log = logging.getLogger(__name__)
 ENV_VAR = "TANDEM_KERNEL_SEEDING"
 MAX_WORKERS = 8
+GIVE_UP = 3          # failed compiles, with none done, after which seeding stops
 _WORKER = Path(__file__).with_name("nvrtc_worker.py")
 # Every part of MLX's wrapping: a shape argument, int, bool and dtype template constants.
 _CANARY = ("tandem_seed_canary", "out[0] = T(x[0] + N + (B ? 1 : 0) + x_shape[0]);",
@@ -84,6 +86,14 @@ class Toolchain:
                         + [f"--include-path={p}" for p in paths])
         self.headers = embedded_headers((mlx_dir / "lib" / "libmlx.so").read_bytes(), include)
 
+    def identity(self) -> str:
+        """What the written code depends on besides its source: NVRTC and its options
+        (the GPU's architecture among them) and MLX's headers."""
+        h = hashlib.sha256()
+        for name, text in sorted(self.headers.items()):
+            h.update(name.encode() + b"\0" + text + b"\0")
+        return f"{self.nvrtc}|{' '.join(self.options)}|{mx.__version__}|{h.hexdigest()}"
+
     @classmethod
     def here(cls) -> Toolchain | None:
         mlx_dir = Path(mx.__file__).resolve().parent
@@ -94,6 +104,24 @@ class Toolchain:
         if nvrtc is None or cc[0] == 0 or not (mlx_dir / "lib" / "libmlx.so").exists():
             return None
         return cls(mlx_dir, nvrtc, cc)
+
+
+def forget_other_builds(cache: Path, identity: str) -> None:
+    """Remove the modules written for another GPU, NVRTC or MLX: their names would match
+    (a name is its source's) but not their code. Every `custom_kernel_*` file there is
+    ours: MLX writes none. The identity is kept beside them."""
+    mark = cache / "tandem-seeding.txt"
+    try:
+        if mark.exists() and mark.read_text() == identity:
+            return
+        for top in cache.glob("custom_kernel_*"):     # long names are folders (module_path)
+            for f in ([top] if top.is_file() else top.rglob("*")):
+                if f.is_file():
+                    f.unlink()
+        cache.mkdir(parents=True, exist_ok=True)
+        mark.write_text(identity)
+    except OSError as e:
+        log.info("kernel seeding: could not clear %s (%s)", cache, e)
 
 
 def mlx_cache_dir() -> Path:
@@ -133,6 +161,7 @@ class Seeder:
             self.state = "failed"
             return
         self.cache = mlx_cache_dir()
+        forget_other_builds(self.cache, self.tools.identity())
         self.state = "checking"
         self._canary = threading.Thread(target=self._seed_canary, daemon=True,
                                         name="kernel-seed-canary")
@@ -224,6 +253,8 @@ class Seeder:
                 self._jobs.task_done()
 
     def _seed(self, ingredients: tuple) -> None:
+        if self.state != "on":
+            return
         name, header, body, inputs, outputs, template = ingredients
         kname = kernel_name(name, template)
         source = wrap_source(kname, header, body, inputs, outputs, template)
@@ -234,6 +265,8 @@ class Seeder:
         result = self._compile(source, module, kname)
         self._count("not seedable" if result == "not seedable" else
                     "failed" if result is None else "compiled")
+        if self.counts["failed"] >= GIVE_UP and not self.counts["compiled"]:
+            self.state = "failed"      # e.g. a cache folder it cannot write: stop trying
 
     def _compile(self, source: str, module: str, kname: str) -> str | None:
         headers = needed(source, self.tools.headers)

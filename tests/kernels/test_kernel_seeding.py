@@ -220,3 +220,29 @@ def test_the_selftest_notes_every_check_before_running_one(monkeypatch):
         "a": failing, "b": lambda backend: seen.append(("b", SEEDER.dry)) or 0.0})
     selftest._note_ahead("cuda")
     assert seen == [("failing", True), ("b", True)] and not SEEDER.dry
+
+
+def test_modules_written_for_another_build_are_removed_once(tmp_path):
+    from kernels.kernel_seeding import forget_other_builds
+    ours = tmp_path / "custom_kernel_k_1f.ptx"
+    nested = tmp_path / ("custom_kernel_" + "a" * 240) / "b.ptx"
+    mlx_own = tmp_path / "mlx_kernel_gemm_1.ptx"
+    for f in (ours, nested, mlx_own):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(b"code")
+    forget_other_builds(tmp_path, "sm_90a nvrtc 13.0")
+    assert not ours.exists() and not nested.exists() and mlx_own.exists()
+    ours.write_bytes(b"code")
+    forget_other_builds(tmp_path, "sm_90a nvrtc 13.0")           # the same build: kept
+    assert ours.exists()
+    forget_other_builds(tmp_path, "sm_100a nvrtc 13.0")          # another GPU: gone
+    assert not ours.exists() and mlx_own.exists()
+
+
+def test_seeding_stops_after_failures_with_nothing_compiled(tmp_path, monkeypatch):
+    s, _ = _seeder(tmp_path, 42.0, monkeypatch)
+    assert s.check()
+    monkeypatch.setattr(s, "_compile", lambda *a: None)          # e.g. a read-only cache
+    for n in range(5):
+        s._seed(INGREDIENTS[:5] + ((("N", n),),))
+    assert s.state == "failed" and s.counts["failed"] == 3
