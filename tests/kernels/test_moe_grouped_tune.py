@@ -125,3 +125,13 @@ def test_the_kernel_sets_threshold_decides_and_its_status_says_so():
 @pytest.fixture(autouse=True)
 def _no_forced_threshold(monkeypatch):
     monkeypatch.setattr(mg, "MIN_PAIRS", None)
+
+
+def test_a_measure_that_raises_leaves_it_off_and_the_load_going(monkeypatch):
+    model, _ = _model()
+
+    def broken(*a, **kw):
+        raise RuntimeError("Failed to compile kernel")
+    monkeypatch.setattr(gt, "tune", broken)
+    tuned, note = gt.tune_grouped(model, KernelSet("cuda"))
+    assert tuned.grouped_from is None and "raised" in note
