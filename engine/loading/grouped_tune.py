@@ -43,10 +43,14 @@ def tune_grouped(model, kernels: KernelSet,
     def grouped(x, idx, scores):
         return mg.kernel(x, idx, scores, experts, backend="cuda")
 
-    least, times = tune(
-        block.gathered_experts, grouped,
-        lambda x, idx, scores: mg.applies(x, idx, experts, min_pairs=1),
-        lambda n: routed_inputs(n, block.top_k, num_experts, dims, dtype), block.top_k)
+    try:
+        least, times = tune(
+            block.gathered_experts, grouped,
+            lambda x, idx, scores: mg.applies(x, idx, experts, min_pairs=1),
+            lambda n: routed_inputs(n, block.top_k, num_experts, dims, dtype), block.top_k)
+    except (RuntimeError, ValueError) as e:   # the self-test passed it; a load never fails here
+        log.warning("moe_grouped not measured: %s", e)
+        return replace(kernels, grouped_from=None), f"moe_grouped off (its measure raised: {e})"
     line = describe(least, times, block.top_k)
     log.info("%s", line)
     return replace(kernels, grouped_from=least), line
