@@ -240,6 +240,9 @@ class Seeder:
         inputs, outputs, t = [("x", "float32", 1)], [("out", "float32")], _CANARY_TEMPLATE
         kname = kernel_name(name, t)
         module = module_name(kname, wrap_source(kname, "", body, inputs, outputs, t))
+        if module_path(self.cache, module).exists():   # this build's (forget_other_builds)
+            self._canary_ok = True
+            return
         # "other" names x_shape as "body" does, so both get the same signature
         self._canary_ok = self._compile(wrap_source(kname, "", other, inputs, outputs, t),
                                         module, kname) == "compiled"

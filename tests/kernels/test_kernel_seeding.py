@@ -150,6 +150,10 @@ def test_the_canary_is_one_sources_code_under_the_other_sources_name(tmp_path, m
     assert module == module_name(kname, wrap_source(kname, "", body, *io))
     assert source == wrap_source(kname, "", other, *io) and "x_shape" in source
     assert s._canary_ok
+    (tmp_path / (module + ".ptx")).write_bytes(b"code")   # written by an earlier start
+    s._canary_ok = False
+    s._seed_canary()
+    assert s._canary_ok and len(asked) == 1                # MLX's run still decides
 
 
 def test_seeding_is_off_where_asked_and_without_cuda(monkeypatch):
