@@ -260,10 +260,12 @@ def load_shard_bundle(model, config: EngineConfig, group,
         ModelBundle,
         _give_kernels,
         _in_memory_bundle,
+        start_kernel_seeding,
     )
     from engine.models.base import fuse_projections
     from engine.tokenization.tokenizer import Tokenizer
     report = on_progress or (lambda p: None)
+    start_kernel_seeding()
     if quantize_bits:
         raise ClusterError("quantize-on-load is not supported with several ranks; use an "
                            "MLX (already quantized) folder")
@@ -280,9 +282,9 @@ def load_shard_bundle(model, config: EngineConfig, group,
     cuda_qmm_guard.apply(loaded.model)
     cpu_layout.arrange(loaded.model)
     report(LoadProgress(0.88, "Checking kernels"))
-    kernels = _give_kernels(loaded.model, config)
+    kernels, note = _give_kernels(loaded.model, config, report)
     return ModelBundle(loaded.model, tokenizer, loaded.config, path, path.name, kernels,
-                       weights.as_dict())
+                       weights.as_dict(), grouped_note=note)
 
 
 def run_follower(model, config: EngineConfig, cluster: Cluster) -> int:

@@ -65,8 +65,7 @@ def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
     """Runs on the engine thread: weights, tokenizer, projections joined, kernel self-test.
     Reports progress up to 0.88; the engine reports the warm-up and "Ready" after it."""
     report = on_progress or (lambda p: None)
-    if gpu_backend() == "cuda":
-        SEEDER.start()      # kernels compile in workers while the weights are read
+    start_kernel_seeding()
     if isinstance(model, InMemoryModel):
         return _in_memory_bundle(model, config, report)
     path = Path(model).expanduser() if model is not None else default_model_path()
@@ -100,6 +99,12 @@ def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
     kernels, note = _give_kernels(m.model, config, report)
     return ModelBundle(m.model, m.tokenizer, m.config, Path(m.name), m.name, kernels,
                        weights.as_dict(), grouped_note=note)
+
+
+def start_kernel_seeding() -> None:
+    """CUDA: the canary of kernels/kernel_seeding.py compiles while the weights are read."""
+    if gpu_backend() == "cuda":
+        SEEDER.start()
 
 
 def _give_kernels(model, config: EngineConfig,
