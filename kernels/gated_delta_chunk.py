@@ -1,14 +1,14 @@
 """Gated DeltaNet prefill: the recurrence over T tokens, token loop inside the kernel.
 
-Same update as `gated_delta_step` (g is the exp'd decay), applied token by
-token for B rows of T tokens each, right-padded: row b runs its first
+Same update as `gated_delta_step` (g is the exp'd decay, or with `decay` the raw a as
+there), applied token by token for B rows of T tokens each, right-padded: row b runs its first
 lengths[b] tokens; padded tokens leave the state unchanged and give y = 0.
 The state of each row is read from pool[slots[b]] (zero when fresh[b]),
 stays in registers for the whole chunk and is written back into the same
 place: the pool is updated in place under the contract in gated_delta_step's
 docstring (materialised pool with unit-stride last axis; use the returned
 pool and evaluate before reading rows; unique slots).
-q/k/v may be bf16/f16/f32; all arithmetic is float32.
+q/k/v may be bf16/f16/f32 views of any strides; all arithmetic is float32.
 """
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ import mlx.core as mx
 from kernels.gated_delta_step import (
     CUDA_HEADER,
     _fresh_flags,
+    _no_decay,
     gather_states,
     pick_lanes,
+    raw_gates,
     step_math,
 )
 from kernels.kernel_build import KernelBuild
@@ -45,11 +47,17 @@ _CUDA_SOURCE = """
   // In place: the pool is declared an input but this row is written back at the end.
   float* s_io = const_cast<float*>(pool) + slots[b] * pool_strides[0] + hv * pool_strides[1]
                 + dv * pool_strides[2];
-  const auto* qp = q + (size_t(b) * T * Hk + hk) * Dk;   // [B, T, Hk, Dk] at token 0
-  const auto* kp = k + (size_t(b) * T * Hk + hk) * Dk;
-  const auto* vp = v + (size_t(b) * T * Hv + hv) * Dv + dv;  // [B, T, Hv, Dv]
-  const auto* gp = g + size_t(b) * T * Hv + hv;          // [B, T, Hv]
-  const auto* bp = beta + size_t(b) * T * Hv + hv;
+  // q, k [B, T, Hk, Dk], v [B, T, Hv, Dv], g, beta [B, T, Hv]: read through their strides
+  // (views of the conv's output and of the projection: no copies before the launch).
+  const auto* qp = q + b * q_strides[0] + hk * q_strides[2];
+  const auto* kp = k + b * k_strides[0] + hk * k_strides[2];
+  const auto* vp = v + b * v_strides[0] + hv * v_strides[2] + dv * v_strides[3];
+  const auto* gp = g + b * g_strides[0] + hv * g_strides[2];
+  const auto* bp = beta + b * beta_strides[0] + hv * beta_strides[2];
+  // GATES: g holds a, beta holds b (the raw projections); the decay and the write
+  // strength from them as gated_delta_step does, per token, in registers.
+  const float ea = GATES ? expf(static_cast<float>(a_log[hv])) : 0.f;
+  const float dtb = GATES ? static_cast<float>(dt_bias[hv]) : 0.f;
   auto* yp = y + (size_t(b) * T * Hv + hv) * Dv + dv;
   const bool zero = fresh[b] != 0;
 
@@ -68,8 +76,8 @@ _CUDA_SOURCE = """
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int e = (c * LPR + lane) * 4 + j;
-        kk[4 * c + j] = static_cast<float>(kp[e]);
-        qq[4 * c + j] = static_cast<float>(qp[e]);
+        kk[4 * c + j] = static_cast<float>(kp[e * k_strides[3]]);
+        qq[4 * c + j] = static_cast<float>(qp[e * q_strides[3]]);
       }
     }
     vt = static_cast<float>(vp[0]); gt = static_cast<float>(gp[0]); bt = static_cast<float>(bp[0]);
@@ -78,19 +86,25 @@ _CUDA_SOURCE = """
     float nk[E], nq[E];
     float nv = 0.f, ng = 0.f, nb = 0.f;
     if (t + 1 < len) {
-      const size_t o_qk = size_t(t + 1) * Hk * Dk;
+      const int64_t ok = (t + 1) * k_strides[1], oq = (t + 1) * q_strides[1];
 #pragma unroll
       for (int c = 0; c < C; ++c) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int e = (c * LPR + lane) * 4 + j;
-          nk[4 * c + j] = static_cast<float>(kp[o_qk + e]);
-          nq[4 * c + j] = static_cast<float>(qp[o_qk + e]);
+          nk[4 * c + j] = static_cast<float>(kp[ok + e * k_strides[3]]);
+          nq[4 * c + j] = static_cast<float>(qp[oq + e * q_strides[3]]);
         }
       }
-      nv = static_cast<float>(vp[size_t(t + 1) * Hv * Dv]);
-      ng = static_cast<float>(gp[size_t(t + 1) * Hv]);
-      nb = static_cast<float>(bp[size_t(t + 1) * Hv]);
+      nv = static_cast<float>(vp[(t + 1) * v_strides[1]]);
+      ng = static_cast<float>(gp[(t + 1) * g_strides[1]]);
+      nb = static_cast<float>(bp[(t + 1) * beta_strides[1]]);
+    }
+    if (GATES) {
+      const float x = gt + dtb;
+      const float softplus = fmaxf(x, 0.f) + log1pf(expf(-fabsf(x)));
+      gt = expf(-ea * softplus);
+      bt = 1.f / (1.f + expf(-bt));
     }
     float kv = 0.f;
 #pragma unroll
@@ -140,12 +154,14 @@ _METAL_SOURCE = """
   const int len = min(int(lengths[b]), T);
   auto s_io = const_cast<device float*>(pool) + slots[b] * pool_strides[0]
               + hv * pool_strides[1] + dv * pool_strides[2];
-  auto qp = q + (size_t(b) * T * Hk + hk) * Dk;
-  auto kp = k + (size_t(b) * T * Hk + hk) * Dk;
-  auto vp = v + (size_t(b) * T * Hv + hv) * Dv + dv;
-  auto gp = g + size_t(b) * T * Hv + hv;
-  auto bp = beta + size_t(b) * T * Hv + hv;
+  auto qp = q + b * q_strides[0] + hk * q_strides[2];
+  auto kp = k + b * k_strides[0] + hk * k_strides[2];
+  auto vp = v + b * v_strides[0] + hv * v_strides[2] + dv * v_strides[3];
+  auto gp = g + b * g_strides[0] + hv * g_strides[2];
+  auto bp = beta + b * beta_strides[0] + hv * beta_strides[2];
   auto yp = y + (size_t(b) * T * Hv + hv) * Dv + dv;
+  const float ea = GATES ? metal::exp(static_cast<float>(a_log[hv])) : 0.0f;
+  const float dtb = GATES ? static_cast<float>(dt_bias[hv]) : 0.0f;
   const bool zero = fresh[b] != 0;
 
   float st[E];
@@ -154,24 +170,30 @@ _METAL_SOURCE = """
     st[i] = zero ? 0.0f : s_io[e];
   }
   for (int t = 0; t < len; ++t) {
-    const size_t o_qk = size_t(t) * Hk * Dk;
-    const float gt = static_cast<float>(gp[size_t(t) * Hv]);
+    const int64_t ok = t * k_strides[1], oq = t * q_strides[1];
+    float gt = static_cast<float>(gp[t * g_strides[1]]);
+    float bt = static_cast<float>(bp[t * beta_strides[1]]);
+    if (GATES) {
+      const float x = gt + dtb;
+      const float softplus = metal::max(x, 0.0f) + metal::log(1.0f + metal::exp(-metal::abs(x)));
+      gt = metal::exp(-ea * softplus);
+      bt = 1.0f / (1.0f + metal::exp(-bt));
+    }
     float kk[E];
     float kv = 0.0f;
     for (int i = 0; i < E; ++i) {
       const int e = ((i / 4) * LPR + lane) * 4 + (i % 4);
-      kk[i] = static_cast<float>(kp[o_qk + e]);
+      kk[i] = static_cast<float>(kp[ok + e * k_strides[3]]);
       st[i] *= gt;
       kv += st[i] * kk[i];
     }
     for (ushort off = LPR / 2; off > 0; off >>= 1) kv += simd_shuffle_xor(kv, off);
-    const float delta = (static_cast<float>(vp[size_t(t) * Hv * Dv]) - kv)
-                        * static_cast<float>(bp[size_t(t) * Hv]);
+    const float delta = (static_cast<float>(vp[t * v_strides[1]]) - kv) * bt;
     float o = 0.0f;
     for (int i = 0; i < E; ++i) {
       const int e = ((i / 4) * LPR + lane) * 4 + (i % 4);
       st[i] += kk[i] * delta;
-      o += st[i] * static_cast<float>(qp[o_qk + e]);
+      o += st[i] * static_cast<float>(qp[oq + e * q_strides[3]]);
     }
     for (ushort off = LPR / 2; off > 0; off >>= 1) o += simd_shuffle_xor(o, off);
     if (lane == 0) yp[size_t(t) * Hv * Dv] = static_cast<OutT>(o);
@@ -185,7 +207,8 @@ _METAL_SOURCE = """
   }
 """
 
-_INPUTS = ["q", "k", "v", "g", "beta", "pool", "slots", "fresh", "lengths"]
+_INPUTS = ["q", "k", "v", "g", "beta", "pool", "slots", "fresh", "lengths", "a_log",
+           "dt_bias"]
 _OUTPUTS = ["y"]
 _KERNEL = KernelBuild(NAME, "tandem_gated_delta_chunk", _INPUTS, _OUTPUTS, _CUDA_SOURCE,
                       _METAL_SOURCE, cuda_header=CUDA_HEADER, row_contiguous=False)
@@ -209,8 +232,11 @@ def _lengths(lengths, B: int, T: int) -> mx.array:
     return _full_lengths[B, T]
 
 
-def reference(q, k, v, g, beta, pool, slots, lengths=None, fresh=None):
-    """Plain-mx float32 token loop. Returns (y [B, T, Hv, Dv] in q.dtype, rows [B, Hv, Dv, Dk])."""
+def reference(q, k, v, g, beta, pool, slots, lengths=None, fresh=None, decay=None):
+    """Plain-mx float32 token loop. Returns (y [B, T, Hv, Dv] in q.dtype, rows [B, Hv, Dv, Dk]).
+    decay = (A_log, dt_bias): g and beta are the raw projections a and b (raw_gates)."""
+    if decay is not None:
+        g, beta = raw_gates(g, beta, decay)
     B, T = q.shape[:2]
     lens = _lengths(lengths, B, T)
     st = gather_states(pool, slots, fresh)                               # [B, Hv, Dv, Dk]
@@ -240,22 +266,25 @@ def default_lanes(B: int, Hv: int, Dk: int, Dv: int) -> int | None:
 
 
 def kernel(q, k, v, g, beta, pool, slots, lengths=None, fresh=None, *, backend: str,
-           lanes: int | None = None):
+           lanes: int | None = None, decay=None):
     """Launch on `backend` ('cuda' | 'metal'): returns y [B, T, Hv, Dv] in q.dtype and
-    rewrites pool[slots] in place when evaluated."""
+    rewrites pool[slots] in place when evaluated. decay = (A_log, dt_bias) [Hv]: g and
+    beta are the raw a, b [B, T, Hv], turned into the decay and beta in registers (no
+    launch of their own). q, k, v, g and beta are read through their strides (views of
+    the conv's output and the projection: no copies)."""
     B, T, Hk, Dk = q.shape
     Hv, Dv = v.shape[2], v.shape[3]
     lanes = lanes or default_lanes(B, Hv, Dk, Dv)
     fr = _fresh_flags(fresh, B)
-    dense = [mx.contiguous(x) for x in (q, k, v, g, beta)]
+    a_log, dt_bias = _no_decay() if decay is None else decay
     # slots, fresh and lengths are [B] arrays the runner builds (row contiguous), taken as
     # they are, as gated_delta_step takes its slots and flags: a Contiguous node each,
     # per layer, was 90 graph nodes in every chunk forward that copied nothing.
-    rest = [slots.astype(mx.int32), fr, _lengths(lengths, B, T)]
+    rest = [slots.astype(mx.int32), fr, _lengths(lengths, B, T), a_log, dt_bias]
     (y,) = _get(backend)(
-        inputs=dense + [pool] + rest,
+        inputs=[q, k, v, g, beta, pool] + rest,
         template=[("OutT", q.dtype), ("Hk", Hk), ("Hv", Hv), ("Dk", Dk), ("Dv", Dv),
-                  ("LPR", lanes)],
+                  ("LPR", lanes), ("GATES", int(decay is not None))],
         grid=(B * Hv * Dv * lanes, 1, 1), threadgroup=(128, 1, 1),
         output_shapes=[(B, T, Hv, Dv)], output_dtypes=[q.dtype])
     return y

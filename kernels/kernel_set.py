@@ -101,14 +101,16 @@ class KernelSet:
                           backend=backend, decay=decay)
         return out, mx.depends(pool, out)   # keep the returned pool: ordered after the write
 
-    def gated_delta_chunk(self, q, k, v, g, beta, pool, slots, lengths=None, fresh=None):
-        """(y [B, T, Hv, Dv], pool) of kernels.gated_delta_chunk; pool rows updated in place."""
+    def gated_delta_chunk(self, q, k, v, g, beta, pool, slots, lengths=None, fresh=None,
+                          decay=None):
+        """(y [B, T, Hv, Dv], pool) of kernels.gated_delta_chunk; pool rows updated in place.
+        decay = (A_log, dt_bias): g and beta are the raw a and b, as gated_delta_step's."""
         backend = self.launches(gdc.NAME)
         lanes = gdc.default_lanes(q.shape[0], v.shape[2], q.shape[3], v.shape[3])
         if backend is None or not gdc.applies(q, k, v, pool, lanes):
             return None
         y = gdc.kernel(q, k, v, g, beta, pool, slots, lengths, fresh, backend=backend,
-                       lanes=lanes)
+                       lanes=lanes, decay=decay)
         return y, mx.depends(pool, y)
 
     def paged_decode_attention(self, q, k_pool, v_pool, block_tables, context_lens,

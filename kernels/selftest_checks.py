@@ -115,7 +115,28 @@ def check_chunk(backend: str) -> float:
     mx.eval(ry, rrows)                       # before the kernel rewrites the pool in place
     y = gdc.kernel(*args, backend=backend)
     mx.eval(y)
-    return max(_err(y, ry), _err(pool[slots], rrows))
+    return max(_err(y, ry), _err(pool[slots], rrows), _check_chunk_raw_gates(backend))
+
+
+def _check_chunk_raw_gates(backend: str) -> float:
+    """The model's launch: raw a, b (columns of one projection row) and q/k/v as views."""
+    q, k, v, _, _, pool, slots, fresh = _gdn_inputs(mx.random.key(9), 3, 5, 2, 4, 32, 4,
+                                                    mx.bfloat16)
+    ks = mx.random.split(mx.random.key(10), 3)
+    ab = (2.0 * mx.random.normal((3, 5, 11), key=ks[0])).astype(mx.bfloat16)
+    a, b = ab[..., 1:5], ab[..., 6:10]
+    decay = (mx.random.uniform(0.0, 2.5, (4,), key=ks[1]),
+             mx.random.normal((4,), key=ks[2]).astype(mx.bfloat16))
+    qs, ks_, vs = (mx.concatenate([x, x], axis=-1)[..., 16:48] for x in (q, k, v))
+    lens = mx.array([5, 2, 4], dtype=mx.int32)
+    # y against the unrounded float32 result past its bf16 rounding (the kernel's gates
+    # round apart from the reference's)
+    ry, rrows = gdc.reference(qs.astype(mx.float32), ks_, vs, a, b, pool, slots, lens, fresh,
+                              decay=decay)
+    mx.eval(ry, rrows)                       # before the kernel rewrites the pool in place
+    y = gdc.kernel(qs, ks_, vs, a, b, pool, slots, lens, fresh, backend=backend, decay=decay)
+    mx.eval(y)
+    return max(_err_past_bf16(y, ry), _err(pool[slots], rrows))
 
 
 def check_paged(backend: str) -> float:

@@ -120,8 +120,7 @@ class GatedDeltaNet(nn.Module):
             return out.reshape(B, T, -1)                                     # [B, T, Hv*Dv]
         y = self._kernel_step(q, k, v, a, b, view, states) if T == 1 else None
         if y is None:
-            g, beta = decay_and_beta(self.A_log, a, self.dt_bias, b)         # [B, T, Hv] x2
-            y = self._recurrence(q, k, v, g, beta, view, states, writes[1])  # [B, T, Hv, Dv]
+            y = self._recurrence(q, k, v, a, b, view, states, writes[1])     # [B, T, Hv, Dv]
 
         y = self.norm(y, z)                                                  # [B, T, Hv, Dv]
         return y.reshape(B, T, -1)                                           # [B, T, Hv*Dv]
@@ -161,16 +160,18 @@ class GatedDeltaNet(nn.Module):
         q, k = normalize_qk(q, k)
         return q, k, v
 
-    def _recurrence(self, q, k, v, g, beta, view: BatchView, states: list[mx.array],
+    def _recurrence(self, q, k, v, a, b, view: BatchView, states: list[mx.array],
                     writes: list):
-        """Delta rule over T tokens; reads the slot pool states[1] (the kernels also
-        write it in place; the reference's new states go to `writes`)."""
+        """Delta rule over T tokens from the raw gates a, b [B, T, Hv]; reads the slot pool
+        states[1] (the chunk kernel turns a, b into the decay and beta itself and writes
+        the pool in place; the reference's new states go to `writes`)."""
         slots = view.state_slots
         fresh = view.fresh_rows if view.any_fresh else None                  # [B] or None
-        out = self._kernel_recurrence(q, k, v, g, beta, view, states[1], fresh)
+        out = self._kernel_recurrence(q, k, v, a, b, view, states[1], fresh)
         if out is not None:
             y, states[1] = out
             return y
+        g, beta = decay_and_beta(self.A_log, a, self.dt_bias, b)             # [B, T, Hv] x2
         state = states[1][slots]                                             # [B, Hv, Dv, Dk]
         if fresh is not None:
             state = mx.where(fresh[:, None, None, None], 0.0, state)
@@ -198,15 +199,15 @@ class GatedDeltaNet(nn.Module):
         y, states[1] = out
         return y[:, None]
 
-    def _kernel_recurrence(self, q, k, v, g, beta, view: BatchView, pool: mx.array, fresh):
+    def _kernel_recurrence(self, q, k, v, a, b, view: BatchView, pool: mx.array, fresh):
         """(y [B, T, Hv, Dv], pool) from this model's chunk kernel, which gathers, updates
         and writes each row's state in the pool itself; None: no kernel for this call
         (decode's step kernel is tried before, in _kernel_step)."""
         if view.num_tokens == 1:
             return None
         lengths = view.lengths if view.ragged else None
-        return self.kernel_set.gated_delta_chunk(q, k, v, g, beta, pool, view.state_slots,
-                                                 lengths, fresh)
+        return self.kernel_set.gated_delta_chunk(q, k, v, a, b, pool, view.state_slots,
+                                                 lengths, fresh, decay=(self.A_log, self.dt_bias))
 
     def _conv_tail(self, conv_in: mx.array, view: BatchView) -> mx.array:
         """The last K-1 conv inputs at each row's own length: [B, K-1, C]."""

@@ -18,6 +18,7 @@ import tempfile
 
 import kernels.add_rms_norm as arn
 import kernels.attention_prep as ap
+import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
 import kernels.gated_delta_step_norm as gdsn
 import kernels.gated_rms_norm as grn
@@ -44,6 +45,14 @@ def cases(dt: str):
          ("dt_bias", dt, 1)], [("y", dt)],
         [("OutT", dt), ("Hk", 16), ("Hv", 32), ("Dk", 128), ("Dv", 128), ("LPR", 32),
          ("GATES", 1)])
+    for gates in (1, 0):
+        yield f"gated_delta_chunk GATES={gates}", wrap(
+            "chunk", gds.CUDA_HEADER, gdc._CUDA_SOURCE,
+            [("q", dt, 4), ("k", dt, 4), ("v", dt, 4), ("g", dt if gates else f32, 3),
+             ("beta", dt if gates else f32, 3), ("pool", f32, 4), ("slots", i32, 1),
+             ("fresh", i32, 1), ("lengths", i32, 1), ("a_log", f32, 1), ("dt_bias", dt, 1)],
+            [("y", dt)], [("OutT", dt), ("Hk", 16), ("Hv", 32), ("Dk", 128), ("Dv", 128),
+                          ("LPR", 8), ("GATES", gates)])
     yield "gated_delta_step_norm GATES=1", wrap(
         "step_norm", gds.CUDA_HEADER, gdsn._CUDA_SOURCE,
         [("q", dt, 3), ("k", dt, 3), ("v", dt, 3), ("g", dt, 2), ("beta", dt, 2),

@@ -1,3 +1,4 @@
+import shutil
 
 import kernel_gdn_cases as gdn_cases
 import kernel_numpy_ref as numpy_ref
@@ -111,3 +112,45 @@ def test_default_lanes_fit_the_shape(case):
     q = mx.zeros((B, T, Hk, D))
     v = mx.zeros((B, T, Hv, D))
     assert gdc.applies(q, q, v, mx.zeros((2, Hv, D, D)), lanes)
+
+
+def test_reference_with_raw_gates_is_the_reference_of_their_decay():
+    """decay = (A_log, dt_bias): g and beta are the raw a, b, as gated_delta_step's."""
+    from kernels.gated_delta_step import raw_gates
+    m, _ = _make(2, GRID[2], mx.float32)
+    a = mx.random.normal(m["g"].shape, key=mx.random.key(3)) * 2
+    b = mx.random.normal(m["beta"].shape, key=mx.random.key(4))
+    decay = (mx.random.uniform(0.0, 2.5, (a.shape[-1],), key=mx.random.key(5)),
+             mx.random.normal((a.shape[-1],), key=mx.random.key(6)))
+    args = _args(m)
+    got = gdc.reference(*args[:3], a, b, *args[5:], decay=decay)
+    want = gdc.reference(*args[:3], *raw_gates(a, b, decay), *args[5:])
+    for x, y in zip(got, want):
+        assert mx.array_equal(x, y).item()
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run the CUDA body with")
+def test_the_cuda_body_runs_the_models_launch_on_the_cpu():
+    """kernels/bench/cuda_on_cpu_chunk.py: q/k/v views, raw gates, ragged and fresh rows,
+    slots out of order, against float64 numpy (g++ shim: a block's threads as threads)."""
+    from kernels.bench.cuda_on_cpu_chunk import CASES, emulate_chunk
+    B, T, S, heads, lanes, lengths, fresh, gates = CASES[0]
+    assert emulate_chunk(B, T, S, heads, lanes, lengths, fresh, seed=11, gates=gates) < 1e-4
+
+
+def test_the_self_tests_chunk_check_runs_both_launches(monkeypatch):
+    """kernels/selftest_checks.check_chunk with a stand-in for the GPU kernel that does
+    what it does (the reference, the pool rows written): the check's own plumbing (the
+    raw-gate case's views and decay) runs and reports no error."""
+    import kernels.selftest_checks as checks
+    launches = []
+
+    def as_the_kernel(q, k, v, g, beta, pool, slots, lengths=None, fresh=None, *, backend,
+                      lanes=None, decay=None):
+        launches.append(decay is not None)
+        y, rows = gdc.reference(q, k, v, g, beta, pool, slots, lengths, fresh, decay=decay)
+        pool[slots] = rows                       # the kernel writes them in place
+        return y.astype(q.dtype)
+    monkeypatch.setattr(gdc, "kernel", as_the_kernel)
+    assert checks.check_chunk("cuda") < checks.TOL
+    assert launches == [False, True]
