@@ -23,6 +23,7 @@ import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
 import kernels.gated_delta_step_norm as gdsn
 import kernels.gated_rms_norm as grn
+import kernels.gdn_conv_chunk as gcc
 import kernels.gdn_conv_step as gcs
 import kernels.moe_block as mb
 import kernels.moe_experts as me
@@ -137,6 +138,16 @@ class KernelSet:
         if backend is None or not gcs.applies(qkv, weight, pool, heads):
             return None
         out = gcs.kernel(qkv, weight, pool, slots, fresh, heads, eps, backend=backend)
+        return out, mx.depends(pool, out)   # keep the returned pool: ordered after the write
+
+    def gdn_conv_chunk(self, qkv, weight, pool, slots, fresh, lengths, heads, eps: float):
+        """((q, k, v), pool) of kernels.gdn_conv_chunk: a prompt chunk's conv, its state
+        written into pool[slots] in place at each row's length, q/k normalised; heads
+        (Hk, Hv, Dk, Dv); lengths None: every row has all T tokens."""
+        backend = self.launches(gcc.NAME)
+        if backend is None or not gcc.applies(qkv, weight, pool, heads):
+            return None
+        out = gcc.kernel(qkv, weight, pool, slots, fresh, lengths, heads, eps, backend=backend)
         return out, mx.depends(pool, out)   # keep the returned pool: ordered after the write
 
     def moe_experts(self, x, idx, scores, experts, shared_gate=None, residual=None):

@@ -13,6 +13,7 @@ import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
 import kernels.gated_delta_step_norm as gdsn
 import kernels.gated_rms_norm as grn
+import kernels.gdn_conv_chunk as gcc
 import kernels.gdn_conv_step as gcs
 import kernels.moe_block as mb
 import kernels.moe_experts as me
@@ -270,6 +271,28 @@ def check_conv(backend: str) -> float:
                _err(pool[slots], rows))
 
 
+def check_conv_chunk(backend: str) -> float:
+    """The model's chunk launch: a strided bf16 qkv, rows of different lengths (one past a
+    tile, one shorter than the conv's window), a fresh row; against the unrounded float32
+    result past the outputs' rounding; the new states are exact copies of inputs."""
+    heads = (1, 2, 128, 32)           # Hk, Hv, Dk, Dv: C = 320; Dk 128 as in the models
+    ks = mx.random.split(mx.random.key(16), 3)
+    C, S, T = 320, 5, gcc.TT + 5
+    qkv = mx.random.normal((3, T, C + 64), key=ks[0]).astype(mx.bfloat16)[..., 32:32 + C]
+    weight = mx.random.normal((C, 4, 1), key=ks[1]) * 0.5
+    pool = mx.random.normal((S, 3, C), key=ks[2]).astype(mx.bfloat16)
+    slots = mx.array([4, 0, 2], dtype=mx.int32)
+    fresh = mx.array([False, True, False])
+    lens = mx.array([T, 7, 2], dtype=mx.int32)
+    (rq, rk, rv), rows = gcc.reference(qkv.astype(mx.float32), weight, pool, slots, fresh,
+                                       lens, heads, 1e-6)
+    mx.eval(rq, rk, rv, rows)                # before the kernel rewrites the pool in place
+    q, k, v = gcc.kernel(qkv, weight, pool, slots, fresh, lens, heads, 1e-6, backend=backend)
+    mx.eval(q, k, v)
+    return max(_err_past_bf16(q, rq), _err_past_bf16(k, rk), _err_past_bf16(v, rv),
+               _err(pool[slots], rows))
+
+
 def check_add_rms_norm(backend: str) -> float:
     """bf16 rows (r a strided view, D not a multiple of the block) and a float32 launch."""
     ks = mx.random.split(mx.random.key(9), 3)
@@ -371,4 +394,4 @@ CHECKS = {"gated_delta_step": lambda b: max(check_step(b), check_step_raw_gates(
           "add_rms_norm": check_add_rms_norm, "gated_rms_norm": check_gated_rms_norm,
           "attention_prep": check_attention_prep, "top_p_cut": check_top_p_cut,
           "gated_delta_step_norm": check_step_norm, "qmm_rows": check_qmm_rows,
-          "moe_grouped": check_grouped}
+          "moe_grouped": check_grouped, "gdn_conv_chunk": check_conv_chunk}

@@ -110,9 +110,9 @@ class GatedDeltaNet(nn.Module):
         after every group has read its own (_write_slots says why). A decode group's step
         and gated norm are one launch where the kernel set has it, else two."""
         B, T, _ = qkv.shape
-        qkv_heads = self._kernel_conv(qkv, view, states) if T == 1 and conv_kernel else None
+        qkv_heads = self._kernel_conv(qkv, view, states) if conv_kernel else None
         if qkv_heads is not None:
-            q, k, v = qkv_heads                                              # [B, 1, H, D]
+            q, k, v = qkv_heads                                              # [B, T, H, D]
         else:
             q, k, v = self._conv(qkv, view, states, writes[0])
         out = self._kernel_step(q, k, v, a, b, view, states, z) if T == 1 else None
@@ -126,16 +126,26 @@ class GatedDeltaNet(nn.Module):
         return y.reshape(B, T, -1)                                           # [B, T, Hv*Dv]
 
     def _kernel_conv(self, qkv, view: BatchView, states: list[mx.array]):
-        """Decode: (q, k, v) [B, 1, H, D] from this model's conv kernel, which writes the
-        new conv states into the pool itself (kernels/gdn_conv_step.py); None: no kernel."""
+        """(q, k, v) [B, T, H, D] from this model's conv kernel, which writes the new conv
+        states into the pool itself: decode's (kernels/gdn_conv_step.py) or a prompt
+        chunk's (kernels/gdn_conv_chunk.py, each row's state at its own length); None: no
+        kernel for this call."""
         fresh = view.fresh_rows if view.any_fresh else None                  # [B] or None
-        out = self.kernel_set.gdn_conv_step(qkv, self.conv1d.weight, states[0],
-                                            view.state_slots, fresh,
-                                            (self.hk, self.hv, self.dk, self.dv), 1e-6)
+        heads = (self.hk, self.hv, self.dk, self.dv)
+        if qkv.shape[1] == 1:
+            out = self.kernel_set.gdn_conv_step(qkv, self.conv1d.weight, states[0],
+                                                view.state_slots, fresh, heads, 1e-6)
+            if out is None:
+                return None
+            (q, k, v), states[0] = out
+            return q[:, None], k[:, None], v[:, None]
+        lengths = view.lengths if view.ragged else None
+        out = self.kernel_set.gdn_conv_chunk(qkv, self.conv1d.weight, states[0],
+                                             view.state_slots, fresh, lengths, heads, 1e-6)
         if out is None:
             return None
         (q, k, v), states[0] = out
-        return q[:, None], k[:, None], v[:, None]
+        return q, k, v
 
     def _conv(self, qkv, view: BatchView, states: list[mx.array], writes: list):
         """The conv over the chunk (its state gathered; the new one to `writes`), SiLU,

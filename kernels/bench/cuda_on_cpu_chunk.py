@@ -1,6 +1,9 @@
-"""gated_delta_chunk's CUDA source run on the CPU (see kernels/bench/cuda_on_cpu.py).
+"""A prompt chunk's Gated DeltaNet kernels' CUDA sources run on the CPU (see
+kernels/bench/cuda_on_cpu.py): gdn_conv_chunk and gated_delta_chunk.
 
-The prompt chunk's recurrence as the model launches it: q, k and v views of wider rows
+gdn_conv_chunk on a strided qkv view (a slice of the projection's wider rows), ragged
+and fresh rows, tiles of its tokens, the new conv states written into the pool. The
+chunk's recurrence as the model launches it: q, k and v views of wider rows
 (the conv's output split), the raw gates a and b columns of the projection (GATES=1) or
 ready ones, rows of different lengths (right-padded), fresh rows, the pool's slots out of
 order; compared with a float64 numpy token loop. ``python -m
@@ -10,6 +13,7 @@ import numpy as np
 
 import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
+import kernels.gdn_conv_chunk as gcc
 from kernels.bench.cuda_on_cpu import PRE, WORK, build_and_run, kfunc, launch
 from kernels.bench.cuda_on_cpu_decode import STEP_PRE
 
@@ -108,6 +112,83 @@ def _numpy(qw, kw, vw, abw, a_log, dt_bias, pool, slots, fresh, lens, heads, gat
     return want_y, want_pool
 
 
+def emulate_conv_chunk(B, T, S, heads, K, lengths, fresh_rows, seed):
+    """Max |difference| of q, k, v and of the written pool rows against float64 numpy."""
+    Hk, Hv, Dk, Dv = heads
+    C = 2 * Hk * Dk + Hv * Dv
+    rng = np.random.default_rng(seed)
+    wide = rng.standard_normal((B, T, C + 48)).astype(np.float32)     # qkv = [..., 16:16+C]
+    weight = (rng.standard_normal((C, K, 1)) * 0.5).astype(np.float32)
+    pool = rng.standard_normal((S, K - 1, C)).astype(np.float32)
+    slots = rng.permutation(S)[:B].astype(np.int32)
+    fresh = np.array([b in fresh_rows for b in range(B)], np.int32)
+    lens = np.array(lengths, np.int32)
+    d = WORK
+    for k, v in {"wide": wide, "weight": weight, "pool": pool, "slots": slots,
+                 "fresh": fresh, "lens": lens}.items():
+        v.tofile(f"{d}/{k}.bin")
+    tiles = -(-T // gcc.TT)
+    nb = -(-(B * (2 * Hk + Hv) * tiles * 32) // 256)
+    src = PRE + "using std::min;\n" + kfunc(
+        "conv", gcc._CUDA_SOURCE,
+        "const float* qkv, const int* qkv_shape, const int64_t* qkv_strides,"
+        " const float* weight, const int64_t* weight_strides, const float* pool,"
+        " const int64_t* pool_strides, const int* slots, const int* fresh, const int* lengths,"
+        " const float* eps, float* q, float* k, float* v",
+        [("OutT", "float"), ("PoolT", "float"), ("Hk", Hk), ("Hv", Hv), ("Dk", Dk),
+         ("Dv", Dv), ("KS", K), ("TT", gcc.TT)])
+    W = C + 48
+    src += f'''
+template <class T> std::vector<T> load(const char* n, size_t c) {{
+  std::vector<T> v(c); FILE* f = fopen(n, "rb"); fread(v.data(), sizeof(T), c, f); fclose(f); return v; }}
+std::vector<float> WIDE, WT, POOL, Q, K_, V, EPS{{1e-6f}}; std::vector<int> SL, FR, LN;
+int QS[3] = {{{B}, {T}, {C}}}; int64_t QST[3] = {{{T * W}, {W}, 1}};
+int64_t PST[3] = {{{(K - 1) * C}, {C}, 1}}; int64_t WST[3] = {{{K}, 1, 1}};
+''' + launch("cv", "conv(WIDE.data() + 16, QS, QST, WT.data(), WST, POOL.data(), PST, SL.data(),"
+                   " FR.data(), LN.data(), EPS.data(), Q.data(), K_.data(), V.data())", nb) + f'''
+void save(const char* n, const std::vector<float>& v) {{
+  FILE* f = fopen(n, "wb"); fwrite(v.data(), 4, v.size(), f); fclose(f); }}
+int main() {{
+  WIDE = load<float>("{d}/wide.bin", {wide.size}); WT = load<float>("{d}/weight.bin", {C * K});
+  POOL = load<float>("{d}/pool.bin", {pool.size}); SL = load<int>("{d}/slots.bin", {B});
+  FR = load<int>("{d}/fresh.bin", {B}); LN = load<int>("{d}/lens.bin", {B});
+  Q.assign({B * T * Hk * Dk}, -1e30f); K_.assign({B * T * Hk * Dk}, -1e30f);
+  V.assign({B * T * Hv * Dv}, -1e30f);
+  run_cv();
+  save("{d}/q.bin", Q); save("{d}/k.bin", K_); save("{d}/v.bin", V); save("{d}/pool2.bin", POOL);
+}}
+'''
+    build_and_run(src, d)
+    got = [np.fromfile(f"{d}/{n}.bin", np.float32) for n in ("q", "k", "v", "pool2")]
+    # float64 numpy: Z = [state (zero when fresh); x]; conv, silu, split, normalise; the
+    # tail at each row's length; 0 past it
+    x = wide[..., 16:16 + C].astype(np.float64)
+    want_pool = pool.astype(np.float64).copy()
+    want = [np.zeros((B, T, Hk, Dk)), np.zeros((B, T, Hk, Dk)), np.zeros((B, T, Hv, Dv))]
+    kd = Hk * Dk
+    for r in range(B):
+        old = np.zeros((K - 1, C)) if fresh[r] else pool[slots[r]].astype(np.float64)
+        z = np.concatenate([old, x[r]], axis=0)                            # [K-1+T, C]
+        for t in range(min(lens[r], T)):
+            y = (z[t:t + K] * weight[:, :, 0].T).sum(axis=0)
+            y = y / (1 + np.exp(-y))
+            qh, kh = y[:kd].reshape(Hk, Dk), y[kd:2 * kd].reshape(Hk, Dk)
+            want[0][r, t] = qh / np.sqrt((qh * qh).sum(-1, keepdims=True) + 1e-6) * Dk ** -0.5
+            want[1][r, t] = kh / np.sqrt((kh * kh).sum(-1, keepdims=True) + 1e-6)
+            want[2][r, t] = y[2 * kd:].reshape(Hv, Dv)
+        want_pool[slots[r]] = z[lens[r]:lens[r] + K - 1]
+    err = max(float(np.abs(g - w.reshape(-1)).max()) for g, w in zip(got, want + [want_pool]))
+    print(f"conv chunk B={B} T={T} S={S} heads={heads} K={K} lengths={list(lengths)} "
+          f"fresh={sorted(fresh_rows)}: max err {err:.2e}")
+    return err
+
+
+CONV_CASES = [  # (B, T, slots, (Hk, Hv, Dk, Dv), K, lengths, fresh rows)
+    (2, 37, 4, (1, 2, 64, 32), 4, (37, 20), {1}),      # three tiles, ragged, a fresh row
+    (3, 5, 5, (2, 1, 32, 64), 4, (5, 2, 0), {0}),      # shorter than the window; empty row
+    (1, 16, 2, (1, 1, 32, 32), 2, (16,), set()),       # one tile exactly, K = 2
+]
+
 CASES = [  # (B, T, slots, (Hk, Hv, D), lanes, lengths, fresh rows, raw gates)
     (2, 5, 4, (2, 4, 32), 8, (5, 3), {1}, True),      # ragged, grouped heads, a fresh row
     (1, 4, 2, (1, 2, 128), 32, (4,), set(), True),    # the real head width at 32 lanes
@@ -116,6 +197,8 @@ CASES = [  # (B, T, slots, (Hk, Hv, D), lanes, lengths, fresh rows, raw gates)
 
 
 def main():
+    for B, T, S, heads, K, lengths, fresh in CONV_CASES:
+        assert emulate_conv_chunk(B, T, S, heads, K, lengths, fresh, seed=12) < 1e-5
     for B, T, S, heads, lanes, lengths, fresh, gates in CASES:
         assert emulate_chunk(B, T, S, heads, lanes, lengths, fresh, seed=11, gates=gates) < 1e-4
 

@@ -22,6 +22,7 @@ import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
 import kernels.gated_delta_step_norm as gdsn
 import kernels.gated_rms_norm as grn
+import kernels.gdn_conv_chunk as gcc
 import kernels.moe_block_src as mbs
 import kernels.moe_experts_src as mes
 import kernels.moe_grouped as mg
@@ -45,6 +46,13 @@ def cases(dt: str):
          ("dt_bias", dt, 1)], [("y", dt)],
         [("OutT", dt), ("Hk", 16), ("Hv", 32), ("Dk", 128), ("Dv", 128), ("LPR", 32),
          ("GATES", 1)])
+    yield "gdn_conv_chunk", wrap(
+        "convc", "", gcc._CUDA_SOURCE,
+        [("qkv", dt, 3), ("weight", dt, 3), ("pool", dt, 3), ("slots", i32, 1),
+         ("fresh", i32, 1), ("lengths", i32, 1), ("eps", f32, 1)],
+        [("q", dt), ("k", dt), ("v", dt)],
+        [("OutT", dt), ("PoolT", dt), ("Hk", 16), ("Hv", 32), ("Dk", 128), ("Dv", 128),
+         ("KS", 4), ("TT", gcc.TT)])
     for gates in (1, 0):
         yield f"gated_delta_chunk GATES={gates}", wrap(
             "chunk", gds.CUDA_HEADER, gdc._CUDA_SOURCE,

@@ -77,5 +77,6 @@ def test_status_names_every_kernel():
                            "attention_prep": "metal", "top_p_cut": "metal",
                            "gated_delta_step_norm": "metal",
                            "qmm_rows": f"reference ({CUDA_ONLY['qmm_rows']})",
-                           "moe_grouped": f"reference ({CUDA_ONLY['moe_grouped']})"}
+                           "moe_grouped": f"reference ({CUDA_ONLY['moe_grouped']})",
+                           "gdn_conv_chunk": "metal"}
     assert set(KernelSet.plain("no GPU").status().values()) == {"reference (no GPU)"}

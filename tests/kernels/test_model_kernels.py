@@ -17,6 +17,7 @@ from test_attention_prep import _AttentionByReference
 from test_gated_delta_step import _StepByReference
 from test_gated_delta_step_norm import _StepNormByReference
 from test_gated_rms_norm import _GatedNormByReference
+from test_gdn_conv_chunk import _ChunkConvByReference
 from test_gdn_conv_step import _ConvByReference
 
 from engine.config import EngineConfig
@@ -31,8 +32,10 @@ STEPS = 5
 
 
 class _AllByReference(_StepByReference, _ConvByReference, _AddNormByReference,
-                      _GatedNormByReference, _AttentionByReference, _StepNormByReference):
-    """Every contract above at once (moe_route and the chunk kernel stay off)."""
+                      _GatedNormByReference, _AttentionByReference, _StepNormByReference,
+                      _ChunkConvByReference):
+    """Every contract above at once (moe_route and the chunk recurrence stay off; the
+    prompts' conv is gdn_conv_chunk's)."""
 
 
 def _model(model_type: str):
