@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from kernels.gated_delta_chunk import _lengths
 from kernels.gdn_conv_step import MAX_KERNEL, _fresh_flags
 from kernels.kernel_build import KernelBuild, scalar
 
@@ -226,19 +227,6 @@ _INPUTS = ["qkv", "weight", "pool", "slots", "fresh", "lengths", "eps"]
 _OUTPUTS = ["q", "k", "v"]
 _KERNEL = KernelBuild(NAME, "tandem_gdn_conv_chunk", _INPUTS, _OUTPUTS, _CUDA_SOURCE,
                       _METAL_SOURCE, row_contiguous=False)
-_full: dict[tuple[int, int], mx.array] = {}
-
-
-def _lengths(lengths, B: int, T: int) -> mx.array:
-    """[B] int32; without lengths every row has T (a constant per (B, T), made once)."""
-    if lengths is not None:
-        return lengths.astype(mx.int32)
-    if (B, T) not in _full:
-        _full[B, T] = mx.full((B,), T, dtype=mx.int32)
-        mx.eval(_full[B, T])
-    return _full[B, T]
-
-
 def reference(qkv, weight, pool, slots, fresh, lengths, heads: tuple[int, int, int, int],
               eps: float):
     """Plain-mx float32. qkv [B, T, C]; weight [C, K, 1]; pool [S, K-1, C]; heads (Hk, Hv,

@@ -6,7 +6,8 @@ import shutil
 import mlx.core as mx
 import numpy as np
 import pytest
-from kernel_numpy_ref import close, to_np
+from kernel_numpy_ref import to_np
+from test_gdn_conv_step import EPS, _close, _model
 
 import kernels.gdn_conv_chunk as gcc
 from kernels.backend import NAMES
@@ -18,7 +19,6 @@ from kernels.stand_in import COUNT
 GRID = [(1, 5, 3, (2, 4, 128, 128), 4, None), (3, 21, 8, (1, 2, 32, 64), 4, [21, 2, 9]),
         (2, 4, 4, (2, 2, 64, 32), 3, [0, 4])]
 DTYPES = [mx.float32, mx.bfloat16]
-EPS = 1e-6
 
 
 def _make(seed, B, T, S, heads, K, lengths, dtype):
@@ -60,13 +60,6 @@ def numpy_conv(qkv, weight, pool, slots, fresh, lens, heads):
             v[b, t] = y[2 * kd:].reshape(Hv, Dv)
         rows.append(z[lengths[b]:lengths[b] + K - 1])
     return (q, k, v), np.stack(rows)
-
-
-def _close(outs, rows, want, dtype) -> bool:
-    """float32: a few ulps of values of size ~1; a bf16 output adds its rounding."""
-    rtol = 2.0 ** -8 if dtype == mx.bfloat16 else 1e-5
-    return (all(close(to_np(g), w, 1e-6, rtol) for g, w in zip(outs, want[0]))
-            and close(to_np(rows), want[1], 0.0))          # the states: exact copies
 
 
 @pytest.mark.parametrize("case", GRID)
@@ -131,19 +124,6 @@ class _ChunkConvByReference(KernelSet):
         pool = mx.array(pool)
         pool[slots] = rows
         return outs, pool
-
-
-def _model(model_type):
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
-    from qwen_fixtures import build_model, random_weights, tiny_config
-    config = tiny_config(model_type)
-    text = config.get("text_config", config)
-    text.update(linear_key_head_dim=32, linear_value_head_dim=32)    # inside the contract
-    model = build_model(config, random_weights(config, seed=4))
-    model.fuse_projections()
-    return model
 
 
 @pytest.mark.parametrize("model_type", ["qwen3_5_moe", "qwen3_next"])
