@@ -3,7 +3,8 @@
 kernels/moe_experts.py's two kernels and kernels/gdn_conv_step.py's here; the decode
 step's others (gated_delta_step alone and with its output norm, add_rms_norm,
 gated_rms_norm, attention_prep and the gated pass 2 of paged_attention) in
-kernels/bench/cuda_on_cpu_decode.py, run after them; then kernels/moe_block.py's at small
+kernels/bench/cuda_on_cpu_decode.py, run after them, and a prompt chunk's
+(kernels/bench/cuda_on_cpu_chunk.py); then kernels/moe_block.py's at small
 shapes (kernels/bench/cuda_on_cpu_route.py; run that module for the real E=256, D=2048,
 I=512 too).
 
@@ -270,5 +271,7 @@ if __name__ == "__main__":
         assert emulate_conv(*case, seed=2) < 1e-5
     from kernels.bench.cuda_on_cpu_decode import main as decode_main
     decode_main()
+    from kernels.bench.cuda_on_cpu_chunk import main as chunk_main
+    chunk_main()
     from kernels.bench.cuda_on_cpu_route import main as route_main
     route_main(real=False)
