@@ -112,24 +112,31 @@ class GatedDeltaNet(nn.Module):
         B, T, _ = qkv.shape
         qkv_heads = self._kernel_conv(qkv, view, states) if conv_kernel else None
         if qkv_heads is not None:
-            q, k, v = qkv_heads                                              # [B, T, H, D]
+            q, k, v = qkv_heads          # decode: [B, H, D] as the step kernel takes them
         else:
-            q, k, v = self._conv(qkv, view, states, writes[0])
-        out = self._kernel_step(q, k, v, a, b, view, states, z) if T == 1 else None
-        if out is not None:      # the step and the gated norm in one launch
-            return out.reshape(B, T, -1)                                     # [B, T, Hv*Dv]
-        y = self._kernel_step(q, k, v, a, b, view, states) if T == 1 else None
-        if y is None:
+            q, k, v = self._conv(qkv, view, states, writes[0])               # [B, T, H, D]
+        if T == 1:
+            # decode's q/k/v stay [B, H, D] from the conv kernel to the step kernel: an
+            # expand and a squeeze each were 6 graph nodes a layer in every compiled step
+            one = [x if x.ndim == 3 else x[:, 0] for x in (q, k, v)]
+            out = self._kernel_step(*one, a, b, view, states, z)
+            if out is not None:      # the step and the gated norm in one launch
+                return out.reshape(B, T, -1)                                 # [B, T, Hv*Dv]
+            y = self._kernel_step(*one, a, b, view, states)
+            if y is None:
+                q, k, v = (x[:, None] for x in one)                          # [B, 1, H, D]
+                y = self._recurrence(q, k, v, a, b, view, states, writes[1])
+        else:
             y = self._recurrence(q, k, v, a, b, view, states, writes[1])     # [B, T, Hv, Dv]
 
         y = self.norm(y, z)                                                  # [B, T, Hv, Dv]
         return y.reshape(B, T, -1)                                           # [B, T, Hv*Dv]
 
     def _kernel_conv(self, qkv, view: BatchView, states: list[mx.array]):
-        """(q, k, v) [B, T, H, D] from this model's conv kernel, which writes the new conv
-        states into the pool itself: decode's (kernels/gdn_conv_step.py) or a prompt
-        chunk's (kernels/gdn_conv_chunk.py, each row's state at its own length); None: no
-        kernel for this call."""
+        """(q, k, v) from this model's conv kernel, which writes the new conv states into
+        the pool itself: decode's [B, H, D] (kernels/gdn_conv_step.py) or a prompt chunk's
+        [B, T, H, D] (kernels/gdn_conv_chunk.py, each row's state at its own length);
+        None: no kernel for this call."""
         fresh = view.fresh_rows if view.any_fresh else None                  # [B] or None
         heads = (self.hk, self.hv, self.dk, self.dv)
         if qkv.shape[1] == 1:
@@ -138,7 +145,7 @@ class GatedDeltaNet(nn.Module):
             if out is None:
                 return None
             (q, k, v), states[0] = out
-            return q[:, None], k[:, None], v[:, None]
+            return q, k, v                                                   # [B, H, D]
         lengths = view.lengths if view.ragged else None
         out = self.kernel_set.gdn_conv_chunk(qkv, self.conv1d.weight, states[0],
                                              view.state_slots, fresh, lengths, heads, 1e-6)
@@ -191,13 +198,14 @@ class GatedDeltaNet(nn.Module):
         return y
 
     def _kernel_step(self, q, k, v, a, b, view: BatchView, states: list[mx.array], z=None):
-        """Decode: y [B, 1, Hv, Dv] from this model's step kernel, which turns the raw a, b
-        into the decay and beta itself and updates each row's state in the pool in place
+        """Decode (q, k [B, Hk, Dk], v [B, Hv, Dv]): y [B, 1, Hv, Dv] from this model's step
+        kernel, which turns the raw a, b into the decay and beta itself and updates each
+        row's state in the pool in place
         (kernels/gated_delta_step.py). With z [B, 1, Hv, Dv]: self.norm(y, z) instead, from
         the kernel that runs the step and the gated norm in one launch
         (kernels/gated_delta_step_norm.py). None: no such kernel for this call."""
         fresh = view.fresh_rows if view.any_fresh else None                  # [B] or None
-        args = (q[:, 0], k[:, 0], v[:, 0], a[:, 0], b[:, 0], states[1], view.state_slots)
+        args = (q, k, v, a[:, 0], b[:, 0], states[1], view.state_slots)
         decay = (self.A_log, self.dt_bias)
         if z is None:
             out = self.kernel_set.gated_delta_step(*args, fresh, decay=decay)

@@ -137,3 +137,30 @@ def test_attention_prep_is_refused_by_the_kernel_set_without_the_paged_kernel():
         assert prep(KernelSet(COUNT), 32) is not None
         assert prep(KernelSet(COUNT), 16) is None
         assert prep(KernelSet(COUNT, (("paged_attention", "test"),)), 32) is None
+
+
+def test_a_decode_step_builds_no_view_round_trips():
+    """Every node of a compiled step's graph is replayed on the host each step, views
+    included: decode's q/k/v go from the conv kernel to the step kernel as [B, H, D], not
+    expanded to [B, 1, H, D] and squeezed back (6 nodes a Gated DeltaNet layer)."""
+    import io
+    import re
+    from collections import Counter
+
+    from engine.config import EngineConfig
+    from engine.core.runner import Runner
+    from engine.core.sequence import Sequence
+    config = profile_ops.qwen3_5_layout(4)                # 3 Gated DeltaNet + 1 attention
+    model = profile_ops.counted_model(config, "gpu")
+    runner = Runner(model, EngineConfig(max_num_seqs=1, page_size=16, num_pages=64,
+                                        compile_decode=True))
+    mx.eval(runner.cache_arrays())
+    s = Sequence(0, list(range(32)), None)
+    s.pages, s.slot, s.num_computed = list(range(1, 5)), 0, 31
+    with gpu_graph():
+        dot = io.StringIO()
+        mx.export_to_dot(dot, runner.decode([s]), *runner.cache_arrays())
+    nodes = Counter(re.findall(r'label ="?([A-Za-z_]+)[^"]*"?, shape=rectangle',
+                               dot.getvalue()))
+    assert nodes["ExpandDims"] <= 3                       # the attention layer's
+    assert sum(nodes.values()) <= 119                     # reached in session 23 (137 before)
