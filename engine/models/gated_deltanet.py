@@ -90,7 +90,12 @@ class GatedDeltaNet(nn.Module):
     def __call__(self, x: mx.array, rows: RowGroups, states: list[mx.array]) -> mx.array:
         """x [N, H] (every group's tokens) -> [N, H]: the projections run once on all
         tokens, the conv and the recurrence per group with its own view and slots."""
-        parts = [rows.split(p) for p in self._in_projections(x)]          # per group [B, T, *]
+        projections = self._in_projections(x)
+        if len(rows.views) == 1 and rows.views[0].num_tokens == 1:
+            y = self._decode_by_kernels(projections, rows.views[0], states)
+            if y is not None:
+                return project(self.kernel_set, self.out_proj, y)            # [B, H]
+        parts = [rows.split(p) for p in projections]                         # per group [B, T, *]
         writes = ([], [])        # per state array: (slots, rows) of every group
         # The conv kernel rewrites the pool in place; beside another group's deferred
         # scatter into the same pool (which would copy it, racing the kernel's writes)
@@ -102,6 +107,37 @@ class GatedDeltaNet(nn.Module):
             if pending:
                 states[i] = _write_slots(states[i], pending)
         return project(self.kernel_set, self.out_proj, rows.join(ys))        # [N, H]
+
+    def _decode_by_kernels(self, projections: list[mx.array], view: BatchView,
+                           states: list[mx.array]) -> mx.array | None:
+        """A forward of one decode group on [B, *] arrays: the conv kernel, then the step
+        with its gated norm in one launch (or the step, then the norm) -> [B, Hv*Dv].
+        None: no conv kernel for this call (nothing written: the general path runs).
+        No [B, 1, *] views: every node of a compiled step is replayed on the host."""
+        qkv, z, b, a = self.unpack_rows(projections)    # [B, C], [B, Hv, Dv], [B, Hv] x2
+        fresh = view.fresh_rows if view.any_fresh else None                  # [B] or None
+        conv = self.kernel_set.gdn_conv_step(qkv, self.conv1d.weight, states[0],
+                                             view.state_slots, fresh,
+                                             (self.hk, self.hv, self.dk, self.dv), 1e-6)
+        if conv is None:
+            return None
+        (q, k, v), states[0] = conv                                          # [B, H, D]
+        y = self._kernel_step(q, k, v, a, b, view, states, z)               # norm inside
+        if y is None:
+            y = self._kernel_step(q, k, v, a, b, view, states)
+            if y is None:        # no step kernel: the plain recurrence, on [B, 1, *]
+                writes = []
+                y = self._recurrence(*(t[:, None] for t in (q, k, v, a, b)), view, states,
+                                     writes)[:, 0]
+                states[1] = _write_slots(states[1], writes)
+            y = self.norm(y[:, None], z[:, None])   # as a chunk's: its kernel takes [B, T, H, D]
+        return y.reshape(y.shape[0], -1)
+
+    def unpack_rows(self, parts: list[mx.array]):
+        """Decode's input projections [B, *] -> qkv [B, conv_dim], z [B, Hv, Dv], b, a
+        [B, Hv]: `unpack` without the token axis."""
+        qkv, z, b, a = parts
+        return qkv, z.reshape(z.shape[0], self.hv, self.dv), b, a
 
     def _mix(self, qkv, z, b, a, view: BatchView, states: list[mx.array],
              writes: tuple[list, list], conv_kernel: bool) -> mx.array:
@@ -115,17 +151,17 @@ class GatedDeltaNet(nn.Module):
             q, k, v = qkv_heads          # decode: [B, H, D] as the step kernel takes them
         else:
             q, k, v = self._conv(qkv, view, states, writes[0])               # [B, T, H, D]
-        if T == 1:
-            # decode's q/k/v stay [B, H, D] from the conv kernel to the step kernel: an
-            # expand and a squeeze each were 6 graph nodes a layer in every compiled step
+        if T == 1:               # decode beside another group (one group: _decode_by_kernels)
             one = [x if x.ndim == 3 else x[:, 0] for x in (q, k, v)]
-            out = self._kernel_step(*one, a, b, view, states, z)
+            out = self._kernel_step(*one, a[:, 0], b[:, 0], view, states, z[:, 0])
             if out is not None:      # the step and the gated norm in one launch
                 return out.reshape(B, T, -1)                                 # [B, T, Hv*Dv]
-            y = self._kernel_step(*one, a, b, view, states)
+            y = self._kernel_step(*one, a[:, 0], b[:, 0], view, states)
             if y is None:
                 q, k, v = (x[:, None] for x in one)                          # [B, 1, H, D]
                 y = self._recurrence(q, k, v, a, b, view, states, writes[1])
+            else:
+                y = y[:, None]                                               # [B, 1, Hv, Dv]
         else:
             y = self._recurrence(q, k, v, a, b, view, states, writes[1])     # [B, T, Hv, Dv]
 
@@ -198,24 +234,24 @@ class GatedDeltaNet(nn.Module):
         return y
 
     def _kernel_step(self, q, k, v, a, b, view: BatchView, states: list[mx.array], z=None):
-        """Decode (q, k [B, Hk, Dk], v [B, Hv, Dv]): y [B, 1, Hv, Dv] from this model's step
-        kernel, which turns the raw a, b into the decay and beta itself and updates each
-        row's state in the pool in place
-        (kernels/gated_delta_step.py). With z [B, 1, Hv, Dv]: self.norm(y, z) instead, from
-        the kernel that runs the step and the gated norm in one launch
-        (kernels/gated_delta_step_norm.py). None: no such kernel for this call."""
+        """Decode (q, k [B, Hk, Dk], v [B, Hv, Dv], a, b [B, Hv]): y [B, Hv, Dv] from this
+        model's step kernel, which turns the raw a, b into the decay and beta itself and
+        updates each row's state in the pool in place (kernels/gated_delta_step.py). With
+        z [B, Hv, Dv]: self.norm(y, z) instead, from the kernel that runs the step and the
+        gated norm in one launch (kernels/gated_delta_step_norm.py). None: no such kernel
+        for this call."""
         fresh = view.fresh_rows if view.any_fresh else None                  # [B] or None
-        args = (q, k, v, a[:, 0], b[:, 0], states[1], view.state_slots)
+        args = (q, k, v, a, b, states[1], view.state_slots)
         decay = (self.A_log, self.dt_bias)
         if z is None:
             out = self.kernel_set.gated_delta_step(*args, fresh, decay=decay)
         else:
-            out = self.kernel_set.gated_delta_step_norm(*args, z[:, 0], self.norm.weight,
+            out = self.kernel_set.gated_delta_step_norm(*args, z, self.norm.weight,
                                                         self.norm.eps, fresh, decay=decay)
         if out is None:
             return None
         y, states[1] = out
-        return y[:, None]
+        return y
 
     def _kernel_recurrence(self, q, k, v, a, b, view: BatchView, pool: mx.array, fresh):
         """(y [B, T, Hv, Dv], pool) from this model's chunk kernel, which gathers, updates
@@ -259,6 +295,10 @@ class NextGatedDeltaNet(GatedDeltaNet):
                               v.reshape(B, T, -1)], axis=-1)                 # [B, T, conv_dim]
         return (qkv, z.reshape(B, T, self.hv, self.dv),
                 b.reshape(B, T, self.hv), a.reshape(B, T, self.hv))
+
+    def unpack_rows(self, parts: list[mx.array]):
+        """As the base class's: its grouped layout unpacked with a token axis of 1."""
+        return tuple(t[:, 0] for t in self.unpack([p[:, None] for p in parts]))
 
 
 def _valid_mask(view: BatchView) -> mx.array:
