@@ -146,13 +146,14 @@ class GatedDeltaNet(nn.Module):
         after every group has read its own (_write_slots says why). A decode group's step
         and gated norm are one launch where the kernel set has it, else two."""
         B, T, _ = qkv.shape
-        qkv_heads = self._kernel_conv(qkv, view, states) if conv_kernel else None
+        # A decode group alone took _decode_by_kernels where its conv kernel applies.
+        qkv_heads = self._kernel_conv(qkv, view, states) if conv_kernel and T > 1 else None
         if qkv_heads is not None:
-            q, k, v = qkv_heads          # decode: [B, H, D] as the step kernel takes them
+            q, k, v = qkv_heads                                              # [B, T, H, D]
         else:
             q, k, v = self._conv(qkv, view, states, writes[0])               # [B, T, H, D]
-        if T == 1:               # decode beside another group (one group: _decode_by_kernels)
-            one = [x if x.ndim == 3 else x[:, 0] for x in (q, k, v)]
+        if T == 1:
+            one = [x[:, 0] for x in (q, k, v)]                               # [B, H, D]
             out = self._kernel_step(*one, a[:, 0], b[:, 0], view, states, z[:, 0])
             if out is not None:      # the step and the gated norm in one launch
                 return out.reshape(B, T, -1)                                 # [B, T, Hv*Dv]
@@ -169,22 +170,15 @@ class GatedDeltaNet(nn.Module):
         return y.reshape(B, T, -1)                                           # [B, T, Hv*Dv]
 
     def _kernel_conv(self, qkv, view: BatchView, states: list[mx.array]):
-        """(q, k, v) from this model's conv kernel, which writes the new conv states into
-        the pool itself: decode's [B, H, D] (kernels/gdn_conv_step.py) or a prompt chunk's
-        [B, T, H, D] (kernels/gdn_conv_chunk.py, each row's state at its own length);
-        None: no kernel for this call."""
+        """A prompt chunk's (q, k, v) [B, T, H, D] from this model's conv kernel, which
+        writes each row's new conv state, at its own length, into the pool itself
+        (kernels/gdn_conv_chunk.py); None: no kernel for this call. (Decode's conv kernel
+        is gdn_conv_step, in _decode_by_kernels.)"""
         fresh = view.fresh_rows if view.any_fresh else None                  # [B] or None
-        heads = (self.hk, self.hv, self.dk, self.dv)
-        if qkv.shape[1] == 1:
-            out = self.kernel_set.gdn_conv_step(qkv, self.conv1d.weight, states[0],
-                                                view.state_slots, fresh, heads, 1e-6)
-            if out is None:
-                return None
-            (q, k, v), states[0] = out
-            return q, k, v                                                   # [B, H, D]
         lengths = view.lengths if view.ragged else None
         out = self.kernel_set.gdn_conv_chunk(qkv, self.conv1d.weight, states[0],
-                                             view.state_slots, fresh, lengths, heads, 1e-6)
+                                             view.state_slots, fresh, lengths,
+                                             (self.hk, self.hv, self.dk, self.dv), 1e-6)
         if out is None:
             return None
         (q, k, v), states[0] = out
