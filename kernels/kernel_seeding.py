@@ -152,6 +152,9 @@ class Seeder:
         and compile the canary in the background."""
         if self.state != "off" or os.environ.get(ENV_VAR, "1") == "0":
             return
+        if getattr(sys, "frozen", False):   # a bundled app: sys.executable is not a Python
+            self.state = "failed"
+            return
         try:
             self.tools = Toolchain.here()
         except (OSError, ValueError, RuntimeError, AttributeError) as e:

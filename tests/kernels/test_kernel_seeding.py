@@ -156,6 +156,14 @@ def test_the_canary_is_one_sources_code_under_the_other_sources_name(tmp_path, m
     assert s._canary_ok and len(asked) == 1                # MLX's run still decides
 
 
+def test_a_bundled_app_does_not_seed(monkeypatch):
+    """In a frozen app sys.executable is the app itself: no worker could start."""
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    s = Seeder()
+    s.start()
+    assert s.state == "failed" and s.tools is None
+
+
 def test_seeding_is_off_where_asked_and_without_cuda(monkeypatch):
     monkeypatch.setenv("TANDEM_KERNEL_SEEDING", "0")
     s = Seeder()
