@@ -59,9 +59,8 @@ def _nvrtc_library(mlx_dir: Path) -> str | None:
                 return path
     except OSError:
         pass
-    for lib in sorted((mlx_dir.parent / "nvidia").glob("*/lib/libnvrtc.so*")):
-        return str(lib)
-    return None
+    found = sorted((mlx_dir.parent / "nvidia").glob("*/lib/libnvrtc.so*"))
+    return str(found[0]) if found else None
 
 
 class Toolchain:

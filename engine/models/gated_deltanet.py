@@ -122,14 +122,24 @@ class GatedDeltaNet(nn.Module):
         if conv is None:
             return None
         (q, k, v), states[0] = conv                                          # [B, H, D]
+        y = self._kernel_decode_step(q, k, v, a, b, z, view, states)        # [B, Hv*Dv]
+        if y is not None:
+            return y
+        writes = []              # no step kernel: the plain recurrence, on [B, 1, *]
+        y = self._recurrence(*(t[:, None] for t in (q, k, v, a, b)), view, states, writes)
+        states[1] = _write_slots(states[1], writes)
+        return self.norm(y, z[:, None]).reshape(y.shape[0], -1)
+
+    def _kernel_decode_step(self, q, k, v, a, b, z, view: BatchView,
+                            states: list[mx.array]) -> mx.array | None:
+        """Decode on [B, *] arrays through the step kernels: the step with its gated norm
+        in one launch, else the step, then the norm -> [B, Hv*Dv]; None: no step kernel
+        for this call (nothing written)."""
         y = self._kernel_step(q, k, v, a, b, view, states, z)               # norm inside
         if y is None:
             y = self._kernel_step(q, k, v, a, b, view, states)
-            if y is None:        # no step kernel: the plain recurrence, on [B, 1, *]
-                writes = []
-                y = self._recurrence(*(t[:, None] for t in (q, k, v, a, b)), view, states,
-                                     writes)[:, 0]
-                states[1] = _write_slots(states[1], writes)
+            if y is None:
+                return None
             y = self.norm(y[:, None], z[:, None])   # as a chunk's: its kernel takes [B, T, H, D]
         return y.reshape(y.shape[0], -1)
 
@@ -152,20 +162,11 @@ class GatedDeltaNet(nn.Module):
             q, k, v = qkv_heads                                              # [B, T, H, D]
         else:
             q, k, v = self._conv(qkv, view, states, writes[0])               # [B, T, H, D]
-        if T == 1:
-            one = [x[:, 0] for x in (q, k, v)]                               # [B, H, D]
-            out = self._kernel_step(*one, a[:, 0], b[:, 0], view, states, z[:, 0])
-            if out is not None:      # the step and the gated norm in one launch
-                return out.reshape(B, T, -1)                                 # [B, T, Hv*Dv]
-            y = self._kernel_step(*one, a[:, 0], b[:, 0], view, states)
-            if y is None:
-                q, k, v = (x[:, None] for x in one)                          # [B, 1, H, D]
-                y = self._recurrence(q, k, v, a, b, view, states, writes[1])
-            else:
-                y = y[:, None]                                               # [B, 1, Hv, Dv]
-        else:
-            y = self._recurrence(q, k, v, a, b, view, states, writes[1])     # [B, T, Hv, Dv]
-
+        if T == 1 and self.kernel_set.backend is not None:    # decode beside another group
+            y = self._kernel_decode_step(*(t[:, 0] for t in (q, k, v, a, b, z)), view, states)
+            if y is not None:
+                return y.reshape(B, T, -1)                                   # [B, T, Hv*Dv]
+        y = self._recurrence(q, k, v, a, b, view, states, writes[1])         # [B, T, Hv, Dv]
         y = self.norm(y, z)                                                  # [B, T, Hv, Dv]
         return y.reshape(B, T, -1)                                           # [B, T, Hv*Dv]
 
