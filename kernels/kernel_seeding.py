@@ -199,7 +199,8 @@ class Seeder:
         k = mx.fast.cuda_kernel(name=name, input_names=["x"], output_names=["out"],
                                 source=body)
         return k(inputs=[mx.array([1.0])], output_shapes=[(1,)], output_dtypes=[mx.float32],
-                 template=[("N", 3), ("B", True), ("T", mx.float32)],
+                 template=[(k, getattr(mx, v) if isinstance(v, str) else v)
+                           for k, v in _CANARY_TEMPLATE],
                  grid=(1, 1, 1), threadgroup=(1, 1, 1))[0].item()
 
     def note(self, key: str, ingredients: tuple) -> None:
