@@ -1,7 +1,7 @@
 import pytest
 
 import kernels
-from kernels import selftest
+from kernels import moe_grouped, selftest
 from kernels.backend import NAMES, gpu_backend
 
 
@@ -13,8 +13,15 @@ def test_selftest_reports_every_kernel():
             assert r["status"].startswith("skipped")
         else:
             assert r["passed"], f"{name}: {r}"
-    status = kernels.select_kernels().status()
+    ks = kernels.select_kernels()
+    status = ks.status()
     for name in NAMES:
+        if name == moe_grouped.NAME and gpu_backend() is not None:
+            # Passing is not enough for moe_grouped: it runs only where the engine measured
+            # it faster at load (engine/loading/grouped_tune.py); this set was not measured.
+            assert ks.launches(name) == gpu_backend()
+            assert status[name].startswith("reference (not faster")
+            continue
         assert status[name] == (gpu_backend() or f"reference ({kernels.absent_reason()})")
 
 
