@@ -46,6 +46,8 @@ class KernelSet:
     backend: str | None = None
     off: tuple[tuple[str, str], ...] = ()
     grouped_from: int | None = None     # moe_grouped's pairs from, measured at load (None: off)
+    experts_to: int | None = None       # moe_experts' pairs up to, measured at load (None:
+                                        # its MAX_PAIRS; kernels/moe_grouped_tune.py)
 
     def __post_init__(self):
         if self.backend is not None and self.backend not in BACKENDS:
@@ -153,11 +155,19 @@ class KernelSet:
     def moe_experts(self, x, idx, scores, experts, shared_gate=None, residual=None):
         """y [N, D] of kernels.moe_experts: the routed experts' weighted sum (x [N, D],
         idx [N, k], scores [N, k]; experts a kernels.moe_experts.QuantExperts), with its
-        shared expert gated by sigmoid(shared_gate [N, 1]) and residual [N, D] when given."""
+        shared expert gated by sigmoid(shared_gate [N, 1]) and residual [N, D] when given.
+        Up to MAX_PAIRS (token, expert) pairs, or the more measured faster at load."""
         backend = self.launches(me.NAME)
-        if backend is None or not me.applies(x, idx, experts, shared_gate, residual):
+        if backend is None or not me.applies(x, idx, experts, shared_gate, residual,
+                                             self.experts_max_pairs()):
             return None
         return me.kernel(x, idx, scores, experts, shared_gate, residual, backend=backend)
+
+    def experts_max_pairs(self) -> int:
+        """The pairs up to which moe_experts runs: MAX_PAIRS, or further where measured."""
+        if not me.MEASURED_RANGE or self.experts_to is None:
+            return me.MAX_PAIRS
+        return max(me.MAX_PAIRS, self.experts_to)
 
     def moe_grouped(self, x, idx, scores, experts):
         """y [N, D] of kernels.moe_grouped: the routed experts' weighted sum (as moe_experts

@@ -49,6 +49,12 @@ NAME = "moe_experts"
 # engine, B=32 decode (256 pairs) took 27-28 ms a step at 256 against 32-34 ms at 128
 # (the sorted path's ~560 launches more; session 8, docs/bench/h200-session8-2026-12-02.txt).
 MAX_PAIRS = 256
+# Past MAX_PAIRS the kernel runs a prompt chunk's experts up to the pairs measured faster
+# at load (KernelSet.experts_to; kernels/moe_grouped_tune.py, engine/loading/grouped_tune.py):
+# session 19's rows a warp made it 1.31-1.34x MLX's gathered path at 256-4,096 pairs on the
+# H200 (session 24, `python -m kernels.bench.moe_grouped`), where session 7's was 0.86-0.92x.
+# False (a bench's --moe-max-pairs): MAX_PAIRS alone decides, nothing is measured.
+MEASURED_RANGE = True
 # Rows a warp: more rows reuse a lane's chunks of x (launch 1) and a block's staged s * h
 # (launch 2) over more weight bytes. H200, real shapes, both launches with the shared
 # expert (docs/bench/h200-session19-diag_moe.py): 8/4 against 4/2 took N=4 from 101 to
@@ -135,14 +141,17 @@ def _quantized_alike(parts, rows_at_least: int, cols: int, like) -> bool:
             and all(p.dtype == q.dtype for p, q in zip(parts[1:], like[1:])))
 
 
-def applies(x, idx, experts: QuantExperts, shared_gate=None, residual=None) -> bool:
-    """Shapes and formats the kernel handles; the caller's plain path takes the rest."""
+def applies(x, idx, experts: QuantExperts, shared_gate=None, residual=None,
+            max_pairs: int | None = None) -> bool:
+    """Shapes and formats the kernel handles, up to max_pairs (token, expert) pairs
+    (None: MAX_PAIRS); the caller's plain path takes the rest."""
     return (x.ndim == 2 and idx.ndim == 2 and idx.shape[0] == x.shape[0]
-            and fits(x, idx.shape[1], experts, shared_gate, residual))
+            and fits(x, idx.shape[1], experts, shared_gate, residual, max_pairs=max_pairs))
 
 
 def fits(x, K: int, experts: QuantExperts, shared_gate=None, residual=None,
-         smem_extra: int = 0, rows: tuple[int, int] = (RPW1, RPW2)) -> bool:
+         smem_extra: int = 0, rows: tuple[int, int] = (RPW1, RPW2),
+         max_pairs: int | None = None) -> bool:
     """`applies` for K experts a token; smem_extra: launch 2's shared bytes beside s * h
     (kernels/moe_block.py's routed ids and weights); rows: the launches' rows a warp."""
     rpw1, rpw2 = rows
@@ -154,7 +163,7 @@ def fits(x, K: int, experts: QuantExperts, shared_gate=None, residual=None,
     ok = (experts.bits == 4 and experts.mode == "affine" and gs in GROUP_SIZES
           and all(len(p) == 3 and p[2] is not None for p in (experts.gate_up, experts.down))
           and gw.dtype == mx.uint32 and dw.dtype == mx.uint32
-          and 1 <= N * K <= MAX_PAIRS and D % 32 == 0 and hidden % 32 == 0
+          and 1 <= N * K <= (max_pairs or MAX_PAIRS) and D % 32 == 0 and hidden % 32 == 0
           and D % gs == 0 and hidden % gs == 0 and hidden % rpw1 == 0
           and D % (8 * rpw2) == 0
           and KK * hidden // 32 * 36 * 4 + smem_extra <= SMEM_BYTES

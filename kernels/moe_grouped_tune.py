@@ -1,14 +1,19 @@
-"""From how many pairs kernels/moe_grouped beats the model's own path, measured at load.
+"""Which of a prompt chunk's experts paths is faster here, measured at load.
 
-The grouped kernel reads each expert once a launch; MLX 0.32's CUDA `gather_qmm` reads an
-expert again for every pair (kernels/moe_grouped.py). Which wins depends on the GPU, the
-model's widths and MLX's version, so it is measured where the engine runs: once a model
-is loaded and its self-test passed the kernel, on one of its own MoE layers, at the
-prompt-chunk lengths the prefill budget picks (32-512 tokens), each path called
-alternately (the first call of each untimed: it compiles), median of RUNS. The kernel then runs from the fewest
-pairs at which it was faster by MARGIN there and at every longer chunk measured; nowhere
-faster, it stays off. A few hundred milliseconds at load on a GPU; never on a CPU.
-Runs on the engine thread (it evaluates).
+Two kernels can take a chunk's routed experts from the model's own path (MLX's gathered
+matmuls, whose CUDA `gather_qmm` reads an expert again for every pair):
+- kernels/moe_experts (a warp a pair, for decode up to its MAX_PAIRS) runs a chunk's too
+  *up to* the most pairs at which it was faster by MARGIN at every shorter length measured
+  (`reach`): it rereads each pair's expert, so it loses past some length, if anywhere;
+- kernels/moe_grouped (each expert read once a launch) runs *from* the fewest pairs at
+  which it was faster by MARGIN there and at every longer length measured (`crossing`).
+Which wins depends on the GPU, the model's widths and MLX's version, so it is measured
+where the engine runs: once a model is loaded and its self-test passed the kernel, on one
+of its own MoE layers, at the prompt-chunk lengths the prefill budget picks (32-512
+tokens), each path called alternately (the first call of each untimed: it compiles),
+median of RUNS. Nowhere faster, a kernel keeps its decode range (moe_experts) or stays
+off (moe_grouped). A few hundred milliseconds at load on a GPU; never on a CPU. Runs on
+the engine thread (it evaluates).
 """
 from __future__ import annotations
 
@@ -61,20 +66,45 @@ def crossing(times: dict[int, tuple[float, float]], k: int) -> int | None:
     return least
 
 
+def reach(times: dict[int, tuple[float, float]], k: int) -> int | None:
+    """The most pairs (tokens * k) up to which the kernel took at most MARGIN of the plain
+    path's time at every measured length; None when it did not at the shortest."""
+    most = None
+    for n in sorted(times):
+        plain, kernel = times[n]
+        if kernel > MARGIN * plain:
+            break
+        most = n * k
+    return most
+
+
 def tune(plain: Callable, grouped: Callable, applies: Callable, inputs: Callable[[int], tuple],
-         k: int, sizes=SIZES, timer: Callable = time_both) -> tuple[int | None, dict]:
-    """(the pairs from which to run the grouped kernel or None, {tokens: (plain s,
-    grouped s)}) over the lengths at which the kernel applies."""
+         k: int, sizes=SIZES, timer: Callable = time_both,
+         choose: Callable = crossing) -> tuple[int | None, dict]:
+    """(choose's pairs: from which the kernel runs (crossing) or up to which (reach), or
+    None; {tokens: (plain s, kernel s)}) over the lengths at which the kernel applies."""
     times = {}
     for n in sizes:
         args = inputs(n)
         if applies(*args):
             times[n] = timer(plain, grouped, args)
-    return crossing(times, k), times
+    return choose(times, k), times
+
+
+def _columns(times: dict[int, tuple[float, float]], k: int) -> str:
+    cols = ", ".join(f"{n * k}: {p * 1e6:.0f}/{g * 1e6:.0f} us" for n, (p, g) in times.items())
+    return cols or "no length"
 
 
 def describe(least: int | None, times: dict[int, tuple[float, float]], k: int) -> str:
-    """One line for the logs and the benches' start line."""
-    cols = ", ".join(f"{n * k}: {p * 1e6:.0f}/{g * 1e6:.0f} us" for n, (p, g) in times.items())
+    """moe_grouped's line for the logs and the benches' start line."""
     verdict = f"from {least} pairs" if least is not None else "off (not faster here)"
-    return f"moe_grouped {verdict}; measured plain/grouped a layer at {cols or 'no length'}"
+    return f"moe_grouped {verdict}; measured plain/grouped a layer at {_columns(times, k)}"
+
+
+def describe_reach(most: int | None, decode_pairs: int,
+                   times: dict[int, tuple[float, float]], k: int) -> str:
+    """moe_experts' line: how far past its decode range (decode_pairs) it runs."""
+    verdict = (f"up to {most} pairs" if most is not None and most > decode_pairs
+               else f"up to {decode_pairs} pairs (decode; no longer chunk faster here)")
+    return f"moe_experts {verdict}; measured plain/kernel a layer at {_columns(times, k)}"

@@ -47,8 +47,8 @@ def open_engine(model: str | None, config: EngineConfig, quiet: bool = False) ->
               f"{self_test_s(steps):.1f} s, {len(compiling)} warm-up steps "
               f"{at_load:.1f} s), background warm-up {t_warm - t_ready:.1f} s more",
               flush=True)
-        if engine.bundle.grouped_note:
-            print(f"# {engine.bundle.grouped_note}", flush=True)
+        for line in filter(None, engine.bundle.experts_note.split("\n")):
+            print(f"# {line}", flush=True)
         if SEEDER.state != "off":
             print(f"# {SEEDER.summary()} (then {time.perf_counter() - t_warm:.1f} s "
                   "waited for its workers)", flush=True)

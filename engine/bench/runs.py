@@ -193,6 +193,7 @@ def apply_moe_max_pairs(args) -> None:
     if args.moe_max_pairs is not None:
         import kernels.moe_experts as moe_experts
         moe_experts.MAX_PAIRS = args.moe_max_pairs
+        moe_experts.MEASURED_RANGE = False      # the flag's range, not the load's measure
     if args.moe_grouped_from is not None:
         import kernels.moe_grouped as moe_grouped
         moe_grouped.MIN_PAIRS = args.moe_grouped_from

@@ -284,7 +284,7 @@ def load_shard_bundle(model, config: EngineConfig, group,
     report(LoadProgress(0.88, "Checking kernels"))
     kernels, note = _give_kernels(loaded.model, config, report)
     return ModelBundle(loaded.model, tokenizer, loaded.config, path, path.name, kernels,
-                       weights.as_dict(), grouped_note=note)
+                       weights.as_dict(), experts_note=note)
 
 
 def run_follower(model, config: EngineConfig, cluster: Cluster) -> int:

@@ -1,10 +1,14 @@
-"""At load on CUDA: from how many pairs a prompt chunk's experts run grouped by expert.
+"""At load on CUDA: which path a prompt chunk's experts take, measured on the model.
 
-kernels/moe_grouped_tune.py measures the grouped kernel against the model's own path on
-the model's first quantized MoE layer; the answer goes into the model's kernel set
-(`KernelSet.grouped_from`), so two engines in a process never share it. Nothing is
-measured where the kernel cannot launch (no CUDA, the self-test turned it off, no MoE
-layer it fits) or where a bench forced the threshold (`--moe-grouped-from`).
+kernels/moe_grouped_tune.py measures the two kernels that can take a chunk's routed
+experts against the model's own path on the model's first quantized MoE layer:
+moe_experts (a warp a pair) up to how many pairs, then moe_grouped (each expert read
+once) from how many. The answers go into the model's kernel set (`KernelSet.experts_to`,
+`KernelSet.grouped_from`), so two engines in a process never share them. Nothing is
+measured where a kernel cannot launch (no CUDA, the self-test turned it off, no MoE layer
+it fits) or where a bench forced the range (`--moe-max-pairs`, `--moe-grouped-from`).
+A kernel whose result at the longest length measured is far from the plain path's (not
+rounding: AGREE) is not extended, whatever its speed.
 """
 from __future__ import annotations
 
@@ -12,12 +16,20 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 
+import mlx.core as mx
+
+import kernels.moe_experts as me
 import kernels.moe_grouped as mg
 from engine.models.moe import SparseMoeBlock
 from kernels.kernel_set import KernelSet
-from kernels.moe_grouped_tune import describe, routed_inputs, tune
+from kernels.moe_grouped_tune import describe, describe_reach, reach, routed_inputs, tune
 
 log = logging.getLogger(__name__)
+
+# Largest |kernel - plain| / max |plain| accepted at load: a sanity bound against a kernel
+# gone wrong past the lengths its tests cover (an index overflow gives O(1)), not a
+# precision check (bf16 outputs: ~2**-8 apart; kernels/ tests bound the rounding).
+AGREE = 0.05
 
 
 def first_moe_block(model) -> SparseMoeBlock | None:
@@ -25,32 +37,69 @@ def first_moe_block(model) -> SparseMoeBlock | None:
                  and m.switch_mlp.quantized_experts() is not None), None)
 
 
-def tune_grouped(model, kernels: KernelSet,
-                 announce: Callable[[], None] = lambda: None) -> tuple[KernelSet, str]:
-    """(the kernel set with `grouped_from` measured, what was found), or the set as it is
-    and '' where nothing is measured. `announce` runs just before measuring."""
-    if kernels.launches(mg.NAME) != "cuda" or mg.MIN_PAIRS is not None:
-        return kernels, ""
+def tune_experts_paths(model, kernels: KernelSet,
+                       announce: Callable[[], None] = lambda: None) -> tuple[KernelSet, str]:
+    """(the kernel set with `experts_to` and `grouped_from` measured, one line each of
+    what was found), or the set as it is and '' where nothing is measured. `announce`
+    runs just before measuring."""
     block = first_moe_block(model)
-    if block is None:
+    if block is None or kernels.backend != "cuda":
         return kernels, ""
+    lines = []
+    if kernels.launches(me.NAME) == "cuda" and me.MEASURED_RANGE:
+        announce()
+        announce = lambda: None     # noqa: E731  once
+        kernels, line = _tune(block, kernels, _pair_kernel, "experts_to", reach,
+                              lambda most, times: describe_reach(most, me.MAX_PAIRS, times,
+                                                                 block.top_k))
+        lines.append(line)
+    if kernels.launches(mg.NAME) == "cuda" and mg.MIN_PAIRS is None:
+        announce()
+        kernels, line = _tune(block, kernels, _grouped_kernel, "grouped_from", None,
+                              lambda least, times: describe(least, times, block.top_k))
+        lines.append(line)
+    return kernels, "\n".join(lines)
+
+
+def _pair_kernel(experts):
+    return (lambda x, idx, scores: me.kernel(x, idx, scores, experts, backend="cuda"),
+            lambda x, idx, scores: me.applies(x, idx, experts, max_pairs=1 << 30))
+
+
+def _grouped_kernel(experts):
+    return (lambda x, idx, scores: mg.kernel(x, idx, scores, experts, backend="cuda"),
+            lambda x, idx, scores: mg.applies(x, idx, experts, min_pairs=1))
+
+
+def _tune(block, kernels: KernelSet, make: Callable, field: str, choose, line_of):
+    """Measure one kernel against the block's plain path; (kernels with `field` set, its
+    line). A measure that raises, or results that disagree, leave the set as it was."""
+    name = field.split("_")[0]
     experts = block.switch_mlp.quantized_experts()
     num_experts = experts.gate_up[0].shape[0]
     dims = experts.gate_up[0].shape[2] * 32 // experts.bits       # uint32 words a row
     dtype = experts.gate_up[1].dtype                  # the scales': the activations' dtype
-    announce()
-
-    def grouped(x, idx, scores):
-        return mg.kernel(x, idx, scores, experts, backend="cuda")
-
+    kernel, fits = make(experts)
+    inputs = lambda n: routed_inputs(n, block.top_k, num_experts, dims, dtype)  # noqa: E731
     try:
-        least, times = tune(
-            block.gathered_experts, grouped,
-            lambda x, idx, scores: mg.applies(x, idx, experts, min_pairs=1),
-            lambda n: routed_inputs(n, block.top_k, num_experts, dims, dtype), block.top_k)
+        extra = {"choose": choose} if choose is not None else {}
+        found, times = tune(block.gathered_experts, kernel, fits, inputs, block.top_k,
+                            **extra)
+        if found is not None and times:
+            err = _disagreement(block.gathered_experts, kernel, inputs(max(times)))
+            if err > AGREE:
+                line = f"moe_{name} not extended: {err:.2g} from the plain path at {max(times)} tokens"
+                log.warning("%s", line)
+                return kernels, line
     except (RuntimeError, ValueError) as e:   # the self-test passed it; a load never fails here
-        log.warning("moe_grouped not measured: %s", e)
-        return kernels, f"moe_grouped off (its measure raised: {e})"
-    line = describe(least, times, block.top_k)
+        log.warning("moe_%s not measured: %s", name, e)
+        return kernels, f"moe_{name} as before (its measure raised: {e})"
+    line = line_of(found, times)
     log.info("%s", line)
-    return replace(kernels, grouped_from=least), line
+    return replace(kernels, **{field: found}), line
+
+
+def _disagreement(plain: Callable, kernel: Callable, args: tuple) -> float:
+    want = plain(*args).astype(mx.float32)
+    got = kernel(*args).astype(mx.float32)
+    return (mx.abs(got - want).max() / mx.maximum(mx.abs(want).max(), 1e-30)).item()

@@ -11,7 +11,7 @@ from engine.events import LoadProgress
 from engine.kernel_cache import selftest_verdict_dir
 from engine.loading import cpu_dense, cpu_layout, cuda_qmm_guard
 from engine.loading.default_model import default_model_path
-from engine.loading.grouped_tune import tune_grouped
+from engine.loading.grouped_tune import tune_experts_paths
 from engine.loading.loader import load_model
 from engine.models.base import fuse_projections, use_kernels
 from engine.tokenization.tokenizer import Tokenizer
@@ -34,7 +34,7 @@ class ModelBundle:
         return self.kernels.status()
     weights: dict = field(default_factory=dict)   # cpu_dense.WeightsChoice.as_dict()
     blas: dict = field(default_factory=lambda: blas_info().as_dict())   # CPU matmuls
-    grouped_note: str = ""     # what moe_grouped's measure at load found (grouped_tune.py)
+    experts_note: str = ""     # what the experts paths' measure at load found (grouped_tune.py)
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
     kernels, note = _give_kernels(loaded.model, config, report)
     name = path.stem if path.is_file() else path.name
     return ModelBundle(loaded.model, tokenizer, loaded.config, path, name, kernels,
-                       loaded.weights.as_dict(), grouped_note=note)
+                       loaded.weights.as_dict(), experts_note=note)
 
 
 def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
@@ -98,7 +98,7 @@ def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
     report(LoadProgress(0.88, "Checking kernels"))
     kernels, note = _give_kernels(m.model, config, report)
     return ModelBundle(m.model, m.tokenizer, m.config, Path(m.name), m.name, kernels,
-                       weights.as_dict(), grouped_note=note)
+                       weights.as_dict(), experts_note=note)
 
 
 def start_kernel_seeding() -> None:
@@ -111,12 +111,12 @@ def _give_kernels(model, config: EngineConfig,
                   report: Callable[[LoadProgress], None]) -> tuple[KernelSet, str]:
     """Self-test the kernels here (unless turned off) and give the model the ones that
     passed: its own set, so another engine in this process cannot change it. On CUDA,
-    also where the grouped experts kernel beats the model's own path (grouped_tune.py)."""
+    also which kernels beat the model's own path at a prompt chunk's experts (grouped_tune.py)."""
     SEEDER.check()          # CUDA: from here on, kernels met are compiled in workers too
     kernels = select_kernels(config.use_kernels, selftest_verdict_dir())
     use_kernels(model, kernels)
-    tuned, note = tune_grouped(
-        model, kernels, lambda: report(LoadProgress(0.89, "Measuring the experts kernel")))
+    tuned, note = tune_experts_paths(
+        model, kernels, lambda: report(LoadProgress(0.89, "Measuring the experts kernels")))
     if tuned is not kernels:
         use_kernels(model, tuned)
     return tuned, note

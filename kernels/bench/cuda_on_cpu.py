@@ -264,7 +264,9 @@ if __name__ == "__main__":
     for case, extra in [((3, 8, 4, 256, 256, 64, 128), {}), ((2, 16, 8, 128, 64, 64, 0), {}),
                         ((1, 8, 8, 1024, 96, 32, 64), {"shared": True}),
                         ((2, 12, 10, 96, 128, 32, 0), {"shared": True, "res": True}),
-                        ((2, 8, 4, 256, 128, 64, 0), {"res": True})]:
+                        ((2, 8, 4, 256, 128, 64, 0), {"res": True}),
+                        # a prompt chunk's 520 pairs: past the decode range (experts_to)
+                        ((40, 16, 13, 128, 64, 64, 0), {"shared": True, "res": True})]:
         assert emulate(*case, seed=1, **extra) < 1e-4
     # (B, slots, (Hk, Hv, Dk, Dv), taps, fresh rows): the real head layout at 2+2+4 heads
     for case in [(3, 5, (2, 4, 128, 128), 4, {1}), (2, 4, (1, 2, 32, 64), 3, set())]:

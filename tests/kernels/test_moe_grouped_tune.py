@@ -1,7 +1,8 @@
-"""Where the grouped experts kernel runs: measured at load (kernels/moe_grouped_tune.py,
-engine/loading/grouped_tune.py). No timing here: the clock and the measure are scripted;
-what is checked is the choice made from given times, that both measured paths compute
-the model's experts, and that the choice reaches the model's own kernel set."""
+"""Where a prompt chunk's experts kernels run: measured at load (kernels/moe_grouped_tune.py,
+engine/loading/grouped_tune.py): moe_experts up to some pairs, moe_grouped from some. No
+timing here: the clock and the measure are scripted; what is checked is the choice made
+from given times, that the measured paths compute the model's experts, and that the
+choice reaches the model's own kernel set."""
 from __future__ import annotations
 
 import mlx.core as mx
@@ -10,12 +11,22 @@ import pytest
 from float32_tolerance import assert_close
 
 import engine.loading.grouped_tune as gt
+import kernels.moe_experts as me
 import kernels.moe_grouped as mg
 from engine.bench.profile_ops import ops_by_primitive
 from engine.models.base import kernel_set_of, use_kernels
 from engine.models.moe import SparseMoeBlock
 from kernels.kernel_set import KernelSet
-from kernels.moe_grouped_tune import MARGIN, crossing, describe, routed_inputs, time_both, tune
+from kernels.moe_grouped_tune import (
+    MARGIN,
+    crossing,
+    describe,
+    describe_reach,
+    reach,
+    routed_inputs,
+    time_both,
+    tune,
+)
 from kernels.stand_in import COUNT, gpu_graph
 
 
@@ -28,6 +39,20 @@ def test_it_runs_from_the_shortest_length_from_which_it_always_won():
     assert crossing({}, k) is None
     assert crossing({64: (1.0, MARGIN)}, k) == 512                    # the margin, met
     assert crossing({64: (1.0, MARGIN + 1e-6)}, k) is None
+
+
+def test_the_pair_kernel_runs_up_to_the_longest_length_to_which_it_always_won():
+    k = 8
+    assert reach({32: (1.0, 0.7), 64: (2.0, 1.5), 128: (4.0, 3.0)}, k) == 1024
+    # a loss at a shorter length ends it there: a win past it does not count
+    assert reach({32: (1.0, 0.7), 64: (2.0, 1.9), 128: (4.0, 1.0)}, k) == 256
+    assert reach({32: (1.0, 1.2), 64: (2.0, 1.0)}, k) is None         # lost at the shortest
+    assert reach({}, k) is None
+    assert reach({64: (1.0, MARGIN)}, k) == 512
+    assert reach({64: (1.0, MARGIN + 1e-6)}, k) is None
+    assert describe_reach(1024, 256, {128: (4e-6, 3e-6)}, k).startswith("moe_experts up to 1024 pairs")
+    assert "no longer chunk faster" in describe_reach(None, 256, {}, k)
+    assert "no longer chunk faster" in describe_reach(128, 256, {}, k)
 
 
 def test_the_two_paths_alternate_and_their_medians_are_kept():
@@ -67,7 +92,7 @@ def test_random_routing_picks_k_distinct_experts_a_token():
 
 
 def _model():
-    """A one-block 'model': the layer tune_grouped measures on, quantized as loaded."""
+    """A one-block 'model': the layer tune_experts_paths measures on, quantized as loaded."""
     mx.random.seed(0)
     block = SparseMoeBlock(dims=256, hidden=128, shared_hidden=64, num_experts=16, top_k=4,
                            norm_topk_prob=True)
@@ -78,33 +103,75 @@ def _model():
     return model, block
 
 
-def test_at_load_the_measured_choice_goes_into_the_models_own_kernel_set(monkeypatch):
-    """Both measured paths compute the block's routed experts (the grouped one as its
-    reference here: no CUDA), and the answer becomes the model's `grouped_from`."""
+def _by_reference(monkeypatch):
+    """No CUDA here: each kernel computes as its reference."""
+    monkeypatch.setattr(mg, "kernel", lambda x, idx, scores, experts, backend:
+                        mg.reference(x, idx, scores, experts))
+    monkeypatch.setattr(me, "kernel", lambda x, idx, scores, experts, backend:
+                        me.reference(x, idx, scores, experts))
+
+
+def test_at_load_the_measured_choices_go_into_the_models_own_kernel_set(monkeypatch):
+    """The measured paths compute the block's routed experts (each kernel as its
+    reference here: no CUDA), and the answers become the model's `experts_to` and
+    `grouped_from`: the pair kernel measured past its decode range, the grouped one."""
     model, block = _model()
     cuda = KernelSet("cuda")
     use_kernels(model, cuda)
-    monkeypatch.setattr(mg, "kernel", lambda x, idx, scores, experts, backend:
-                        mg.reference(x, idx, scores, experts))
-    seen, announced = {}, []
+    _by_reference(monkeypatch)
+    seen, announced = [], []
+    found = {"reach": 1024, "crossing": 2048}
 
-    def scripted(plain, grouped, applies, inputs, k, sizes=(), timer=None):
-        args = inputs(16)
-        seen.update(plain=plain(*args), grouped=grouped(*args), fits=applies(*args), k=k)
-        return 128, {16: (2.0, 1.0)}
+    def scripted(plain, kernel, applies, inputs, k, sizes=(), timer=None, choose=crossing):
+        args = inputs(300)                  # 1,200 pairs: past the decode range
+        seen.append(dict(plain=plain(*args), kernel=kernel(*args), fits=applies(*args), k=k))
+        return found[choose.__name__], {300: (2.0, 1.0)}
     monkeypatch.setattr(gt, "tune", scripted)
-    tuned, note = gt.tune_grouped(model, cuda, lambda: announced.append(1))
-    assert tuned.grouped_from == 128 and tuned.backend == "cuda" and tuned.off == cuda.off
-    assert note.startswith("moe_grouped from 128 pairs") and announced == [1]
-    assert seen["fits"] and seen["k"] == 4
-    # the sums on a value's path: over D (gate, up), over I (down), over the k experts
-    assert_close(seen["plain"], seen["grouped"], depth=256 + 128 + 4, what="plain vs grouped")
-    # a bench's forced threshold, another backend, or no MoE layer: nothing measured
+    tuned, note = gt.tune_experts_paths(model, cuda, lambda: announced.append(1))
+    assert (tuned.experts_to, tuned.grouped_from) == (1024, 2048)
+    assert tuned.backend == "cuda" and tuned.off == cuda.off and announced == [1]
+    assert note.split("\n")[0].startswith("moe_experts up to 1024 pairs")
+    assert note.split("\n")[1].startswith("moe_grouped from 2048 pairs")
+    for s in seen:
+        assert s["fits"] and s["k"] == 4
+        # the sums on a value's path: over D (gate, up), over I (down), over the k experts
+        assert_close(s["plain"], s["kernel"], depth=256 + 128 + 4, what="plain vs kernel")
+    # a bench's forced range, another backend, or no MoE layer: nothing measured
     monkeypatch.setattr(mg, "MIN_PAIRS", 64)
-    assert gt.tune_grouped(model, cuda) == (cuda, "")
+    monkeypatch.setattr(me, "MEASURED_RANGE", False)
+    assert gt.tune_experts_paths(model, cuda) == (cuda, "")
     monkeypatch.setattr(mg, "MIN_PAIRS", None)
-    assert gt.tune_grouped(model, KernelSet("metal")) == (KernelSet("metal"), "")
-    assert gt.tune_grouped(nn.Sequential(nn.Linear(4, 4)), cuda) == (cuda, "")
+    monkeypatch.setattr(me, "MEASURED_RANGE", True)
+    assert gt.tune_experts_paths(model, KernelSet("metal")) == (KernelSet("metal"), "")
+    assert gt.tune_experts_paths(nn.Sequential(nn.Linear(4, 4)), cuda) == (cuda, "")
+
+
+def test_a_kernel_far_from_the_plain_path_is_not_extended(monkeypatch):
+    """Faster but wrong (as an index overflow past the tested lengths would be): the
+    range stays as it was, and the line says why."""
+    model, _ = _model()
+    _by_reference(monkeypatch)
+    monkeypatch.setattr(me, "kernel", lambda x, idx, scores, experts, backend:
+                        2 * me.reference(x, idx, scores, experts))
+    monkeypatch.setattr(gt, "tune", lambda *a, choose=crossing, **kw:
+                        (1024 if choose is reach else None, {64: (2.0, 1.0)}))
+    tuned, note = gt.tune_experts_paths(model, KernelSet("cuda"))
+    assert tuned.experts_to is None and "moe_experts not extended" in note
+
+
+def test_the_kernel_sets_experts_range_decides():
+    """Past MAX_PAIRS a chunk's whole block (routed, shared expert, residual) is the
+    pair kernel's two launches where the range measured at load reaches its pairs."""
+    model, block = _model()
+    x = mx.zeros((96, 256))             # 384 pairs: past moe_experts' MAX_PAIRS
+    counts = {}
+    for most in (None, 383, 384):
+        use_kernels(model, KernelSet(COUNT, experts_to=most))
+        with gpu_graph() as ledger:
+            ops_by_primitive(block(x))
+            counts[most] = ledger.calls.get(me.NAME, 0)
+    assert counts == {None: 0, 383: 0, 384: 2}
+    assert KernelSet(COUNT, experts_to=64).experts_max_pairs() == me.MAX_PAIRS
 
 
 def test_the_kernel_sets_threshold_decides_and_its_status_says_so():
@@ -125,6 +192,7 @@ def test_the_kernel_sets_threshold_decides_and_its_status_says_so():
 @pytest.fixture(autouse=True)
 def _no_forced_threshold(monkeypatch):
     monkeypatch.setattr(mg, "MIN_PAIRS", None)
+    monkeypatch.setattr(me, "MEASURED_RANGE", True)
 
 
 def test_a_measure_that_raises_leaves_it_off_and_the_load_going(monkeypatch):
@@ -133,5 +201,5 @@ def test_a_measure_that_raises_leaves_it_off_and_the_load_going(monkeypatch):
     def broken(*a, **kw):
         raise RuntimeError("Failed to compile kernel")
     monkeypatch.setattr(gt, "tune", broken)
-    tuned, note = gt.tune_grouped(model, KernelSet("cuda"))
-    assert tuned.grouped_from is None and "raised" in note
+    tuned, note = gt.tune_experts_paths(model, KernelSet("cuda"))
+    assert tuned.grouped_from is None and tuned.experts_to is None and "raised" in note
