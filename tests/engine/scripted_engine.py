@@ -16,7 +16,7 @@ class ScriptedEngine:
 
     def __init__(self, decode_s, prefill_tok_s, chunk=2048, turn=4, mixed_fixed_s=0.0,
                  mixed_tok_s=None, mixed_cost=None, slowdown=0.25, pipelined=True,
-                 alone_fixed_s=0.0):
+                 alone_fixed_s=0.0, own_max_s=None):
         """mixed_fixed_s, mixed_tok_s: a chunk beside decode rows costs a fixed part plus
         its tokens at this rate (default: the alone prefill_tok_s, no fixed part).
         alone_fixed_s: a step that reads a prompt alone costs this plus its tokens at
@@ -25,7 +25,10 @@ class ScriptedEngine:
         pipelined: step n is planned before step n-1 is read back, as the step loop runs
         by default; False: in lock-step (the loop with a repetition penalty), where the
         learning rule shows step by step (pipelined, a length's first reading arrives
-        after the next step was planned, so each new length is read twice)."""
+        after the next step was planned, so each new length is read twice).
+        own_max_s: a mixed step's chunk takes at most this long in its own step and the
+        rest of its cost lands in the next step (its tail, engine/core/chunk_tails.py), as
+        on a GPU where the host queues the next step while the device still runs it."""
         self.pipelined = pipelined
         self.decode_s, self.prefill_tok_s = decode_s, prefill_tok_s
         self.mixed_fixed_s, self.mixed_tok_s = mixed_fixed_s, mixed_tok_s or prefill_tok_s
@@ -41,6 +44,8 @@ class ScriptedEngine:
         self.first_token: dict[int, float] = {}
         self.arrival: dict[int, int] = {}    # request id -> step count when it arrived
         self.in_flight = None                # (seconds, decode rows, prompt tokens) unread
+        self.own_max_s = own_max_s
+        self.carried_s = 0.0                 # the last chunk's tail, due in the next step
 
     def add(self, rid, n_prompt):
         self.arrival[rid] = len(self.steps)
@@ -52,7 +57,11 @@ class ScriptedEngine:
         decoding = any(not s.is_prefilling for s in self.sched.running)
         allowance = self.budget.allowance(decoding, self.sched.prompt_tokens_left())
         plan = self.sched.schedule(allowance.tokens)
-        seconds = self._cost(plan)
+        seconds = self._cost(plan) + self.carried_s
+        self.carried_s = 0.0
+        if self.own_max_s is not None and plan.decode and plan.prefills:
+            self.carried_s = max(seconds - self.decode_s - self.own_max_s, 0.0)
+            seconds -= self.carried_s
         for s in plan.decode:
             s.num_computed = s.num_tokens
             s.output_ids.append(7)

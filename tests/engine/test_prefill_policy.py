@@ -315,3 +315,19 @@ def test_a_cost_that_steps_up_between_lengths_is_probed_past():
     assert_reading_pace(steps, probe_steps=1)
     # without the probe: 64 and a calm step in turn for the whole prompt, 3.3x alone
     assert (eng.first_token[100] - t0) / (2048 / 1880) < 2.2
+
+
+def test_a_chunks_cost_landing_in_the_next_step_keeps_the_floor():
+    """The H200's shape in session 24: the host queues a step while the device still runs
+    the one before, so a chunk's cost past ~38 ms lands in the step after it (its tail,
+    engine/core/chunk_tails.py); a chunk beside 7 streams costs 35 ms + 0.5 ms a token
+    above their 12 ms calm step. The tail is learned from the calm step after a chunk,
+    and every step, the tails included, stays within the floor."""
+    eng = ScriptedEngine(decode_s=0.012, prefill_tok_s=1920, alone_fixed_s=0.017,
+                         mixed_cost=lambda n: 0.035 + 0.0005 * n, own_max_s=0.038)
+    eng.streams()
+    steps = eng.read(100, 2048)
+    assert all(sec <= FLOOR_S + 1e-9 for p, sec, _ in steps if p.decode)
+    # not locked at the smallest chunk; a tail is not read again as a chunk's own cost
+    assert min(p.prefill_tokens for p, _, _ in mixed(steps)[:-1]) >= 4 * MIN_CHUNK
+    assert_reading_pace(steps)
