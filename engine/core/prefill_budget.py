@@ -43,13 +43,19 @@ from engine.core.degraded_mode import measures_smallest_first, prompt_bound_s
 from engine.core.mixed_step_cost import CostLine, MixedStepCost
 from engine.core.one_off_steps import OneOffSteps
 from engine.core.reading_bank import BANK_GAIN, BURST, MAX_BANKING, ReadingBank
-from engine.core.shapes import DECODE_SIZES, MIN_CHUNK, padded_batch
+from engine.core.shapes import DECODE_SIZES, MIN_CHUNK, chunk_lengths, padded_batch
 from engine.core.step_predictions import QueuedStep, StepPredictor
 
 # The policy's constants are named here too, where its tests and docs take them from
 __all__ = ["Allowance", "PrefillBudget", "BURST", "MAX_BANKING", "PROBE_EVERY", "WARMUP_TOKENS"]
 
 _ALPHA = 0.2        # weight of the newest step in the moving averages
+# A chunk's whole cost (its own step and its tail) at most this many floors with the calm
+# step: issue 21's max gap. On a pipelined GPU the streams' next tokens come after all of
+# the chunk's device work, however the host's steps split it (chunk_tails.py): on the
+# H200 (session 24) a 512-token probe predicted at 83 ms for its own step took 135 + 115,
+# and every stream waited 240 ms for a token.
+MAX_GAP_FLOORS = 2.0
 
 
 @dataclass(frozen=True)
@@ -118,8 +124,25 @@ class PrefillBudget:
             return Allowance(self.max_chunk)
         allowance = self._recheck or self._allowance(prompt_left)
         self._recheck = None
+        allowance = self._within_max_gap(allowance)
         self._last = allowance
         return allowance
+
+    def _within_max_gap(self, allowance: Allowance) -> Allowance:
+        """The allowance, or the longest shorter length whose whole predicted cost with
+        the calm step fits MAX_GAP_FLOORS floors (never below the smallest chunk); not in
+        degraded mode, where the floor does not hold and its own bound applies."""
+        line = self.cost_line()
+        if allowance.degraded or not allowance.tokens or self.decode_s is None or line is None:
+            return allowance
+        bound_s = MAX_GAP_FLOORS / self.min_stream_tok_s - self.decode_s
+
+        def fits(n: int) -> bool:
+            return line.extra_s(self.predictor.runs_at(n)) <= bound_s + 1e-9
+        if fits(allowance.tokens):
+            return allowance
+        shorter = [n for n in chunk_lengths(self.max_chunk) if n < allowance.tokens and fits(n)]
+        return replace(allowance, tokens=max(shorter, default=min(MIN_CHUNK, allowance.tokens)))
 
     def _allowance(self, prompt_left: int | None = None) -> Allowance:
         runs_at = self.predictor.chunk_in_flight(self._in_flight)

@@ -285,3 +285,28 @@ def test_degraded_chunks_between_the_set_lengths_read_a_stale_next_length_again(
     assert 32 in read[:20]                                      # read again once stale
     # then the bound: 2.25 x 200 ms, 250 above the calm step: 60 + 2n <= 250 -> 88
     assert sorted(read[-9:]) == [24] * 3 + [88] * 6             # a prompt: 88, 88 and 24
+
+
+def test_no_chunk_whose_whole_cost_breaks_twice_the_floor(monkeypatch):
+    """Issue 21's max gap: on a pipelined GPU the streams' next token waits for all of
+    a chunk's device work, its tail included, so whatever the policy picked (here a
+    512-token probe, as on the H200 in session 24: 135 + 115 ms, every stream 240 ms
+    without a token) is cut to the longest length whose whole predicted cost fits
+    MAX_GAP_FLOORS floors with the calm step."""
+    from engine.core.mixed_step_cost import CostLine
+    from engine.core.prefill_budget import MAX_GAP_FLOORS, Allowance
+    b = measured(2048, 0.012, 2000)
+    line = CostLine(0.035, 0.0005, known_slope=True)       # 64: 67 ms, 128: 99, 256: 163
+    monkeypatch.setattr(b, "cost_line", lambda: line)
+    monkeypatch.setattr(b, "_allowance", lambda prompt_left=None: Allowance(512))
+    assert b.allowance(decoding=True).tokens == 128         # 12 + 99 <= 2 x 66.7
+    assert 0.012 + line.extra_s(128) <= MAX_GAP_FLOORS / 15.0 < 0.012 + line.extra_s(256)
+    # degraded mode keeps its own bound; a chunk that fits is left alone
+    monkeypatch.setattr(b, "_allowance", lambda prompt_left=None: Allowance(512, True))
+    assert b.allowance(decoding=True).tokens == 512
+    monkeypatch.setattr(b, "_allowance", lambda prompt_left=None: Allowance(64))
+    assert b.allowance(decoding=True).tokens == 64
+    # nothing fits: the smallest chunk, not none
+    monkeypatch.setattr(b, "cost_line", lambda: CostLine(0.2, 0.0005, known_slope=True))
+    monkeypatch.setattr(b, "_allowance", lambda prompt_left=None: Allowance(512))
+    assert b.allowance(decoding=True).tokens == MIN_CHUNK
