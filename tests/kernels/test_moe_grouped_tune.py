@@ -159,32 +159,33 @@ def test_a_kernel_far_from_the_plain_path_is_not_extended(monkeypatch):
     assert tuned.experts_to is None and "moe_experts not extended" in note
 
 
+def _launches_past_max_pairs(kernel: str, field: str, settings) -> dict:
+    """{setting: launches of `kernel`} for a 96-token chunk (384 pairs: past moe_experts'
+    MAX_PAIRS) through the block, the kernel set's `field` at each setting; the model
+    keeps the set it was given."""
+    model, block = _model()
+    x = mx.zeros((96, 256))
+    counts = {}
+    for value in settings:
+        use_kernels(model, KernelSet(COUNT, **{field: value}))
+        with gpu_graph() as ledger:
+            ops_by_primitive(block(x))
+            counts[value] = ledger.calls.get(kernel, 0)
+        assert getattr(kernel_set_of(model), field) == value
+    return counts
+
+
 def test_the_kernel_sets_experts_range_decides():
     """Past MAX_PAIRS a chunk's whole block (routed, shared expert, residual) is the
     pair kernel's two launches where the range measured at load reaches its pairs."""
-    model, block = _model()
-    x = mx.zeros((96, 256))             # 384 pairs: past moe_experts' MAX_PAIRS
-    counts = {}
-    for most in (None, 383, 384):
-        use_kernels(model, KernelSet(COUNT, experts_to=most))
-        with gpu_graph() as ledger:
-            ops_by_primitive(block(x))
-            counts[most] = ledger.calls.get(me.NAME, 0)
+    counts = _launches_past_max_pairs(me.NAME, "experts_to", (None, 383, 384))
     assert counts == {None: 0, 383: 0, 384: 2}
     assert KernelSet(COUNT, experts_to=64).experts_max_pairs() == me.MAX_PAIRS
 
 
 def test_the_kernel_sets_threshold_decides_and_its_status_says_so():
-    model, block = _model()
-    x = mx.zeros((96, 256))             # 384 pairs: past moe_experts' MAX_PAIRS
-    counts = {}
-    for least in (None, 385, 384):
-        use_kernels(model, KernelSet(COUNT, grouped_from=least))
-        with gpu_graph() as ledger:
-            ops_by_primitive(block(x))
-            counts[least] = ledger.calls.get(mg.NAME, 0)
+    counts = _launches_past_max_pairs(mg.NAME, "grouped_from", (None, 385, 384))
     assert counts == {None: 0, 385: 0, 384: 2}
-    assert kernel_set_of(model).grouped_from == 384
     assert KernelSet(COUNT, grouped_from=128).status()[mg.NAME] == COUNT
     assert KernelSet(COUNT).status()[mg.NAME].startswith("reference (not faster")
 
