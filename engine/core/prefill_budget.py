@@ -157,7 +157,8 @@ class PrefillBudget:
         floor_s = 1.0 / self.min_stream_tok_s
         room_s = floor_s - self.decode_s
         # what fits a step and the one after it (its tail) decides whether the floor holds
-        tokens = self.choice.longest_within(room_s, line, prompt_left, follow_s=room_s)
+        tokens = self.choice.longest_within(room_s, line, prompt_left, follow_s=room_s,
+                                            lend_s=BURST * floor_s)
         held = self.readings.held
         if not tokens and held and any(f.tokens == held[0] for f in self._in_flight):
             return Allowance(0)         # a calm step while the surprising length is read again

@@ -331,3 +331,23 @@ def test_a_chunks_cost_landing_in_the_next_step_keeps_the_floor():
     # not locked at the smallest chunk; a tail is not read again as a chunk's own cost
     assert min(p.prefill_tokens for p, _, _ in mixed(steps)[:-1]) >= 4 * MIN_CHUNK
     assert_reading_pace(steps)
+
+
+def test_a_tail_step_just_over_the_floor_is_paid_by_its_own_steps_time_under_it():
+    """Issue 21 on the H200's session-24 costs: a 128-token chunk's own step ~42 ms, its
+    tail step ~68 (1 ms over the floor), the pair within two floors. Judged step by
+    step, 128 tokens no longer fit once their tail was read and the policy fell back to
+    64-token chunks, a calm step after each: 64 tokens per ~85 ms instead of 128 per
+    ~110. The tail may take what its chunk's own step left under the floor
+    (ChunkChoice.longest_within's loan), so 128 stays, and the pace holds."""
+    eng = ScriptedEngine(decode_s=0.012, prefill_tok_s=2270, alone_fixed_s=0.017,
+                         mixed_cost=lambda n: 0.035 + 0.0004 * n, own_max_s=0.030)
+    eng.streams()
+    t0 = eng.now
+    steps = eng.read(100, 2048)
+    sizes = [p.prefill_tokens for p, _, _ in mixed(steps)]
+    assert sizes[0] == 64 and set(sizes[1:-1]) == {128}, sizes      # the last: the rest
+    gaps = [sec for p, sec, _ in steps if p.decode]
+    assert max(gaps) <= FLOOR_S + 0.002 and sum(gaps) / len(gaps) <= FLOOR_S
+    assert eng.first_token[100] - t0 < 1.8          # 2.43 s at 64-token chunks
+    assert_reading_pace(steps)
