@@ -3,8 +3,9 @@
 kernels/moe_grouped_tune.py measures the two kernels that can take a chunk's routed
 experts against the model's own path on the model's first quantized MoE layer:
 moe_experts (a warp a pair) up to how many pairs, then moe_grouped (each expert read
-once) from how many. The answers go into the model's kernel set (`KernelSet.experts_to`,
-`KernelSet.grouped_from`), so two engines in a process never share them. Nothing is
+once) from how many, at the lengths past that range only (it is asked for no other). The
+answers go into the model's kernel set (`KernelSet.experts_to`, `KernelSet.grouped_from`),
+so two engines in a process never share them. Nothing is
 measured where a kernel cannot launch (no CUDA, the self-test turned it off, no MoE layer
 it fits) or where a bench forced the range (`--moe-max-pairs`, `--moe-grouped-from`).
 A kernel whose result at the longest length measured is far from the plain path's (not
@@ -22,7 +23,15 @@ import kernels.moe_experts as me
 import kernels.moe_grouped as mg
 from engine.models.moe import SparseMoeBlock
 from kernels.kernel_set import KernelSet
-from kernels.moe_grouped_tune import describe, describe_reach, reach, routed_inputs, tune
+from kernels.moe_grouped_tune import (
+    SIZES,
+    crossing,
+    describe,
+    describe_reach,
+    reach,
+    routed_inputs,
+    tune,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,22 +50,26 @@ def tune_experts_paths(model, kernels: KernelSet,
                        announce: Callable[[], None] = lambda: None) -> tuple[KernelSet, str]:
     """(the kernel set with `experts_to` and `grouped_from` measured, one line each of
     what was found), or the set as it is and '' where nothing is measured. `announce`
-    runs just before measuring."""
+    runs just before measuring. moe_grouped is measured only at the lengths past the
+    range moe_experts took: it is asked for no other."""
     block = first_moe_block(model)
-    if block is None or kernels.backend != "cuda":
+    pairs = kernels.launches(me.NAME) == "cuda" and me.MEASURED_RANGE
+    grouped = kernels.launches(mg.NAME) == "cuda" and mg.MIN_PAIRS is None
+    if block is None or kernels.backend != "cuda" or not (pairs or grouped):
         return kernels, ""
-    lines = []
-    if kernels.launches(me.NAME) == "cuda" and me.MEASURED_RANGE:
-        announce()
-        announce = lambda: None     # noqa: E731  once
-        kernels, line = _tune(block, kernels, _pair_kernel, "experts_to", reach,
-                              lambda most, times: describe_reach(most, me.MAX_PAIRS, times,
-                                                                 block.top_k))
+    announce()
+    k, lines = block.top_k, []
+    if pairs:
+        kernels, line = _tune(block, kernels, "experts", _pair_kernel, reach, SIZES,
+                              lambda most, times: describe_reach(most, me.MAX_PAIRS, times, k))
         lines.append(line)
-    if kernels.launches(mg.NAME) == "cuda" and mg.MIN_PAIRS is None:
-        announce()
-        kernels, line = _tune(block, kernels, _grouped_kernel, "grouped_from", None,
-                              lambda least, times: describe(least, times, block.top_k))
+    if grouped:
+        past = tuple(n for n in SIZES if n * k > kernels.experts_max_pairs())
+        if past:
+            kernels, line = _tune(block, kernels, "grouped", _grouped_kernel, crossing, past,
+                                  lambda least, times: describe(least, times, k))
+        else:
+            line = "moe_grouped not measured: moe_experts takes every chunk length measured"
         lines.append(line)
     return kernels, "\n".join(lines)
 
@@ -71,24 +84,31 @@ def _grouped_kernel(experts):
             lambda x, idx, scores: mg.applies(x, idx, experts, min_pairs=1))
 
 
-def _tune(block, kernels: KernelSet, make: Callable, field: str, choose, line_of):
-    """Measure one kernel against the block's plain path; (kernels with `field` set, its
-    line). A measure that raises, or results that disagree, leave the set as it was."""
-    name = field.split("_")[0]
+# The kernel set's field each measure sets
+_FIELDS = {"experts": "experts_to", "grouped": "grouped_from"}
+
+
+def _tune(block, kernels: KernelSet, name: str, make: Callable, choose: Callable, sizes,
+          line_of: Callable):
+    """Measure moe_<name> against the block's plain path at `sizes`; (kernels with its
+    field set, its line). A measure that raises, or results that disagree, leave the set
+    as it was."""
     experts = block.switch_mlp.quantized_experts()
     num_experts = experts.gate_up[0].shape[0]
     dims = experts.gate_up[0].shape[2] * 32 // experts.bits       # uint32 words a row
     dtype = experts.gate_up[1].dtype                  # the scales': the activations' dtype
     kernel, fits = make(experts)
-    inputs = lambda n: routed_inputs(n, block.top_k, num_experts, dims, dtype)  # noqa: E731
+
+    def inputs(n: int) -> tuple:
+        return routed_inputs(n, block.top_k, num_experts, dims, dtype)
     try:
-        extra = {"choose": choose} if choose is not None else {}
         found, times = tune(block.gathered_experts, kernel, fits, inputs, block.top_k,
-                            **extra)
+                            sizes, choose=choose)
         if found is not None and times:
             err = _disagreement(block.gathered_experts, kernel, inputs(max(times)))
             if err > AGREE:
-                line = f"moe_{name} not extended: {err:.2g} from the plain path at {max(times)} tokens"
+                line = (f"moe_{name} not extended: {err:.2g} from the plain path at "
+                        f"{max(times)} tokens")
                 log.warning("%s", line)
                 return kernels, line
     except (RuntimeError, ValueError) as e:   # the self-test passed it; a load never fails here
@@ -96,7 +116,7 @@ def _tune(block, kernels: KernelSet, make: Callable, field: str, choose, line_of
         return kernels, f"moe_{name} as before (its measure raised: {e})"
     line = line_of(found, times)
     log.info("%s", line)
-    return replace(kernels, **{field: found}), line
+    return replace(kernels, **{_FIELDS[name]: found}), line
 
 
 def _disagreement(plain: Callable, kernel: Callable, args: tuple) -> float:
