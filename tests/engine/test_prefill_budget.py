@@ -91,7 +91,11 @@ def test_two_lengths_separate_the_fixed_cost_from_the_tokens():
     line = b.cost_line()
     assert line.known_slope
     assert abs(line.fixed_s - 0.025) < 1e-9 and abs(line.per_token_s - 2e-5) < 1e-12
-    # 25 ms + n x 0.02 ms <= 36.7 ms -> n <= 583 -> 512 (capped at 4 x 128 = 512)
+    # 25 ms + n x 0.02 ms <= 36.7 ms -> n <= 583 -> 512 (capped at 4 x 128 = 512); but
+    # a length never read is priced in proportion to the longest read for the max gap
+    # (4 x 27.6 ms + the calm 30 > 2 floors): 256 first, 512 once 256 is read
+    assert b.allowance(True).tokens == 256
+    b.observe(0.030 + 0.025 + 256 * 2e-5, decode_rows=7, prefill_tokens=256)
     assert b.allowance(True).tokens == 512
 
 
@@ -110,12 +114,14 @@ def test_the_alone_rate_bounds_the_slope_of_one_measured_length():
 
 
 def _banking_budget():
-    """Calm 40 ms, a chunk 15 ms + 0.05 ms a token above it (64 and 256 measured), a
-    calm step last and the bank full: 128 tokens fit the floor; 1,024 (106 ms, within
-    1.75x the floor) read a token 1.9x cheaper, and are what the bank buys."""
+    """Calm 40 ms, a chunk 15 ms + 0.05 ms a token above it (64, 256 and 512 measured:
+    the max-gap cap prices a length never read past twice the longest read in proportion
+    to it), a calm step last and the bank full: 128 tokens fit the floor; 1,024 (106 ms,
+    within 1.75x the floor) read a token 1.9x cheaper, and are what the bank buys."""
     b = measured(4096, decode_s=0.040, prefill_tok_s=20000)
     b.observe(0.040 + 0.015 + 64 * 5e-5, decode_rows=7, prefill_tokens=64)
     b.observe(0.040 + 0.015 + 256 * 5e-5, decode_rows=7, prefill_tokens=256)
+    b.observe(0.040 + 0.015 + 512 * 5e-5, decode_rows=7, prefill_tokens=512)
     b.observe(0.040, decode_rows=7, prefill_tokens=0)
     b.bank_s = BURST / 15
     return b
@@ -310,3 +316,31 @@ def test_no_chunk_whose_whole_cost_breaks_twice_the_floor(monkeypatch):
     monkeypatch.setattr(b, "cost_line", lambda: CostLine(0.2, 0.0005, known_slope=True))
     monkeypatch.setattr(b, "_allowance", lambda prompt_left=None: Allowance(512))
     assert b.allowance(decoding=True).tokens == MIN_CHUNK
+
+
+def test_a_length_never_read_is_capped_at_its_proportional_cost(monkeypatch):
+    """The H200 (session 25): 64 tokens cost 52 ms above a 13 ms calm step and 128 79;
+    the line through them (and the alone prefill's slope) priced 256 at ~120 ms, within
+    twice the floor with the calm step, and the probe read it: ~150 ms, every stream
+    waited 150-168 ms. A length never read is capped at the longest shorter one's cost
+    in proportion to its tokens (158 ms here: the fixed part is not paid twice, so a
+    real cost is at most that), or up to twice its tokens the added ones at the alone
+    prefill's seconds each where lower (79 + 128 x 0.34 = 123 ms here)."""
+    from engine.core.mixed_step_cost import CostLine
+    from engine.core.prefill_budget import Allowance
+    b = measured(512, 0.013, 2900)
+    for n, extra_s in ((64, 0.052), (128, 0.079)) * 2:
+        b.observe(0.013 + extra_s, decode_rows=7, prefill_tokens=n)
+    assert b.mixed.lengths == [64, 128]
+    guess = CostLine(0.020, 0.00030, known_slope=True,
+                     points=((64, 0.052), (128, 0.079)))    # 256: 117 ms, the line's guess
+    monkeypatch.setattr(b, "cost_line", lambda: guess)
+    assert b.decode_s + guess.extra_s(256) <= 2 / 15.0         # the line alone lets it in
+    monkeypatch.setattr(b, "_allowance", lambda prompt_left=None: Allowance(256))
+    assert b.allowance(decoding=True).tokens == 128
+    # once read, a length is priced by its own readings
+    b.observe(0.013 + 0.100, decode_rows=7, prefill_tokens=256)
+    b.observe(0.013 + 0.100, decode_rows=7, prefill_tokens=256)
+    monkeypatch.setattr(b, "cost_line", lambda: CostLine(
+        0.020, 0.00030, known_slope=True, points=((64, 0.052), (128, 0.079), (256, 0.100))))
+    assert b.allowance(decoding=True).tokens == 256
