@@ -147,24 +147,27 @@ class PrefillBudget:
     def _whole_bound_s(self, n: int, line: CostLine) -> float:
         """A chunk of n tokens' whole cost above the calm step, as the max-gap cap sees
         it: its own where read; else the line's, but at least what the longest shorter
-        length read (m) bounds it to. A cost with a fixed part grows slower than its
-        tokens (the fixed part is not paid twice), so m's cost in proportion to the
-        tokens is an upper bound; up to 2m, the added tokens at the alone prefill's
-        seconds each (its fixed cost included) where that is lower, as the probes'
-        bound (chunk_choice.probe_unread). Past 2m proportion only: the alone rate of
-        long chunks says little about a jump from a short one. On the H200 (session
-        25) 64 tokens cost 52 ms above a 13 ms calm step and 128 79; the line priced
-        256 at ~120 ms, within twice the floor with the calm step, it took ~150, and
-        every stream waited 150-168 ms for a token in each process (this bound: 131-158
-        ms, over it). Session 21's costs (64: 76 ms, 128: 87) still probe 128 (~110)."""
+        length read (m) bounds it to, and no bound at all past 2m (never within the
+        cap: the chunk grows by doubling beside the streams). A cost with a fixed part
+        grows slower than its tokens (the fixed part is not paid twice), so m's cost in
+        proportion to the tokens is an upper bound; or m's cost and the added tokens at
+        the alone prefill's seconds each (its fixed cost included) where lower, as the
+        probes' bound (chunk_choice.probe_unread). On the H200 (session 25) 64 tokens
+        cost 52 ms above a 13 ms calm step and 128 79; the line priced 256 at ~120 ms,
+        within twice the floor with the calm step, it took ~150, and every stream waited
+        150-168 ms for a token in each process: read after 64 (4x) or 128 (this bound:
+        131-158 ms, over it). Session 21's costs (64: 76 ms, 128: 87) still reach 128
+        (bound ~110)."""
         measured = self.mixed.lengths
         shorter = [m for m in measured if m < n]
         if n in measured or not shorter:
             return line.extra_s(n)
         m = shorter[-1]
+        if n > 2 * m:
+            return float("inf")
         bound_s = line.extra_s(m) * n / m
         alone_s = self._alone_per_token_s()
-        if alone_s is not None and n <= 2 * m:
+        if alone_s is not None:
             bound_s = min(bound_s, line.extra_s(m) + (n - m) * alone_s)
         return max(line.extra_s(n), bound_s)
 

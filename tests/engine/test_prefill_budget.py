@@ -43,7 +43,11 @@ def test_a_fast_prompt_rate_reads_a_large_chunk_within_the_floor():
     # Before any mixed step: a cautious first chunk (the alone rate says little about it)
     assert b.allowance(True).tokens == WARMUP_TOKENS
     b.observe(0.031 + 256 / 40000, decode_rows=7, prefill_tokens=256)
-    assert b.allowance(True).tokens == 1024            # 1427 -> 1024 (set member, not 1427)
+    # 1427 -> 1024 (set member, not 1427), but beside streams a length is at most twice
+    # the longest read (the max-gap cap, PrefillBudget._whole_bound_s)
+    assert b.allowance(True).tokens == 512
+    b.observe(0.031 + 512 / 40000, decode_rows=7, prefill_tokens=512)
+    assert b.allowance(True).tokens == 1024
     c = measured(512, 0.031, 40000)
     c.observe(0.031 + 256 / 40000, decode_rows=7, prefill_tokens=256)
     assert c.allowance(True).tokens == 512             # capped by the chunk
@@ -106,7 +110,10 @@ def test_the_alone_rate_bounds_the_slope_of_one_measured_length():
     assert line.known_slope and abs(line.fixed_s - 0.015) < 1e-9
     # 15 + 0.05 n <= 26.7 ms -> n <= 234 -> 128 within the floor; 256 (27.8 ms) reads a
     # token 1.5x cheaper and is what the calm steps before it banked (engine/core/
-    # prefill_budget.py, "The bank"); with nothing banked, a calm step first
+    # prefill_budget.py, "The bank"), once 128 is read (beside streams a length is at
+    # most twice the longest read: the max-gap cap); with nothing banked, a calm step
+    assert b.allowance(True).tokens == 128
+    b.observe(0.040 + 0.015 + 128 * 5e-5, decode_rows=7, prefill_tokens=128)
     assert b.allowance(True).tokens == 256
     b.bank_s = 0.0
     assert b.allowance(True).tokens == 0
@@ -329,6 +336,9 @@ def test_a_length_never_read_is_capped_at_its_proportional_cost(monkeypatch):
     from engine.core.mixed_step_cost import CostLine
     from engine.core.prefill_budget import Allowance
     b = measured(512, 0.013, 2900)
+    b.observe(0.013 + 0.052, decode_rows=7, prefill_tokens=64)
+    monkeypatch.setattr(b, "_allowance", lambda prompt_left=None: Allowance(256))
+    assert b.allowance(decoding=True).tokens == 128     # 4x the longest read: never
     for n, extra_s in ((64, 0.052), (128, 0.079)) * 2:
         b.observe(0.013 + extra_s, decode_rows=7, prefill_tokens=n)
     assert b.mixed.lengths == [64, 128]

@@ -24,8 +24,9 @@ def test_a_fast_prompt_rate_is_read_in_few_large_chunks():
     eng = ScriptedEngine(decode_s=0.031, prefill_tok_s=40000, pipelined=False)
     eng.streams()
     during = mixed(eng.read(100, 2048))
-    # a cautious first chunk, then x4 a step up to what fits the floor
-    assert [p.prefill_tokens for p, _, _ in during] == [64, 256, 1024, 704]
+    # a cautious first chunk, then x2 a step (the max-gap cap: a length never read is
+    # at most twice the longest read) up to what fits the floor
+    assert [p.prefill_tokens for p, _, _ in during] == [64, 128, 256, 512, 1024, 64]
     assert all(sec <= FLOOR_S for _, sec, _ in during)
 
 
