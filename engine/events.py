@@ -75,6 +75,10 @@ class StepEvent:
     # A mixed step: the seconds the prefill budget predicted when it chose the chunk
     # (engine/core/prefill_budget.py); 0 where nothing was predicted.
     predicted_s: float = 0.0
+    # Where decode rows ran while a prompt was read or waited: which rule of the prefill
+    # budget chose this step's prompt tokens ("floor", "banked", "probe", "calm: banking",
+    # "degraded", ...; "capped from N" where the max-gap cap cut it). "" otherwise.
+    chunk_reason: str = ""
 
     @property
     def duration(self) -> float:

@@ -20,6 +20,7 @@ import random
 import statistics
 import threading
 import time
+from collections import Counter
 
 from engine import Engine, EngineConfig, SamplingParams
 from engine.bench.engine_start import open_engine
@@ -148,7 +149,7 @@ def _step_record(e: StepEvent, t0: float) -> dict:
             "batch": e.batch_size, "prompt_tokens": e.prefill_tokens,
             "degraded": e.degraded, "queue_ms": round(1000 * e.queue_s, 2),
             "read_ms": round(1000 * e.read_s, 2),
-            "predicted_ms": round(1000 * e.predicted_s, 2)}
+            "predicted_ms": round(1000 * e.predicted_s, 2), "why": e.chunk_reason}
 
 
 def _summary(length: int, rounds: list[dict], floor_ms: float) -> str:
@@ -158,6 +159,9 @@ def _summary(length: int, rounds: list[dict], floor_ms: float) -> str:
     before = [g for r in rounds for g in r["before"]]
     during = [g for r in rounds for g in r["during"]] or [float("nan")]
     chunks = sorted({c for r in rounds for c in r["chunks"]})
+    # which of the budget's rules chose the steps' chunks while the prompt was read
+    rules = Counter(s["why"].split(",")[0] + (" (capped)" if "capped" in s["why"] else "")
+                    for r in rounds for s in r["steps"] if s.get("why"))
     ratios = ", ".join(f"{r['loaded_s'] / r['alone_s']:.2f}x" for r in rounds)
     return (f"prompt {length:>5}: TTFT alone {alone:.3f} s, with streams {loaded:.3f} s "
             f"({loaded / alone:.2f}x; rounds {ratios}) | "
@@ -167,7 +171,8 @@ def _summary(length: int, rounds: list[dict], floor_ms: float) -> str:
             f"over 2x the floor "
             f"(floor {floor_ms:.0f} ms, {med(during) / med(before):.2f}x calm) | "
             f"chunks {chunks}, {sum(r.get('banked', 0) for r in rounds)} calm steps between | degraded "
-            f"{sum(r['degraded'] for r in rounds)}/{sum(r['mixed'] for r in rounds)} mixed steps")
+            f"{sum(r['degraded'] for r in rounds)}/{sum(r['mixed'] for r in rounds)} mixed steps"
+            f" | rules {', '.join(f'{why} x{n}' for why, n in rules.most_common())}")
 
 
 def main(argv: list[str] | None = None) -> int:

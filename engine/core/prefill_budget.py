@@ -62,6 +62,10 @@ MAX_GAP_FLOORS = 2.0
 class Allowance:
     tokens: int              # padded prompt tokens the next step may read
     degraded: bool = False   # the reading-pace floor cannot hold: bounded slowdown instead
+    # Which rule chose `tokens` (the step's event carries it, so the steps of a GPU run
+    # say why each chunk was that long: "floor", "banked", "probe", "calm: ..."; a cut
+    # for the max gap adds "capped from N")
+    why: str = ""
 
 
 class PrefillBudget:
@@ -121,7 +125,7 @@ class PrefillBudget:
         prompt_left: the fewest tokens a waiting prompt has left (Scheduler.
         prompt_tokens_left): one that fits the floor's chunk is read now, never banked for."""
         if not decoding or self.min_stream_tok_s <= 0:
-            return Allowance(self.max_chunk)
+            return Allowance(self.max_chunk, why="alone" if not decoding else "no floor")
         allowance = self._recheck or self._allowance(prompt_left)
         self._recheck = None
         allowance = self._within_max_gap(allowance)
@@ -142,7 +146,8 @@ class PrefillBudget:
         if fits(allowance.tokens):
             return allowance
         shorter = [n for n in chunk_lengths(self.max_chunk) if n < allowance.tokens and fits(n)]
-        return replace(allowance, tokens=max(shorter, default=min(MIN_CHUNK, allowance.tokens)))
+        return replace(allowance, tokens=max(shorter, default=min(MIN_CHUNK, allowance.tokens)),
+                       why=f"{allowance.why}, capped from {allowance.tokens}")
 
     def _whole_bound_s(self, n: int, line: CostLine) -> float:
         """A chunk of n tokens' whole cost above the calm step, as the max-gap cap sees
@@ -177,10 +182,10 @@ class PrefillBudget:
             # A chunk in flight whose tail was never read: a calm step after it reads its
             # tail, and the reading of whatever follows it is not spoilt by an unknown
             # tail (chunk_tails.py). Once per length.
-            return Allowance(0)
+            return Allowance(0, why="calm: a tail never read")
         line = self.cost_line()
         if self.decode_s is None or line is None:
-            return Allowance(min(self.max_chunk, WARMUP_TOKENS))
+            return Allowance(min(self.max_chunk, WARMUP_TOKENS), why="first")
         floor_s = 1.0 / self.min_stream_tok_s
         room_s = floor_s - self.decode_s
         # what fits a step and the one after it (its tail) decides whether the floor holds
@@ -188,7 +193,7 @@ class PrefillBudget:
                                             lend_s=BURST * floor_s)
         held = self.readings.held
         if not tokens and held and any(f.tokens == held[0] for f in self._in_flight):
-            return Allowance(0)         # a calm step while the surprising length is read again
+            return Allowance(0, why="calm: a reading read again")
         pending_s = self.predictor.pending_tail_s(line, self._in_flight)
         if tokens and pending_s:
             # The step in flight's tail lands in this step whatever it reads: a chunk
@@ -203,7 +208,7 @@ class PrefillBudget:
                     < BANK_GAIN * self.predictor.rate(free, line)):
                 tokens = 0
             if not tokens:
-                return Allowance(0)
+                return Allowance(0, why="calm: the tail before")
         if tokens:
             probed = self.choice.probe(tokens, floor_s - self.decode_s, line, False,
                                        self.decode_s, floor_s, self._alone_per_token_s())
@@ -211,9 +216,12 @@ class PrefillBudget:
                 probed = tokens             # a probe may overrun: not right after a long step
             if prompt_left == 0:
                 self.bank.no_prompt_waits()     # a new prompt starts afresh
-            if probed != tokens or (prompt_left is not None and prompt_left <= tokens):
-                return Allowance(probed)
-            return Allowance(self._banked(tokens, floor_s, line, pending_s))
+            if probed != tokens:
+                return Allowance(probed, why="probe")
+            if prompt_left is not None and prompt_left <= tokens:
+                return Allowance(probed, why="the prompt's rest")
+            why = "floor, beside the tail before" if pending_s else "floor"
+            return self._banked(tokens, floor_s, line, pending_s, why)
         return self._degraded(floor_s, line, prompt_left)
 
     def _degraded(self, floor_s: float, line: CostLine, prompt_left: int | None) -> Allowance:
@@ -222,26 +230,29 @@ class PrefillBudget:
         self.bank.bank_s = 0.0  # degraded: the floor is not held, nothing to bank
         smallest = min(MIN_CHUNK, self.max_chunk)
         if measures_smallest_first(self.mixed.count(smallest), self.decode_s, floor_s):
-            return Allowance(smallest)
-        if not self.mixed.count(smallest):
-            return Allowance(smallest, degraded=True)   # the calm step alone overruns
+            return Allowance(smallest, why="smallest, measured first")
+        if not self.mixed.count(smallest):      # the calm step alone overruns
+            return Allowance(smallest, degraded=True, why="degraded: the calm step overruns")
         prompt_s = prompt_bound_s(floor_s, self.decode_s, self.max_slowdown, self.bias(),
                                   line.extra_s(smallest))
         chosen = max(self.choice.longest_within(prompt_s, line, prompt_left), smallest)
         tokens = self.choice.probe(chosen, prompt_s, line, True, self.decode_s,
                                    max(floor_s, self.decode_s + prompt_s),
                                    self._alone_per_token_s())
+        why = "degraded" if tokens == chosen else "degraded probe"
         if tokens == chosen and not self.pads_chunks:       # no probe: fill the bound
             tokens = self.choice.between(chosen, prompt_s, line, prompt_left)
-        return Allowance(tokens, degraded=True)
+        return Allowance(tokens, degraded=True, why=why)
 
-    def _banked(self, tokens: int, floor_s: float, line: CostLine, pending_s: float) -> int:
+    def _banked(self, tokens: int, floor_s: float, line: CostLine, pending_s: float,
+                why: str) -> Allowance:
         """The floor's chunk (tokens), or where a fixed cost per chunk makes a longer one
         much cheaper per token (BANK_GAIN), that longer one once the bank affords it, and
         until then no prompt at all (0: a calm step, banking its time under the floor).
         Reading the most tokens per second at an average step of the floor means reading
         the chunk with the most tokens per second of its own cost (reading_bank.py).
-        pending_s: the tail of the step in flight, which lands in this one."""
+        pending_s: the tail of the step in flight, which lands in this one; why: the
+        floor's chunk's reason."""
         # A banked step within the bank's ceiling as predicted (ReadingBank.ceiling_s); the
         # step after it (the chunk's tail) within the floor.
         ceiling_s = self.bank.ceiling_s(floor_s, self.overrun())
@@ -249,15 +260,17 @@ class PrefillBudget:
                                           follow_s=floor_s - self.decode_s)
         if best <= tokens or (tokens / max(line.extra_s(tokens), 1e-9)
                               >= BANK_GAIN * best / max(line.extra_s(best), 1e-9)):
-            return tokens
+            return Allowance(tokens, why=why)
         # its time over the floor
         need_s = self.decode_s + pending_s + self.predictor.own_s(best, line) - floor_s
         chosen = self.bank.choose(tokens, best, need_s, floor_s, floor_s - self.decode_s,
                                   self._in_flight)
         if chosen != best or pending_s:
-            return chosen
-        return self.choice.probe_unread(best, line, self.decode_s, floor_s,
-                                        self._alone_per_token_s())
+            return Allowance(chosen, why={0: "calm: banking", best: "banked"}.get(
+                chosen, f"{why} (banking waited long enough)"))
+        probed = self.choice.probe_unread(best, line, self.decode_s, floor_s,
+                                          self._alone_per_token_s())
+        return Allowance(probed, why="banked" if probed == best else "probe of a length never read")
 
     def overrun(self) -> float:
         """How far recent mixed steps took over their predictions, at the most but one
@@ -374,7 +387,7 @@ class PrefillBudget:
                 # Held for a second reading: read again at once where it is a whole chunk
                 # and none is in flight; a prompt's padded rest is read again by the next
                 # chunk of its length
-                self._recheck = Allowance(length, q.degraded)
+                self._recheck = Allowance(length, q.degraded, why="read again")
             self.choice.after_mixed_step(prefill_tokens)
 
 

@@ -65,6 +65,9 @@ class StepPlan:
     # Set by the step loop for a mixed step: the seconds the budget predicted it takes
     # (calm step + the chunk's cost), 0 where nothing was predicted.
     predicted_s: float = 0.0
+    # Set by the step loop where decode rows ran: which rule of the budget chose the
+    # prompt tokens beside them (Allowance.why; a calm step's too, while a prompt waits).
+    chunk_reason: str = ""
 
     @property
     def prefill_tokens(self) -> int:

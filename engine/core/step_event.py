@@ -23,4 +23,4 @@ def step_event(step: int, plan: StepPlan, t0: float, t1: float, cache: CacheMana
         num_waiting=len(scheduler.waiting), num_running=len(scheduler.running),
         waiting_request_ids=tuple(s.request_id for s in scheduler.waiting),
         degraded=plan.degraded, queue_s=queue_s, read_s=read_s,
-        predicted_s=plan.predicted_s)
+        predicted_s=plan.predicted_s, chunk_reason=plan.chunk_reason)

@@ -139,7 +139,8 @@ class StepLoop:
         on the device, it plans nothing and asks for them first (StepPlan.resolve_first):
         planning never calls back into this loop."""
         decoding = any(not s.is_prefilling for s in self.scheduler.running)
-        allowance = self.budget.allowance(decoding, self.scheduler.prompt_tokens_left())
+        prompt_left = self.scheduler.prompt_tokens_left()
+        allowance = self.budget.allowance(decoding, prompt_left)
         plan = self.scheduler.schedule(allowance.tokens)
         if plan.resolve_first:
             self.flush()
@@ -149,6 +150,8 @@ class StepLoop:
         plan.degraded = allowance.degraded and bool(plan.decode and plan.prefills)
         if plan.decode and plan.prefills:
             plan.predicted_s = self.budget.predicted_s(plan.prefill_tokens)
+        if plan.decode and (plan.prefills or prompt_left):
+            plan.chunk_reason = allowance.why
         return plan
 
     def flush(self) -> None:

@@ -106,17 +106,21 @@ class TraceFormatter:
         common = {"step": ev.step}
         if ts > raw_ts:
             common["clamped_us"] = round(ts - raw_ts, 3)
+        # why the prefill budget read this many prompt tokens beside the decode rows
+        why = getattr(ev, "chunk_reason", "")
         if ev.kind in ("decode", "mixed") and ev.batch_size > 0:
             out.append(self._slice("decode_step", ts, dur, {
                 **common, "batch_size": ev.batch_size,
                 "request_ids": list(ev.decode_request_ids),
-                "kv_pages": f"{ev.kv_pages_used}/{ev.kv_pages_total}"}))
+                "kv_pages": f"{ev.kv_pages_used}/{ev.kv_pages_total}",
+                **({"chunk_reason": why} if why else {})}))
         if ev.kind in ("prefill", "mixed") and ev.prefill_request_ids:
             out.append(self._slice("prefill_chunk", ts, dur, {
                 **common, "request_id": ev.prefill_request_ids[0],
                 "request_ids": list(ev.prefill_request_ids),
                 "tokens": ev.prefill_tokens,
-                **({"degraded": True} if getattr(ev, "degraded", False) else {})}))
+                **({"degraded": True} if getattr(ev, "degraded", False) else {}),
+                **({"chunk_reason": why} if why else {})}))
         seconds = ev.t_end - ev.t_start
         if seconds > 0:
             out += self._counter(DECODE_TOK_S, ts, ev.batch_size / seconds)

@@ -337,8 +337,10 @@ def test_a_length_never_read_is_capped_at_its_proportional_cost(monkeypatch):
     from engine.core.prefill_budget import Allowance
     b = measured(512, 0.013, 2900)
     b.observe(0.013 + 0.052, decode_rows=7, prefill_tokens=64)
-    monkeypatch.setattr(b, "_allowance", lambda prompt_left=None: Allowance(256))
-    assert b.allowance(decoding=True).tokens == 128     # 4x the longest read: never
+    monkeypatch.setattr(b, "_allowance", lambda prompt_left=None: Allowance(256, why="probe"))
+    cut = b.allowance(decoding=True)
+    assert cut.tokens == 128                            # 4x the longest read: never
+    assert cut.why == "probe, capped from 256"          # the step's event says so
     for n, extra_s in ((64, 0.052), (128, 0.079)) * 2:
         b.observe(0.013 + extra_s, decode_rows=7, prefill_tokens=n)
     assert b.mixed.lengths == [64, 128]

@@ -43,9 +43,13 @@ def test_the_reading_pace_floor_changes_while_a_conversation_streams(tmp_path):
 
         first = _reading_steps(steps, floored.request_id)[0]
         assert first.kind == "mixed" and first.degraded      # the new floor held at once
+        # each step says which of the budget's rules chose its chunk
+        assert first.chunk_reason.startswith(("degraded", "smallest")), first.chunk_reason
         read = _reading_steps(steps, free.request_id)
         assert len(read) == 1 and read[0].kind == "mixed"    # floor off: one whole chunk
         assert not read[0].degraded and read[0].prefill_tokens == 40
+        assert read[0].chunk_reason == "no floor"
+        assert all(not e.chunk_reason for e in steps if getattr(e, "kind", "") == "prefill")
 
 
 def test_a_bad_reading_pace_is_refused_and_changes_nothing(tmp_path):
