@@ -190,14 +190,14 @@ class ChunkChoice:
         bigger = [n for n in chunk_lengths(self.max_chunk) if n > tokens]
         if (not bigger or bigger[0] in self.readings.mixed.lengths or self.readings.held
                 or self._last_length != tokens or self._num_same_length < PROBE_NEW
-                or not _steps_up_at(tokens, line, alone_s)):
+                or not steps_up_at(tokens, line, alone_s)):
             return tokens
         bound_s = min(2 * line.extra_s(tokens),
                       line.extra_s(tokens) + (bigger[0] - tokens) * alone_s)
         return bigger[0] if calm_s + bound_s <= 2 * floor_s else tokens
 
 
-def _steps_up_at(tokens: int, line: CostLine, alone_s: float | None) -> bool:
+def steps_up_at(tokens: int, line: CostLine, alone_s: float | None) -> bool:
     """Whether the cost rose into `tokens` from the next shorter length measured faster
     than tokens read alone cost (alone_s seconds each, their fixed cost included): a
     step in the fixed cost (another path's launches), not a cost per token, so the line

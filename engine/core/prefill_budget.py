@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 
 from engine.core.alone_prefill_cost import MIXED_FORWARD_SHARE, AlonePrefillCost
 from engine.core.calm_rows import CalmRows
-from engine.core.chunk_choice import PROBE_EVERY, WARMUP_TOKENS, ChunkChoice
+from engine.core.chunk_choice import PROBE_EVERY, WARMUP_TOKENS, ChunkChoice, steps_up_at
 from engine.core.chunk_readings import ChunkReadings
 from engine.core.chunk_tails import ChunkTails
 from engine.core.degraded_mode import measures_smallest_first, prompt_bound_s
@@ -151,18 +151,20 @@ class PrefillBudget:
 
     def _whole_bound_s(self, n: int, line: CostLine) -> float:
         """A chunk of n tokens' whole cost above the calm step, as the max-gap cap sees
-        it: its own where read; else the line's, but at least what the longest shorter
-        length read (m) bounds it to, and no bound at all past 2m (never within the
-        cap: the chunk grows by doubling beside the streams). A cost with a fixed part
-        grows slower than its tokens (the fixed part is not paid twice), so m's cost in
-        proportion to the tokens is an upper bound; or m's cost and the added tokens at
-        the alone prefill's seconds each (its fixed cost included) where lower, as the
-        probes' bound (chunk_choice.probe_unread). On the H200 (session 25) 64 tokens
-        cost 52 ms above a 13 ms calm step and 128 79; the line priced 256 at ~120 ms,
-        within twice the floor with the calm step, it took ~150, and every stream waited
-        150-168 ms for a token in each process: read after 64 (4x) or 128 (this bound:
-        131-158 ms, over it). Session 21's costs (64: 76 ms, 128: 87) still reach 128
-        (bound ~110)."""
+        it: its own where read; else the line's, but at least m's cost in proportion to
+        the tokens (m: the longest shorter length read), and no bound at all past 2m
+        (never within the cap: beside the streams a chunk grows by doubling). A cost
+        with a fixed part grows slower than its tokens (the fixed part is not paid
+        twice), so proportion bounds it; not a cost that grows faster, which nothing
+        read below says. Where the cost stepped up into m (steps_up_at: another path's
+        launches, a fixed cost that rose), m's cost and the added tokens at the alone
+        prefill's seconds each where lower, as the probes' bound
+        (chunk_choice.probe_unread): session 21's H200 (64 tokens 76 ms, 128 87) still
+        reads 128 (bound ~110). On session 25's (64 tokens ~52 ms above a 13 ms calm
+        step, 128 65-87 by process, 256 ~140-150) the line priced 256 at ~120 ms and
+        it was read after 64 (4x) or as the probe after 128: every stream waited
+        150-168 ms for a token in each process; 128 at 65 and the alone rate would
+        have let it in again (116 ms), proportion does not (130)."""
         measured = self.mixed.lengths
         shorter = [m for m in measured if m < n]
         if n in measured or not shorter:
@@ -172,7 +174,7 @@ class PrefillBudget:
             return float("inf")
         bound_s = line.extra_s(m) * n / m
         alone_s = self._alone_per_token_s()
-        if alone_s is not None:
+        if alone_s is not None and steps_up_at(m, line, alone_s):
             bound_s = min(bound_s, line.extra_s(m) + (n - m) * alone_s)
         return max(line.extra_s(n), bound_s)
 

@@ -331,7 +331,8 @@ def test_a_length_never_read_is_capped_at_its_proportional_cost(monkeypatch):
     twice the floor with the calm step, and the probe read it: ~150 ms, every stream
     waited 150-168 ms. A length never read is capped at the longest shorter one's cost
     in proportion to its tokens (158 ms here: the fixed part is not paid twice, so a
-    real cost is at most that), or up to twice its tokens the added ones at the alone
+    real cost is at most that), or where the cost stepped up into that length (here 27
+    ms for 64 tokens, over the alone rate) its cost and the added tokens at the alone
     prefill's seconds each where lower (79 + 128 x 0.34 = 123 ms here)."""
     from engine.core.mixed_step_cost import CostLine
     from engine.core.prefill_budget import Allowance
@@ -356,3 +357,24 @@ def test_a_length_never_read_is_capped_at_its_proportional_cost(monkeypatch):
     monkeypatch.setattr(b, "cost_line", lambda: CostLine(
         0.020, 0.00030, known_slope=True, points=((64, 0.052), (128, 0.079), (256, 0.100))))
     assert b.allowance(decoding=True).tokens == 256
+
+
+def test_a_cost_that_did_not_step_up_is_not_extrapolated_at_the_alone_rate(monkeypatch):
+    """Session 25's H200, a process where 128 tokens read low: 64 cost 52 ms and 128 65
+    above the calm step, no step in the cost between them (13 ms for 64 more tokens, under
+    the alone rate), and 256 took ~150. The alone rate (0.34 ms a token) would price 256
+    at 65 + 44 = 109 ms, within 2 floors with the calm step; the bound is 128's cost in
+    proportion, 130 ms, over them. Where the cost did step up into 128 (session 21's
+    launches), the alone rate's bound applies (test_a_cost_that_steps_up_between_lengths_
+    is_probed_past)."""
+    from engine.core.prefill_budget import Allowance
+    b = measured(512, 0.013, 2900)
+    for n, extra_s in ((64, 0.052), (128, 0.065)) * 2:
+        b.observe(0.013 + extra_s, decode_rows=7, prefill_tokens=n)
+    monkeypatch.setattr(b, "_allowance", lambda prompt_left=None: Allowance(256, why="probe"))
+    assert b.allowance(decoding=True).tokens == 128
+    b = measured(512, 0.013, 2900)
+    for n, extra_s in ((64, 0.030), (128, 0.065)) * 2:    # stepped up: 35 ms for 64 tokens
+        b.observe(0.013 + extra_s, decode_rows=7, prefill_tokens=n)
+    monkeypatch.setattr(b, "_allowance", lambda prompt_left=None: Allowance(256, why="probe"))
+    assert b.allowance(decoding=True).tokens == 256          # 65 + 44 = 109 ms: within
