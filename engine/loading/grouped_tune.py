@@ -60,14 +60,14 @@ def tune_experts_paths(model, kernels: KernelSet,
     announce()
     k, lines = block.top_k, []
     if pairs:
-        kernels, line = _tune(block, kernels, "experts", _pair_kernel, reach, SIZES,
+        kernels, line = _tune(block, kernels, me.NAME, "experts_to", _pair_kernel, reach, SIZES,
                               lambda most, times: describe_reach(most, me.MAX_PAIRS, times, k))
         lines.append(line)
     if grouped:
         past = tuple(n for n in SIZES if n * k > kernels.experts_max_pairs())
         if past:
-            kernels, line = _tune(block, kernels, "grouped", _grouped_kernel, crossing, past,
-                                  lambda least, times: describe(least, times, k))
+            kernels, line = _tune(block, kernels, mg.NAME, "grouped_from", _grouped_kernel,
+                                  crossing, past, lambda least, times: describe(least, times, k))
         else:
             line = "moe_grouped not measured: moe_experts takes every chunk length measured"
         lines.append(line)
@@ -84,15 +84,11 @@ def _grouped_kernel(experts):
             lambda x, idx, scores: mg.applies(x, idx, experts, min_pairs=1))
 
 
-# The kernel set's field each measure sets
-_FIELDS = {"experts": "experts_to", "grouped": "grouped_from"}
-
-
-def _tune(block, kernels: KernelSet, name: str, make: Callable, choose: Callable, sizes,
-          line_of: Callable):
-    """Measure moe_<name> against the block's plain path at `sizes`; (kernels with its
-    field set, its line). A measure that raises, or results that disagree, leave the set
-    as it was."""
+def _tune(block, kernels: KernelSet, name: str, field: str, make: Callable, choose: Callable,
+          sizes, line_of: Callable):
+    """Measure kernel `name` against the block's plain path at `sizes`; (kernels with its
+    `field` set to what `choose` found, its line). A measure that raises, or results that
+    disagree, leave the set as it was."""
     experts = block.switch_mlp.quantized_experts()
     num_experts = experts.gate_up[0].shape[0]
     dims = experts.gate_up[0].shape[2] * 32 // experts.bits       # uint32 words a row
@@ -107,16 +103,16 @@ def _tune(block, kernels: KernelSet, name: str, make: Callable, choose: Callable
         if found is not None and times:
             err = _disagreement(block.gathered_experts, kernel, inputs(max(times)))
             if err > AGREE:
-                line = (f"moe_{name} not extended: {err:.2g} from the plain path at "
+                line = (f"{name} not extended: {err:.2g} from the plain path at "
                         f"{max(times)} tokens")
                 log.warning("%s", line)
                 return kernels, line
     except (RuntimeError, ValueError) as e:   # the self-test passed it; a load never fails here
-        log.warning("moe_%s not measured: %s", name, e)
-        return kernels, f"moe_{name} as before (its measure raised: {e})"
+        log.warning("%s not measured: %s", name, e)
+        return kernels, f"{name} as before (its measure raised: {e})"
     line = line_of(found, times)
     log.info("%s", line)
-    return replace(kernels, **{_FIELDS[name]: found}), line
+    return replace(kernels, **{field: found}), line
 
 
 def _disagreement(plain: Callable, kernel: Callable, args: tuple) -> float:
