@@ -43,6 +43,10 @@ class ObservedChunk:
     held: bool                  # its reading is the held one, not yet in the cost line
     tail_s: float = 0.0         # its predicted tail (the part of its cost in the next step)
     runs_at: int | None = None  # the chunk length its forward ran at: whose tail it has
+    # The tail already in its reading until the step after it says what it was (settled
+    # by charge_tail): the step after a chunk is queued before the chunk is read back,
+    # so the policy plans one step with the chunk read and its tail not yet
+    provisional_s: float = 0.0
 
 
 class ChunkReadings:
@@ -78,11 +82,14 @@ class ChunkReadings:
         return last_mixed
 
     def observe(self, q: QueuedStep, length: int | None, extra_s: float, seconds: float,
-                prefill_tokens: int, tail_s: float, runs_at: int | None) -> bool:
+                prefill_tokens: int, tail_s: float, runs_at: int | None,
+                provisional_s: float = 0.0) -> bool:
         """A mixed step reading prefill_tokens, queued as q, took `seconds`, extra_s of
         them above the calm step less the tail before it: a reading of `length` (None: no
-        reading kept). tail_s: its predicted tail; runs_at: the length its forward ran
-        at. True where its reading is held until a second one (a surprising first)."""
+        reading kept), with provisional_s more for its own tail until the step after it
+        settles that (charge_tail). tail_s: its predicted tail; runs_at: the length its
+        forward ran at. True where its reading is held until a second one (a surprising
+        first)."""
         # A held reading lasts until the next mixed step: its second reading, or (a
         # prompt that ended short of the length, another length planned first) it
         # is dropped, never left to hold the chunk down, and never believed alone:
@@ -97,6 +104,8 @@ class ChunkReadings:
             readings = self._one_offs.readings(length, extra_s, seconds, kept)
             if not readings:
                 length = None           # a one-off: nor a reading of its length
+        extra_s += provisional_s
+        readings = [r + provisional_s for r in readings]
         if is_one_off(seconds, kept):
             kept = None                 # a one-off, not the steps' spread
         if kept:                        # its noise
@@ -112,7 +121,7 @@ class ChunkReadings:
             for reading in readings:
                 self.mixed.observe(length, reading)
         self._last_mixed = ObservedChunk(length, seconds, kept, self.held is not None,
-                                         tail_s, runs_at)
+                                         tail_s, runs_at, provisional_s)
         return self.held is not None
 
     def charge_tail(self, chunk: ObservedChunk, tail_s: float, measured: bool = True) -> None:
@@ -126,14 +135,16 @@ class ChunkReadings:
         degraded mode read a 496-token chunk in 328 ms. So the tail goes to the chunk's
         reading (and its overrun), and the calm estimate keeps to calm steps. A step
         after a mixed one that comes in at or under the calm estimate is calm. Not
-        measured: the tail predicted for a chunk followed by another (chunk_tails.py),
-        moved from the second's reading to the first's; the overruns stay as they were."""
+        measured: the tail of a chunk followed by another, moved from the second's
+        reading to the first's (its provisional tail); the overruns stay as they were. The
+        reading had its provisional tail already: it takes the difference."""
+        more_s = tail_s - chunk.provisional_s
         if chunk.length is None:
             pass                        # a reading not kept: its tail neither
         elif chunk.held and self.held and self.held[0] == chunk.length:
-            self.held = (chunk.length, self.held[1] + tail_s)
+            self.held = (chunk.length, self.held[1] + more_s)
         elif not chunk.held:
-            self.mixed.add_to_newest(chunk.length, tail_s)
+            self.mixed.add_to_newest(chunk.length, more_s)
         if chunk.predicted_s and self._overruns and measured:
             predicted_s = chunk.predicted_s + chunk.tail_s     # the two steps, as predicted
             if is_one_off(chunk.seconds + tail_s, predicted_s):

@@ -161,10 +161,11 @@ class MixedStepCost:
 
     def add_to_newest(self, tokens: int, seconds: float) -> None:
         """The newest reading of this length took `seconds` more (its tail, read in the
-        step after it: ChunkReadings.charge_tail); nothing if the length is forgotten."""
+        step after it, less the tail it was read with: ChunkReadings.charge_tail; so
+        seconds may be negative); nothing if the length is forgotten."""
         seen = self._lengths.get(tokens)
         if seen and seen.recent:
-            seen.recent[-1] += seconds
+            seen.recent[-1] = max(seen.recent[-1] + seconds, 0.0)
 
     def is_stale(self, tokens: int) -> bool:
         """Whether this length was measured but not read for STALE_AFTER mixed steps (its

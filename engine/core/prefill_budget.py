@@ -99,6 +99,7 @@ class PrefillBudget:
         self._one_offs = OneOffSteps()
         # What part of a chunk's cost lands in the step after it (engine/core/chunk_tails.py)
         self.tails = ChunkTails()
+        self._tails_by_rows: dict[int | None, ChunkTails] = {}    # beside each batch size seen
         self.predictor = StepPredictor(max_chunk, pads_chunks, self.tails)
         self.choice = ChunkChoice(max_chunk, self.predictor, self.readings)
 
@@ -351,6 +352,10 @@ class PrefillBudget:
                 last_mixed = None       # another batch's calm step: no tail to read in it
             if last_mixed is not None and last_mixed.runs_at:
                 self.tails.observe(last_mixed.runs_at, tail_s)
+            if last_mixed is not None and tail_s <= 0:
+                # no tail after all: its reading drops the provisional one, and this
+                # step is a calm reading
+                self.readings.charge_tail(last_mixed, 0.0, measured=False)
             if last_mixed is not None and tail_s > 0:
                 self.readings.charge_tail(last_mixed, tail_s)
             elif (fresh_s := self.calm_rows.calm(batch, seconds)) is not None:
@@ -362,6 +367,10 @@ class PrefillBudget:
                 # sizes come back.
                 self.decode_s = fresh_s
                 self.readings.switch_batch(calm_rows, batch)
+                # and so did what part of it lands in the next step
+                self._tails_by_rows[calm_rows] = self.tails
+                self.tails = self._tails_by_rows.setdefault(batch, ChunkTails())
+                self.predictor.tails = self.tails
             elif self.calm_rows.of(batch):
                 for reading in self._one_offs.readings("calm", seconds, seconds, self.decode_s):
                     self.decode_s = _mix(self.decode_s, reading)
@@ -376,14 +385,13 @@ class PrefillBudget:
             length = runs_at = self.predictor.reading_length(prefill_tokens)
             if not self.calm_rows.of(batch):
                 length = None       # beside a batch the calm estimate is not of: no reading
-            before = last_mixed.runs_at if last_mixed is not None else None
-            if before and line is not None:
-                carried_s = self.tails.tail_s(before, line.extra_s(before))
-                extra_s -= carried_s
-                self.readings.charge_tail(last_mixed, carried_s, measured=False)
+            if last_mixed is not None and last_mixed.runs_at:
+                # the tail of the chunk right before: what its reading was given for it
+                extra_s -= last_mixed.provisional_s
             tail_s = self.predictor.tail_s(prefill_tokens, line) if line else 0.0
             if (self.readings.observe(q, length, extra_s, seconds, prefill_tokens, tail_s,
-                                      runs_at)
+                                      runs_at, self._provisional_tail_s(runs_at, extra_s,
+                                                                        tail_s, line))
                     and prefill_tokens == length
                     and not any(f.tokens == length for f in self._in_flight)):
                 # Held for a second reading: read again at once where it is a whole chunk
@@ -391,6 +399,32 @@ class PrefillBudget:
                 # chunk of its length
                 self._recheck = Allowance(length, q.degraded, why="read again")
             self.choice.after_mixed_step(prefill_tokens)
+
+
+    def _provisional_tail_s(self, length: int | None, own_s: float, tail_s: float,
+                            line: CostLine | None) -> float:
+        """The tail a chunk's reading carries until the step after it settles it
+        (ChunkReadings.charge_tail). That step is queued before this one is read back,
+        so the policy plans once with this chunk read and its tail not yet; priced by
+        its own step alone, a 128-token chunk came out at ~36 ms above the calm step
+        where it costs ~80, and twice that let a 256-token chunk in. So a length read
+        before carries what its cost as known (the line's, before this reading) leaves
+        over its own step (own_s: its seconds above the calm step less the tail before
+        it), a new one that but at most its predicted tail (tail_s, chunk_tails.py:
+        grown from shorter lengths, it can price a first reading at twice its cost, and
+        such a reading is held for a second), and none where no step is in flight behind
+        it (it cannot land anywhere). Not the tail estimate for a length read before:
+        on the H200 a 128-token chunk's own step was ~45 ms (a ~50 ms tail after it) or
+        ~95 (the host waiting in its queuing, no tail: session 25), and no median of
+        tails ~0 and ~50 is right for both, while the whole cost stays ~80. A chunk
+        right after this one takes the same tail out of its own reading. In a scripted
+        pipelined run on session 25's costs (test_prefill_policy.py, HostAndDevice) the
+        tail estimate priced 128 tokens at 36 to 127 ms: a 256-token chunk in every
+        prompt (157 ms a step), or 64 tokens and a calm step in turn where 128 fit."""
+        if not self._in_flight or not length or line is None:
+            return 0.0
+        left_s = max(0.0, line.extra_s(length) - own_s)
+        return left_s if length in self.mixed.lengths else min(left_s, tail_s)
 
 
 def _mix(old: float | None, new: float) -> float:

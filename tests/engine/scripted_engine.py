@@ -121,3 +121,56 @@ def assert_reading_pace(steps, probe_steps=0):
     assert len(over) <= probe_steps and all(sec <= 2 * FLOOR_S for sec in over), over
     assert not any(a > FLOOR_S + 1e-9 and b > FLOOR_S + 1e-9 for a, b in zip(gaps, gaps[1:]))
     assert sum(sec - FLOOR_S for sec in gaps) <= BURST * FLOOR_S + 1e-9
+
+
+class HostAndDevice(ScriptedEngine):
+    """A pipelined GPU with a host and a device clock, as the step loop drives one
+    (engine/core/step_loop.py): the host queues step k (host_s(kind, tokens) seconds),
+    then waits for step k-1's device work to end and reads it back, then plans step k+1;
+    the device runs each step's device_s after the one before, from a share `starts_at`
+    into its queuing (MLX commits CUDA graphs while a step is being queued). A step that
+    queues more than `backlog_s(tokens)` of device work ahead of the device waits in its
+    own queuing for the rest (MLX holds a few graphs in flight at most). So a step's
+    cadence (what the budget reads and what a stream sees between tokens) is its own
+    queuing or the end of the step before on the device, whichever is later: a chunk's
+    device time lands in its own step, in the next, or split between them, by what is
+    in flight (kind: "decode", "mixed" or "alone")."""
+
+    def __init__(self, host_s, device_s, backlog_s, starts_at=0.3, **kw):
+        super().__init__(**kw)
+        self.host_s, self.device_s, self.backlog_s = host_s, device_s, backlog_s
+        self.starts_at = starts_at
+        self.t0 = 0.0               # when the host started queuing the step to plan next
+        self.device_end = 0.0       # when the device ends the step queued last
+        self.queued_step = None     # (plan, allowance, t0) queued and not yet read back
+
+    def step(self):
+        decoding = any(not s.is_prefilling for s in self.sched.running)
+        allowance = self.budget.allowance(decoding, self.sched.prompt_tokens_left())
+        plan = self.sched.schedule(allowance.tokens)
+        kind = ("mixed" if plan.decode and plan.prefills
+                else "decode" if plan.decode else "alone")
+        host_s = self.host_s(kind, plan.prefill_tokens)
+        start = max(self.t0 + self.starts_at * host_s, self.device_end)
+        end = start + self.device_s(kind, plan.prefill_tokens)
+        queued_at = max(self.t0 + host_s, end - self.backlog_s(plan.prefill_tokens))
+        for s in plan.decode:
+            s.num_computed = s.num_tokens
+            s.output_ids.append(7)
+        for c in plan.prefills:
+            c.seq.num_computed = c.start + c.num_tokens
+            if c.is_last:
+                c.seq.output_ids.append(7)
+        self.budget.queued(len(plan.decode), plan.prefill_tokens)
+        read_back = max(queued_at, self.device_end)     # the step before, read back
+        if self.queued_step is not None:
+            before, before_allowance, before_t0 = self.queued_step
+            self.budget.observe(self.t0 - before_t0, len(before.decode), before.prefill_tokens)
+            self.steps.append((before, self.t0 - before_t0, before_allowance))
+            for c in before.prefills:
+                if c.is_last:
+                    self.first_token[c.seq.request_id] = read_back
+        self.queued_step = (plan, allowance, self.t0)
+        self.device_end, self.t0 = end, read_back
+        self.now = read_back
+        return plan

@@ -151,3 +151,31 @@ def test_a_length_whose_tail_was_never_read_is_predicted_whole_in_its_own_step()
     assert predictor.tail_s(256, line) > 0          # the next step still carries a tail
     assert predictor.own_s(256, line) == line.extra_s(256)
     assert predictor.own_s(128, line) == line.extra_s(128) - 0.028   # a read tail: split
+
+
+def test_a_reading_is_priced_whole_before_the_step_after_it_is_read():
+    """The step after a chunk is queued before the chunk is read back, so the policy
+    plans once with the chunk read and its tail not yet: priced by its own step alone,
+    a 128-token chunk came out at ~50 ms where it costs ~80 (and twice that let 256
+    in). Until the step after it settles it, a reading carries the tail its whole
+    cost as known leaves over its own step (PrefillBudget._provisional_tail_s)."""
+    budget = h200_budget()
+    feed(budget, [(0.064, 128), (0.043, 0), (0.054, 128), (0.043, 0)])
+    # 128: 79 ms whole; the second is read back (its own step 40 ms above the calm
+    # step), the calm step after it is not (of two readings the lower counts)
+    cost_128 = budget.cost_line().extra_s(128)
+    assert abs(cost_128 - (0.064 + 0.029 - CALM_S)) < 0.002, cost_128
+
+
+def test_a_chunk_whose_cost_landed_in_its_own_step_hands_no_tail_to_the_next():
+    """On the H200 a 128-token chunk's own step was ~45 ms (the rest, ~50, in the next
+    step) or ~95 (all of it, the host waiting in its queuing: session 25): the tails
+    read after it are ~0 or ~50, and no estimate of them is right for both. A chunk
+    right after one that took its whole cost in its own step carries none of it: its
+    reading is its own step's, and the first keeps its cost."""
+    budget = h200_budget()
+    feed(budget, [(0.064, 128), (0.043, 0)] * 6              # 128: 79 ms whole, 29 tail
+         + [(0.093, 128), (0.041, 32), (0.014, 0), (0.014, 0)])  # 128 whole in its step
+    line = budget.cost_line()
+    assert abs(line.extra_s(32) - (0.041 - CALM_S)) < 0.002, line.points
+    assert abs(line.extra_s(128) - (0.093 - CALM_S)) < 0.002, line.points
