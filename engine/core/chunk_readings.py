@@ -1,10 +1,11 @@
 """What a mixed step's time says about its chunk's cost, and how far it overran.
 
 A mixed step's reading is its seconds above the calm step, less the tail of a chunk
-right before it (that goes to the earlier chunk's reading), kept at the length its
-forward runs at (StepPredictor.reading_length) in the costs beside the batch the calm
-step is of (engine/core/calm_rows.py; each batch size seen keeps its own). Not every
-reading is believed as it comes:
+right before it (that goes to the earlier chunk's reading), plus its own tail as far as
+it can be told yet (provisional: the step after it is in flight; charge_tail settles
+it), kept at the length its forward runs at (StepPredictor.reading_length) in the costs
+beside the batch the calm step is of (engine/core/calm_rows.py; each batch size seen
+keeps its own). Not every reading is believed as it comes:
 
 - A length's first reading that comes out above twice what was predicted for it is
   read once more before it is believed (the lower reading counts): a new shape's first
