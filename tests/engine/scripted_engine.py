@@ -123,6 +123,18 @@ def assert_reading_pace(steps, probe_steps=0):
     assert sum(sec - FLOOR_S for sec in gaps) <= BURST * FLOOR_S + 1e-9
 
 
+def run_plan(plan) -> None:
+    """What the runner does with a plan: a decode row appends one token; a prompt's last
+    chunk samples its first."""
+    for s in plan.decode:
+        s.num_computed = s.num_tokens
+        s.output_ids.append(7)
+    for c in plan.prefills:
+        c.seq.num_computed = c.start + c.num_tokens
+        if c.is_last:
+            c.seq.output_ids.append(7)
+
+
 class HostAndDevice(ScriptedEngine):
     """A pipelined GPU with a host and a device clock, as the step loop drives one
     (engine/core/step_loop.py): the host queues step k (host_s(kind, tokens) seconds),
@@ -154,13 +166,7 @@ class HostAndDevice(ScriptedEngine):
         start = max(self.t0 + self.starts_at * host_s, self.device_end)
         end = start + self.device_s(kind, plan.prefill_tokens)
         queued_at = max(self.t0 + host_s, end - self.backlog_s(plan.prefill_tokens))
-        for s in plan.decode:
-            s.num_computed = s.num_tokens
-            s.output_ids.append(7)
-        for c in plan.prefills:
-            c.seq.num_computed = c.start + c.num_tokens
-            if c.is_last:
-                c.seq.output_ids.append(7)
+        run_plan(plan)
         self.budget.queued(len(plan.decode), plan.prefill_tokens)
         read_back = max(queued_at, self.device_end)     # the step before, read back
         if self.queued_step is not None:

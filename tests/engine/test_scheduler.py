@@ -1,4 +1,6 @@
 """The scheduler with a fake runner: no mlx, just the bookkeeping."""
+from scripted_engine import run_plan
+
 from engine.cache.cache_manager import CacheManager
 from engine.config import EngineConfig
 from engine.core.scheduler import Scheduler
@@ -23,13 +25,7 @@ def seq(rid, n_prompt, max_tokens=8):
 def fake_step(sched):
     """What the runner does: decode appends one token; the last prefill chunk samples one."""
     plan = sched.schedule()
-    for s in plan.decode:
-        s.num_computed = s.num_tokens
-        s.output_ids.append(7)
-    for c in plan.prefills:
-        c.seq.num_computed = c.start + c.num_tokens
-        if c.is_last:
-            c.seq.output_ids.append(7)
+    run_plan(plan)
     for s in list(sched.running):
         if len(s.output_ids) >= MAX_TOKENS[s.request_id]:
             sched.finish(s, "length")

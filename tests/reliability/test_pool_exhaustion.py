@@ -2,6 +2,8 @@
 than the pool has is handed back in StepPlan.exhausted, never left waiting."""
 from __future__ import annotations
 
+from scripted_engine import run_plan
+
 from engine.cache.cache_manager import CacheManager
 from engine.config import EngineConfig
 from engine.core.scheduler import Scheduler
@@ -21,13 +23,7 @@ def step(sched):
     assert not plan.resolve_first
     for s in plan.exhausted:
         sched.finish(s, "length")
-    for s in plan.decode:
-        s.num_computed = s.num_tokens
-        s.output_ids.append(7)
-    for c in plan.prefills:
-        c.seq.num_computed = c.start + c.num_tokens
-        if c.is_last:
-            c.seq.output_ids.append(7)
+    run_plan(plan)
     sched.cache.check_invariants()
     return plan
 
