@@ -44,6 +44,13 @@ class ChunkTails:
         """Whether a tail of this length was ever read."""
         return length in self._recent
 
+    def most_s(self, length: int, cost_s: float) -> float:
+        """The most of this length's recent tails (a length not read yet: its predicted
+        tail), never more than its cost: what a chunk's reading may carry for its tail
+        before the step after it is read (PrefillBudget._provisional_tail_s)."""
+        recent = self._recent.get(length)
+        return min(max(recent), cost_s) if recent else self.tail_s(length, cost_s)
+
     def tail_s(self, length: int | None, cost_s: float) -> float:
         """Seconds of a chunk of `length` (cost_s in all) that land in the next step. A
         length not read yet: the longest shorter one's, grown along the line through the two

@@ -391,7 +391,7 @@ class PrefillBudget:
             tail_s = self.predictor.tail_s(prefill_tokens, line) if line else 0.0
             if (self.readings.observe(q, length, extra_s, seconds, prefill_tokens, tail_s,
                                       runs_at, self._provisional_tail_s(runs_at, extra_s,
-                                                                        tail_s, line))
+                                                                        line))
                     and prefill_tokens == length
                     and not any(f.tokens == length for f in self._in_flight)):
                 # Held for a second reading: read again at once where it is a whole chunk
@@ -401,30 +401,33 @@ class PrefillBudget:
             self.choice.after_mixed_step(prefill_tokens)
 
 
-    def _provisional_tail_s(self, length: int | None, own_s: float, tail_s: float,
+    def _provisional_tail_s(self, length: int | None, own_s: float,
                             line: CostLine | None) -> float:
         """The tail a chunk's reading carries until the step after it settles it
         (ChunkReadings.charge_tail). That step is queued before this one is read back,
         so the policy plans once with this chunk read and its tail not yet; priced by
         its own step alone, a 128-token chunk came out at ~36 ms above the calm step
-        where it costs ~80, and twice that let a 256-token chunk in. So a length read
-        before carries what its cost as known (the line's, before this reading) leaves
-        over its own step (own_s: its seconds above the calm step less the tail before
-        it), a new one that but at most its predicted tail (tail_s, chunk_tails.py:
-        grown from shorter lengths, it can price a first reading at twice its cost, and
-        such a reading is held for a second), and none where no step is in flight behind
-        it (it cannot land anywhere). Not the tail estimate for a length read before:
-        on the H200 a 128-token chunk's own step was ~45 ms (a ~50 ms tail after it) or
-        ~95 (the host waiting in its queuing, no tail: session 25), and no median of
-        tails ~0 and ~50 is right for both, while the whole cost stays ~80. A chunk
-        right after this one takes the same tail out of its own reading. In a scripted
-        pipelined run on session 25's costs (test_prefill_policy.py, HostAndDevice) the
-        tail estimate priced 128 tokens at 36 to 127 ms: a 256-token chunk in every
-        prompt (157 ms a step), or 64 tokens and a calm step in turn where 128 fit."""
+        where it costs ~80, and twice that let a 256-token chunk in. So the reading
+        carries what its cost as known (the line's, before this reading) leaves over its
+        own step (own_s: its seconds above the calm step less the tail before it), at
+        most the longest of its length's recent tails (a length whose tail was never
+        read: its predicted tail, chunk_tails.py), and none where no step is in flight
+        behind it (nothing can land anywhere). Not the tails' median: on the H200 a
+        128-token chunk's own step was ~45 ms (a ~50 ms tail after it) or ~95 (the host
+        waiting in its queuing, no tail: session 25), and a median of tails ~0 and ~50
+        is right for neither, while the whole cost stays ~80. Not the line alone: where
+        nothing spills (the CPU's steps run as they are queued, their tails ~0) a line
+        above a step's cost moved phantom seconds from the next step's reading to this
+        one, the next length came out cheap, and degraded chunks of 104-152 tokens made
+        the streams' steps 4x the calm step (a pipelined CPU run). A chunk right after
+        this one takes the same tail out of its own reading. In a scripted pipelined run
+        on session 25's costs (test_prefill_policy.py, HostAndDevice) the tail estimate
+        priced 128 tokens at 36 to 127 ms: a 256-token chunk in every prompt (157 ms a
+        step), or 64 tokens and a calm step in turn where 128 fit."""
         if not self._in_flight or not length or line is None:
             return 0.0
-        left_s = max(0.0, line.extra_s(length) - own_s)
-        return left_s if length in self.mixed.lengths else min(left_s, tail_s)
+        cost_s = line.extra_s(length)
+        return min(max(0.0, cost_s - own_s), self.tails.most_s(length, cost_s))
 
 
 def _mix(old: float | None, new: float) -> float:

@@ -158,13 +158,14 @@ def test_a_reading_is_priced_whole_before_the_step_after_it_is_read():
     plans once with the chunk read and its tail not yet: priced by its own step alone,
     a 128-token chunk came out at ~50 ms where it costs ~80 (and twice that let 256
     in). Until the step after it settles it, a reading carries the tail its whole
-    cost as known leaves over its own step (PrefillBudget._provisional_tail_s)."""
+    cost as known leaves over its own step, at most the longest tail its length was
+    read with (PrefillBudget._provisional_tail_s)."""
     budget = h200_budget()
     feed(budget, [(0.064, 128), (0.043, 0), (0.054, 128), (0.043, 0)])
-    # 128: 79 ms whole; the second is read back (its own step 40 ms above the calm
-    # step), the calm step after it is not (of two readings the lower counts)
+    # 128: 79 ms whole (a 29 ms tail); the second is read back (its own step 40 ms above
+    # the calm step), the calm step after it is not (of two readings the lower counts)
     cost_128 = budget.cost_line().extra_s(128)
-    assert abs(cost_128 - (0.064 + 0.029 - CALM_S)) < 0.002, cost_128
+    assert abs(cost_128 - (0.054 + 0.029 - CALM_S)) < 0.002, cost_128
 
 
 def test_a_chunk_whose_cost_landed_in_its_own_step_hands_no_tail_to_the_next():
@@ -179,3 +180,17 @@ def test_a_chunk_whose_cost_landed_in_its_own_step_hands_no_tail_to_the_next():
     line = budget.cost_line()
     assert abs(line.extra_s(32) - (0.041 - CALM_S)) < 0.002, line.points
     assert abs(line.extra_s(128) - (0.093 - CALM_S)) < 0.002, line.points
+
+
+def test_a_step_cheaper_than_its_line_moves_no_phantom_tail_to_the_next():
+    """Where nothing spills into the next step (the CPU runs a step as it is queued;
+    its tails read ~0), a chunk that came out under its predicted cost is just cheap:
+    carrying the difference as a tail took it out of the next chunk's reading, that
+    length came out cheap, and a pipelined CPU run read degraded chunks of 104-152
+    tokens in steps 4x the calm step. A reading carries at most the longest tail its
+    length was read with."""
+    budget = h200_budget()
+    feed(budget, [(0.093, 128), (0.014, 0)] * 6             # 128: 79 ms, all in its step
+         + [(0.064, 128), (0.041, 32), (0.014, 0), (0.014, 0)])
+    line = budget.cost_line()
+    assert abs(line.extra_s(32) - (0.041 - CALM_S)) < 0.002, line.points
