@@ -32,8 +32,9 @@ from kernels.stand_in import COUNT, StandInKernel
 
 NAME = "moe_grouped"
 MIN_PAIRS: int | None = None    # forced: the pairs from which it runs; None: as measured
-RPW1 = 2          # gate rows a warp (and their up rows): 2 x 2 chunks of weights a lane
-RPW2 = 8          # down rows a warp
+NT = 2            # token tiles of 8 a pass: an expert's first 16 pairs in one pass
+MAX_CHUNK = 512   # values of K staged at once: NT * 8 tokens * 512 floats = 32 KB shared
+MAX_WARPS = 8     # warps a block
 
 _built: dict[str, tuple] = {}
 
@@ -62,9 +63,29 @@ def reference(x, idx, scores, experts: QuantExperts) -> mx.array:
     return experts_reference(x, idx, scores, experts)
 
 
-def _lanes_fit(hidden: int) -> bool:
-    cpr = hidden // 32          # chunks a down row: a power of two up to 32, or 32 * m
-    return hidden % 32 == 0 and (cpr % 32 == 0 or (cpr & (cpr - 1)) == 0)
+def _chunk(k: int, step: int) -> int:
+    """The values of K staged at once: the largest multiple of `step` (a step's values)
+    that divides k, up to MAX_CHUNK."""
+    return max(c for c in range(step, min(k, MAX_CHUNK) + 1, step) if k % c == 0)
+
+
+def _warps(rows: int) -> int:
+    """Warps a block for `rows` fragment row tiles an expert: up to MAX_WARPS, dividing it."""
+    return next(w for w in (8, 4, 2, 1) if w <= MAX_WARPS and rows % w == 0)
+
+
+def plan(D: int, hidden: int, group_size: int) -> dict:
+    """The two launches' template constants and block counts per expert (the emulator and
+    nvcc_check launch the same): launch 1 a warp per 16 gate rows and their 16 up rows,
+    launch 2 a warp per MT x 16 down rows; pairs 8 * NT a pass; K staged in chunks."""
+    step = 64 if group_size % 64 == 0 else 32                  # a step's values of K
+    wpb1 = _warps(hidden // 16)
+    mt = 2 if D % 32 == 0 else 1
+    wpb2 = _warps(D // (16 * mt))
+    return {"gate_up": [("NT", NT), ("KC", _chunk(D, step)), ("WPB", wpb1)],
+            "down": [("NT", NT), ("KC", _chunk(hidden, step)), ("WPB", wpb2), ("MT", mt)],
+            "blocks": (hidden // (16 * wpb1), D // (16 * mt * wpb2)),
+            "threads": (32 * wpb1, 32 * wpb2)}
 
 
 def applies(x, idx, experts: QuantExperts, min_pairs: int | None = None) -> bool:
@@ -76,11 +97,9 @@ def applies(x, idx, experts: QuantExperts, min_pairs: int | None = None) -> bool
     (N, D), K, hidden, gs = x.shape, idx.shape[1], experts.hidden, experts.group_size
     gw, dw = experts.gate_up[0], experts.down[0]
     return (N * K >= least and experts.bits == 4 and experts.mode == "affine"
-            and gs in GROUP_SIZES and D % 32 == 0 and D % gs == 0 and hidden % gs == 0
+            and gs in GROUP_SIZES and D % gs == 0 and hidden % gs == 0
             and all(len(p) == 3 and p[2] is not None for p in (experts.gate_up, experts.down))
             and gw.dtype == mx.uint32 and dw.dtype == mx.uint32
-            and hidden % (8 * RPW1) == 0 and _lanes_fit(hidden)
-            and RPW2 % max(1, 32 // min(hidden // 32, 32)) == 0 and D % (8 * RPW2) == 0
             and gw.ndim == 3 and gw.shape[2] * 8 == D and gw.shape[1] >= 2 * hidden
             and dw.ndim == 3 and dw.shape[1] == D and dw.shape[2] * 8 == hidden)
 
@@ -94,15 +113,17 @@ def kernel(x, idx, scores, experts: QuantExperts, *, backend: str) -> mx.array:
     order = mx.argsort(flat)                                               # [P] uint32
     eid = flat[order]                                                      # [P] ascending
     gate_up, down = _get(backend)
+    p = plan(D, hidden, gs)
+    (b1, b2), (t1, t2) = p["blocks"], p["threads"]
     h, seg = gate_up(
         inputs=[x, order, eid, *experts.gate_up],
         template=[("D", D), ("I", hidden), ("K", K), ("R", experts.gate_up[0].shape[1]),
-                  ("GS", gs), ("RPW", RPW1)],
-        grid=(E * (hidden // (8 * RPW1)) * 256, 1, 1), threadgroup=(256, 1, 1),
+                  ("GS", gs)] + p["gate_up"],
+        grid=(E * b1 * t1, 1, 1), threadgroup=(t1, 1, 1),
         output_shapes=[(N * K, hidden), (E, 2)], output_dtypes=[mx.float32, mx.int32])
     (y,) = down(
         inputs=[h, order, seg, scores.reshape(-1).astype(mx.float32), *experts.down],
-        template=[("D", D), ("I", hidden), ("GS", gs), ("RPW", RPW2)],
-        grid=(E * (D // (8 * RPW2)) * 256, 1, 1), threadgroup=(256, 1, 1),
+        template=[("D", D), ("I", hidden), ("GS", gs)] + p["down"],
+        grid=(E * b2 * t2, 1, 1), threadgroup=(t2, 1, 1),
         output_shapes=[(N * K, D)], output_dtypes=[mx.float32])
     return y.reshape(N, K, D).sum(axis=1).astype(x.dtype)

@@ -2,37 +2,65 @@
 of many (token, expert) pairs, grouped by expert. Launch 1: gate+up and SwiGLU, launch 2:
 down, each pair's output scaled by its weight and written at its token-major row.
 
-Both launches: a block is (expert e, a tile of its rows); it finds e's pairs in the sorted
-ids (launch 1 by two warp-wide searches, which it writes for launch 2), holds its warps'
-weight rows in registers and runs every pair of e through them, so each expert's bytes are
-read once a launch whatever its pair count (MLX 0.32's CUDA gather_qmm runs a tiled GEMM a
-pair, each reading its expert again).
+Both launches: a block is (expert e, a tile of its weight rows); launch 1 finds e's pairs
+in the sorted ids by two warp-wide searches and writes them for launch 2. The block takes
+e's pairs 8 * NT at a time (a pass; one pass up to 16 pairs, an expert's usual count up to
+~2,000 pairs a chunk): it stages the pass's token rows (x, or h) in shared memory in the
+tensor cores' fragment order, K-chunk by K-chunk, and each warp runs its weight rows
+through warp-level MMAs (`mma.sync.aligned.m16n8k8` .tf32, float32 sums): the weights
+are A (16 rows x 8 of K), the pass's tokens B (8 of K x 8 tokens), so a pass of <= 8 pairs
+costs one MMA per 16 x 8 weights. Each weight is unpacked once a pass, by the one lane the
+fragment gives it to, straight from its packed word into a register (no shared-memory
+round trip: no other lane or warp uses it).
+
+Precision: a weight goes in as its integer nibble q (0..15, exact in tf32) and each
+quantization group's scale and bias are applied after its MMAs, in float32:
+sum_k x w = s * sum_k x q + b * sum_k x. bf16 or fp16 x is exact in tf32 (8 or 11
+significant bits of tf32's 11), so the products are exact and only float32 sums round;
+float32 operands (x in float32, h always) go in as two tf32 parts, hi + lo, within 2**-22
+of the value (two MMAs). So the result is float32 math, as the old kernel's: no weight is
+rounded to tf32 or bf16.
+
+The MMA is one `__device__` function, `mma_tf32`; kernels/bench/cuda_on_cpu.py's shim
+defines TANDEM_SHIM and its own `mma_tf32`, written from the PTX ISA's fragment tables,
+so the body as written runs on the CPU (kernels/bench/cuda_on_cpu_grouped.py).
 """
 
 from kernels.moe_experts_src import _CUDA_HEADER as _PAIR_HEADER
 
-# moe_experts' warp_sum and dot32, then this kernel's own helpers
-CUDA_HEADER = _PAIR_HEADER + """
-// sum over `lanes` consecutive lanes (a power of two up to 32)
-__device__ __forceinline__ float lanes_sum(float v, int lanes) {
-  for (int off = lanes / 2; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
+# moe_experts' warp_sum (and dot32), then this kernel's own helpers
+CUDA_HEADER = _PAIR_HEADER + r"""
+// D (16 x 8, float32) += A (16 x 8, tf32) B (8 x 8, tf32) for one warp: PTX
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32. Lane l = 4 g + t (g = l / 4, the
+// fragment's groupID; t = l % 4) holds A (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4) in
+// a[0..3], B (t, g), (t + 4, g) in b[0..1], D (g, 2t), (g, 2t + 1), (g + 8, 2t),
+// (g + 8, 2t + 1) in d[0..3] (the PTX ISA's fragment layouts for .m16n8k8 .tf32).
+#ifndef TANDEM_SHIM
+__device__ __forceinline__ void mma_tf32(float* d, const unsigned* a, const unsigned* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+
+// Weight j (bits 4j..4j+3) of a packed word as the float q = 0..15 itself, a tf32 value
+// (4 significant bits): the nibble put into the mantissa under 2^23's exponent, which
+// reads 2^23 + q 16^(j % 4) (the word's upper half shifted down first for j >= 4), and one
+// exact fma takes that back to q. Two instructions a weight once j is a constant.
+__device__ __forceinline__ unsigned nibble_tf32(unsigned w, int j) {
+  const int s = 4 * (j & 3);
+  const unsigned v = j < 4 ? w : w >> 16;
+  const float f = __uint_as_float((v & (0xFu << s)) | 0x4B000000u);
+  return __float_as_uint(fmaf(f, 1.f / float(1 << s), -8388608.f / float(1 << s)));
 }
 
-// 32 consecutive values as floats. Scalar loads: 16-byte ones need an alignment a view's
-// offset does not promise, and a checked pair of paths took 105 registers against 80
-template <typename T>
-__device__ __forceinline__ void load32(const T* p, float* out) {
-#pragma unroll
-  for (int k = 0; k < 32; ++k) out[k] = static_cast<float>(p[k]);
-}
-
-// The words pass through an empty asm each use, so the compiler re-extracts the nibbles
-// per pair instead of hoisting all of a warp's dequantized weights out of the pair loop
-// (256 floats a lane: 255 registers and spills, nvcc -arch=sm_90a)
-__device__ __forceinline__ uint4 opaque(uint4 q) {
-  asm volatile("" : "+r"(q.x), "+r"(q.y), "+r"(q.z), "+r"(q.w));
-  return q;
+// A float32 value as two tf32 values (low 13 bits zero), each rounded to nearest (ties away
+// from zero, by the bits): v = hi + lo + e with |e| <= 2^-22 |v|. For float32 operands.
+__device__ __forceinline__ void split_tf32(float v, unsigned& hi, unsigned& lo) {
+  hi = (__float_as_uint(v) + 0x1000u) & 0xFFFFE000u;
+  lo = (__float_as_uint(v - __uint_as_float(hi)) + 0x1000u) & 0xFFFFE000u;
 }
 
 // The first index i in [0, P) with eid[i] >= key (P if none; eid ascending), found by the
@@ -54,23 +82,156 @@ __device__ __forceinline__ int warp_lower_bound(const Id* eid, int P, int key, i
   }
   return lo;
 }
+
+// The K order the MMAs take (a sum over K does not depend on it). A step is KS = 32 WL
+// values of K (one quantization group or part of one; WL = 2 for groups of 64 and 128, 1
+// for 32): lane t of a fragment row holds the step's packed words t WL .. t WL + WL - 1 of
+// that weight row, and MMA m (0 .. 4 WL - 1) of the step takes from them, as K slots t and
+// t + 4, nibble m of word 0 and nibble m of word 1 (WL = 2), or nibbles m and m + 4 of its
+// one word (WL = 1). The token values are staged in the same order: the float index of
+// token `tok`, value kk of a K-chunk of KC in the pass's buffer. Within an MMA's 32 lanes
+// the lane is XORed by 4 m / WL, so that 32 consecutive kk of a token, as the block's
+// threads store them, land in 32 different banks; the reader's 32 lanes stay a permutation.
+template <int KC, int WL>
+__device__ __forceinline__ int frag_index(int tok, int kk) {
+  constexpr int KS = 32 * WL;
+  const int st = kk / KS, r = kk % KS, word = r / 8, j = r % 8;
+  const int t = word / WL, wi = word % WL;
+  const int m = WL == 2 ? j : (j & 3);
+  const int half = WL == 2 ? wi : (j >> 2);
+  const int lane = (4 * (tok % 8) + t) ^ (4 * m / WL);
+  return (((tok / 8) * (KC / 8) + st * 4 * WL + m) * 32 + lane) * 2 + half;
+}
+
+// The block stages values k0 .. k0 + KC - 1 of rows[0 .. 8 ntiles) of src (row stride
+// `stride`; a row -1: zeros) in fragment order. Consecutive threads read consecutive
+// values of a row (any alignment: scalar loads) and store into different banks.
+template <int KC, int WL, typename T>
+__device__ __forceinline__ void stage_tokens(float* buf, const T* src, const int* rows,
+                                             int stride, int k0, int ntiles) {
+  for (int i = threadIdx.x; i < ntiles * 8 * KC; i += blockDim.x) {
+    const int tok = i / KC, kk = i % KC;
+    const int r = rows[tok];
+    buf[frag_index<KC, WL>(tok, kk)] =
+        r >= 0 ? static_cast<float>(src[size_t(r) * stride + k0 + kk]) : 0.f;
+  }
+}
+
+// One K-chunk (KC values from k0) of a pass for one warp: NMT fragment row tiles of 16
+// weight rows (tile m's rows row[m] and row[m] + 8 for this lane, row[m] counting from the
+// weights' first row: the lane's own g), against the staged tokens (ntiles tiles of 8).
+// acc[m][n][0..3]: D's registers (rows g, g + 8; tokens 2t, 2t + 1 of tile n).
+// Per step: the lane loads its WL words of each of its 2 NMT weight rows and their group's
+// scale and bias, runs 4 WL MMAs a tile pair into `part` (sum x q over the step), then
+// folds: acc += s * part + b * (sum x over the step), the token sums taken from the
+// fragments the lane read (each lane has 1/4 of token g's values: two xor shuffles, then
+// tokens 2t and 2t + 1 fetched from their quads).
+template <int NMT, int NT, int KC, int WL, int GS, bool SPLIT, typename ST>
+__device__ __forceinline__ void chunk_mma(float (&acc)[NMT][NT][4], const float2* buf,
+                                          const uint32_t* w, const ST* scales,
+                                          const ST* biases, const size_t (&row)[NMT],
+                                          int wpr, int gpr, int k0, int ntiles, int lane) {
+  constexpr int KS = 32 * WL;
+  constexpr int MPS = 4 * WL;                   // MMAs (of 8 values of K) a step
+  const int t = lane % 4;
+  for (int st = 0; st < KC / KS; ++st) {
+    const int kb = k0 + st * KS;
+    unsigned q[NMT][2][WL];
+    float sc[NMT][2], bs[NMT][2];
+#pragma unroll
+    for (int m = 0; m < NMT; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const size_t r = row[m] + 8 * h;
+        const uint32_t* src = w + r * wpr + kb / 8 + t * WL;
+        if constexpr (WL == 2) {
+          const uint2 v = *reinterpret_cast<const uint2*>(src);
+          q[m][h][0] = v.x;
+          q[m][h][WL - 1] = v.y;
+        } else {
+          q[m][h][0] = src[0];
+        }
+        sc[m][h] = static_cast<float>(scales[r * gpr + kb / GS]);
+        bs[m][h] = static_cast<float>(biases[r * gpr + kb / GS]);
+      }
+    float part[NMT][NT][4];
+    float xsum[NT];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      xsum[n] = 0.f;
+#pragma unroll
+      for (int m = 0; m < NMT; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) part[m][n][i] = 0.f;
+    }
+#pragma unroll
+    for (int mm = 0; mm < MPS; ++mm) {
+      const int ja = mm, jb = WL == 2 ? mm : mm + 4;
+      unsigned a[NMT][4];
+#pragma unroll
+      for (int m = 0; m < NMT; ++m) {
+        a[m][0] = nibble_tf32(q[m][0][0], ja);
+        a[m][1] = nibble_tf32(q[m][1][0], ja);
+        a[m][2] = nibble_tf32(q[m][0][WL - 1], jb);
+        a[m][3] = nibble_tf32(q[m][1][WL - 1], jb);
+      }
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        if (n < ntiles) {                       // the same for every lane of the warp
+          const float2 v = buf[(n * (KC / 8) + st * MPS + mm) * 32 + (lane ^ (4 * mm / WL))];
+          xsum[n] += v.x + v.y;
+          if constexpr (SPLIT) {
+            unsigned hi[2], lo[2];
+            split_tf32(v.x, hi[0], lo[0]);
+            split_tf32(v.y, hi[1], lo[1]);
+#pragma unroll
+            for (int m = 0; m < NMT; ++m) {
+              mma_tf32(part[m][n], a[m], hi);
+              mma_tf32(part[m][n], a[m], lo);
+            }
+          } else {                              // bf16 / fp16 values: exact in tf32
+            const unsigned b[2] = {__float_as_uint(v.x), __float_as_uint(v.y)};
+#pragma unroll
+            for (int m = 0; m < NMT; ++m) mma_tf32(part[m][n], a[m], b);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      if (n < ntiles) {
+        float v = xsum[n];                      // token g's sum over the step, lanes 4g..4g+3
+        v += __shfl_xor_sync(0xffffffffu, v, 1);
+        v += __shfl_xor_sync(0xffffffffu, v, 2);
+        const float x0 = __shfl_sync(0xffffffffu, v, 8 * t);       // token 2t
+        const float x1 = __shfl_sync(0xffffffffu, v, 8 * t + 4);   // token 2t + 1
+#pragma unroll
+        for (int m = 0; m < NMT; ++m)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            acc[m][n][i] = fmaf(sc[m][i / 2], part[m][n][i],
+                                fmaf(bs[m][i / 2], i % 2 ? x1 : x0, acc[m][n][i]));
+      }
+    }
+  }
+}
 """
 
 # x [N, D]; order [P] (pair index n * K + j, in expert order); eid [P] (ascending expert
 # ids, the router's int32 or uint32); w [E, R, D/8] (gate rows [0, I), up rows [I, 2I));
-# h [P, I] float32, sorted order;
-# seg [E, 2] int32: each expert's pairs [s, t), for launch 2.
+# h [P, I] float32, sorted order; seg [E, 2] int32: each expert's pairs [s, t), for launch 2.
+# Template: NT token tiles of 8 a pass, KC values of D a staged chunk, WPB warps a block,
+# each 16 gate rows and their 16 up rows (two fragment row tiles).
 CUDA_GATE_UP = """
-  constexpr int WPR = D / 8;                  // uint32 words per row
-  constexpr int NCHUNK = D / 32;              // 32-weight chunks (one uint4) per row
-  constexpr int NCH = (NCHUNK + 31) / 32;     // chunks per lane
-  constexpr int G = D / GS;                   // groups per row
-  constexpr int RPB = 8 * RPW;                // gate rows per block: 8 warps
-  constexpr int BPE = I / RPB;                // blocks per expert
+  constexpr int WL = GS % 64 == 0 ? 2 : 1;    // packed words a lane takes a step
+  constexpr int BPE = I / (16 * WPB);         // blocks per expert
+  constexpr bool SPLIT = sizeof(x[0]) == 4;   // float32 x: hi + lo tf32 parts
+  __shared__ float2 buf[NT * (KC / 8) * 32];  // the pass's tokens, one K-chunk, fragment order
+  __shared__ int rows[8 * NT];                // their rows of x (-1: past the expert's pairs)
   const int P = order_shape[0];
   const int e = blockIdx.x / BPE;
-  const int i0 = (blockIdx.x % BPE) * RPB + (threadIdx.x / 32) * RPW;
   const int lane = threadIdx.x % 32;
+  const int i0 = (blockIdx.x % BPE) * 16 * WPB + (threadIdx.x / 32) * 16;
   const int s = warp_lower_bound(eid, P, e, lane);      // e's pairs: [s, t)
   const int t = warp_lower_bound(eid, P, e + 1, lane);
   if (blockIdx.x % BPE == 0 && threadIdx.x == 0) {      // for launch 2: no search there
@@ -78,104 +239,87 @@ CUDA_GATE_UP = """
     seg[2 * e + 1] = t;
   }
   if (s == t) return;                         // the whole block: no barrier below
-  uint4 qg[RPW][NCH], qu[RPW][NCH];
-  float sg[RPW][NCH], bg[RPW][NCH], su[RPW][NCH], bu[RPW][NCH];
+  const size_t rg = size_t(e) * R + i0 + lane / 4;      // the lane's gate row g
+  const size_t row[2] = {rg, rg + I};                   // and its up row
+  for (int p0 = s; p0 < t; p0 += 8 * NT) {
+    const int cnt = t - p0 < 8 * NT ? t - p0 : 8 * NT;
+    const int ntiles = (cnt + 7) / 8;
+    const int tid = threadIdx.x;
+    if (tid < 8 * NT)                         // no reader left: the last chunk's barriers
+      rows[tid] = tid < cnt ? int(order[p0 + tid]) / K : -1;
+    float acc[2][NT][4];
 #pragma unroll
-  for (int r = 0; r < RPW; ++r) {
-    const size_t rg = size_t(e) * R + i0 + r;   // gate row; the up row is I further
-    const size_t ru = rg + I;
+    for (int n = 0; n < NT; ++n)
 #pragma unroll
-    for (int it = 0; it < NCH; ++it) {
-      const int c = it * 32 + lane;
-      const int cc = c < NCHUNK ? c : 0;
-      const int grp = cc * 32 / GS;
-      qg[r][it] = reinterpret_cast<const uint4*>(w + rg * WPR)[cc];
-      qu[r][it] = reinterpret_cast<const uint4*>(w + ru * WPR)[cc];
-      sg[r][it] = static_cast<float>(scales[rg * G + grp]);
-      bg[r][it] = static_cast<float>(biases[rg * G + grp]);
-      su[r][it] = static_cast<float>(scales[ru * G + grp]);
-      bu[r][it] = static_cast<float>(biases[ru * G + grp]);
+      for (int i = 0; i < 4; ++i) acc[0][n][i] = acc[1][n][i] = 0.f;
+    for (int k0 = 0; k0 < D; k0 += KC) {
+      __syncthreads();                        // rows written; the last chunk's MMAs done
+      stage_tokens<KC, WL>(reinterpret_cast<float*>(buf), x, rows, D, k0, ntiles);
+      __syncthreads();
+      chunk_mma<2, NT, KC, WL, GS, SPLIT>(acc, buf, w, scales, biases, row, D / 8, D / GS,
+                                          k0, ntiles, lane);
     }
-  }
-  for (int p = s; p < t; ++p) {
-    const int n = int(order[p]) / K;
-    const auto* xr = x + size_t(n) * D;
-    float ag[RPW], au[RPW];
 #pragma unroll
-    for (int r = 0; r < RPW; ++r) ag[r] = au[r] = 0.f;
+    for (int n = 0; n < NT; ++n)
 #pragma unroll
-    for (int it = 0; it < NCH; ++it) {        // one chunk of x at a time: few registers
-      const int c = it * 32 + lane;
-      if (c < NCHUNK) {
-        float xv[32];
-        load32(xr + c * 32, xv);
-        float xs = 0.f;
-#pragma unroll
-        for (int k = 0; k < 32; ++k) xs += xv[k];
-#pragma unroll
-        for (int r = 0; r < RPW; ++r) {
-          ag[r] += sg[r][it] * dot32(opaque(qg[r][it]), xv) + bg[r][it] * xs;
-          au[r] += su[r][it] * dot32(opaque(qu[r][it]), xv) + bu[r][it] * xs;
+      for (int i = 0; i < 4; ++i) {
+        const int tok = 8 * n + 2 * (lane % 4) + i % 2;
+        if (tok < cnt) {
+          const float g = acc[0][n][i], u = acc[1][n][i];
+          h[size_t(p0 + tok) * I + i0 + lane / 4 + 8 * (i / 2)] = g / (1.f + __expf(-g)) * u;
         }
       }
-    }
-#pragma unroll
-    for (int r = 0; r < RPW; ++r) {
-      const float g = warp_sum(ag[r]);
-      const float u = warp_sum(au[r]);
-      if (lane == 0) h[size_t(p) * I + i0 + r] = g / (1.f + __expf(-g)) * u;
-    }
   }
 """
 
 # h [P, I] float32 (sorted order); order as launch 1; seg launch 1's; scores [N * K] float32 (a
 # pair's weight at its token-major index); w [E, D, I/8]; y [N * K, D] float32: row
 # order[p] = scores[order[p]] * (down_e @ h[p]).
+# Template: NT, KC (of I), WPB as launch 1; MT fragment row tiles (16 down rows) a warp.
 CUDA_DOWN = """
-  constexpr int WPR = I / 8;                  // uint32 words per down row
-  constexpr int CPR = I / 32;                 // chunks per down row
-  constexpr int LPR = CPR < 32 ? CPR : 32;    // lanes a row
-  constexpr int RPP = 32 / LPR;               // rows a warp reads at once
-  constexpr int CPL = CPR / LPR;              // chunks a lane
-  constexpr int G = I / GS;
-  constexpr int RPB = 8 * RPW;                // rows per block: 8 warps
-  constexpr int BPE = D / RPB;                // blocks per expert
+  constexpr int WL = GS % 64 == 0 ? 2 : 1;
+  constexpr int BPE = D / (16 * MT * WPB);    // blocks per expert
+  __shared__ float2 buf[NT * (KC / 8) * 32];
+  __shared__ int rows[8 * NT];                // the pass's rows of h (-1: none)
   const int e = blockIdx.x / BPE;
   const int lane = threadIdx.x % 32;
-  const int d0 = (blockIdx.x % BPE) * RPB + (threadIdx.x / 32) * RPW + lane / LPR;
-  const int part = lane % LPR;
   const int s = seg[2 * e], t = seg[2 * e + 1];         // e's pairs, from launch 1
   if (s == t) return;
+  const int d0 = (blockIdx.x % BPE) * 16 * MT * WPB + (threadIdx.x / 32) * 16 * MT;
+  size_t row[MT];
 #pragma unroll
-  for (int rr = 0; rr < RPW; rr += RPP) {
-    const size_t row = size_t(e) * D + d0 + rr;
-    uint4 q[CPL];
-    float sc[CPL], bs[CPL];
+  for (int m = 0; m < MT; ++m) row[m] = size_t(e) * D + d0 + 16 * m + lane / 4;
+  for (int p0 = s; p0 < t; p0 += 8 * NT) {
+    const int cnt = t - p0 < 8 * NT ? t - p0 : 8 * NT;
+    const int ntiles = (cnt + 7) / 8;
+    const int tid = threadIdx.x;
+    if (tid < 8 * NT) rows[tid] = tid < cnt ? p0 + tid : -1;
+    float acc[MT][NT][4];
 #pragma unroll
-    for (int it = 0; it < CPL; ++it) {
-      const int c = it * LPR + part;
-      q[it] = reinterpret_cast<const uint4*>(w + row * WPR)[c];
-      sc[it] = static_cast<float>(scales[row * G + c * 32 / GS]);
-      bs[it] = static_cast<float>(biases[row * G + c * 32 / GS]);
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.f;
+    for (int k0 = 0; k0 < I; k0 += KC) {
+      __syncthreads();
+      stage_tokens<KC, WL>(reinterpret_cast<float*>(buf), h, rows, I, k0, ntiles);
+      __syncthreads();
+      chunk_mma<MT, NT, KC, WL, GS, true>(acc, buf, w, scales, biases, row, I / 8, I / GS,
+                                          k0, ntiles, lane);
     }
-    for (int p = s; p < t; ++p) {
-      const float* hr = h + size_t(p) * I;
-      float acc = 0.f;
 #pragma unroll
-      for (int it = 0; it < CPL; ++it) {
-        const int c = it * LPR + part;
-        float hv[32];
-        load32(hr + c * 32, hv);
-        float hsum = 0.f;
+    for (int n = 0; n < NT; ++n)
 #pragma unroll
-        for (int k = 0; k < 32; ++k) hsum += hv[k];
-        acc += sc[it] * dot32(opaque(q[it]), hv) + bs[it] * hsum;
+      for (int i = 0; i < 4; ++i) {
+        const int tok = 8 * n + 2 * (lane % 4) + i % 2;
+        if (tok < cnt) {
+          const int pair = int(order[p0 + tok]);
+          const float sw = scores[pair];
+#pragma unroll
+          for (int m = 0; m < MT; ++m)
+            y[size_t(pair) * D + d0 + 16 * m + lane / 4 + 8 * (i / 2)] = sw * acc[m][n][i];
+        }
       }
-      acc = lanes_sum(acc, LPR);
-      if (part == 0) {
-        const int pair = int(order[p]);
-        y[size_t(pair) * D + d0 + rr] = scores[pair] * acc;
-      }
-    }
   }
 """

@@ -118,15 +118,15 @@ def moe_cases(dt: str):
     yield "moe_experts down", wrap("dn", header, down, [("h", f32, 2), ("idx", i32, 2),
                                                         ("scores", f32, 2)] + weights + tail,
                                    [("y", dt)], dn_t)
+    grouped = mg.plan(2048, 512, 64)
     yield "moe_grouped gate_up", wrap(
         "ggu", mgs.CUDA_HEADER, mgs.CUDA_GATE_UP,
         [("x", dt, 2), ("order", u32, 1), ("eid", i32, 1)] + weights[:3],
-        [("h", f32), ("seg", i32)],
-        size + [("R", 1024), ("RPW", mg.RPW1)])
+        [("h", f32), ("seg", i32)], size + [("R", 1024)] + grouped["gate_up"])
     yield "moe_grouped down", wrap(
         "gdn", mgs.CUDA_HEADER, mgs.CUDA_DOWN,
         [("h", f32, 2), ("order", u32, 1), ("seg", i32, 1), ("scores", f32, 1)] + weights[:3],
-        [("y", f32)], [("D", 2048), ("I", 512), ("GS", 64), ("RPW", mg.RPW2)])
+        [("y", f32)], [("D", 2048), ("I", 512), ("GS", 64)] + grouped["down"])
     header, gate_up, down = mbs.SOURCES["cuda"]
     for rows in (0, 1):
         routed = [("E", 256), ("ROWS", rows)]
