@@ -13,8 +13,29 @@ Two launches over the pairs sorted by expert (`order`, from one argsort): gate+u
 SwiGLU, then down with each pair's weight, written at the pair's token-major row; the sum
 over a token's k pairs is one reduction after. The shared expert and the residual stay
 with the caller (engine/models/moe.py). Contract: 4-bit affine experts
-(`moe_experts.QuantExperts`), D % 32 == 0 and the group size in (32, 64, 128); hidden I a
-multiple of 8 * RPW1 and of 32 with I / 32 a power of two up to 32 or a multiple of 32.
+(`moe_experts.QuantExperts`), the group size in (32, 64, 128), D and the hidden I whole
+groups.
+
+On the tensor cores (kernels/moe_grouped_src.py has the detail): a block is an expert and
+a tile of its rows (launch 1: 8 warps of 16 gate rows and their 16 up rows, 128 gate rows
+a block at I = 512; launch 2: 8 warps of 32 down rows, 256 a block at D = 2048); it takes
+the expert's pairs 16 at a time (a pass: two tiles of 8, the second skipped when empty),
+stages their x (or h) rows in shared memory in the MMA's fragment order, 512 values of K
+at a time (32 KB), and each warp runs its rows through `mma.sync.aligned.m16n8k8` .tf32
+with float32 sums: weights as A (16 rows x 8 of K), tokens as B (8 of K x 8 tokens). Each
+weight is unpacked once a pass, by the lane that holds it in the fragment, from its packed
+word to the exact integer 0..15 (two instructions); each group's scale and bias are
+applied after its MMAs in float32 (s * sum x q + b * sum x). bf16 or fp16 x is exact in
+tf32; float32 x and h go in as two tf32 parts (2**-22), so nothing is rounded past float32
+sums. The previous version (a warp per 2 gate rows, every pair's x through every lane's
+weights on the CUDA cores) measured 0.43-0.50x of the plain path on the H200 (session 24).
+
+NOT YET RUN ON A GPU. Checked without one: its body on the CPU with the MMA emulated by the
+PTX ISA's fragment tables (kernels/bench/cuda_on_cpu_grouped.py; 0.004-0.022 of a float32
+tolerance, planted layout faults 1e5x over it) and compiled by nvcc for sm_90a
+(kernels/bench/nvcc_check.py: 99 and 95 registers in bf16, 118 and 94 in float32, no
+spills). Its CUDA correctness is the GPU tests' (tests/kernels/test_moe_grouped.py) and the
+self-test's, its speed the load-time measure's (kernels/moe_grouped_tune.py).
 
 Runs where a chunk's pairs number at least what the model's kernel set says
 (`KernelSet.grouped_from`: measured against the plain path on this GPU at load,

@@ -105,45 +105,41 @@ __device__ __forceinline__ int frag_index(int tok, int kk) {
 
 // The block stages values k0 .. k0 + KC - 1 of rows[0 .. 8 ntiles) of src (row stride
 // `stride`; a row -1: zeros) in fragment order. Consecutive threads read consecutive
-// values of a row (any alignment: scalar loads) and store into different banks.
+// values of a row (any alignment: scalar loads) and store into different banks; a thread
+// issues 8 loads before its first store, so their latencies overlap.
 template <int KC, int WL, typename T>
 __device__ __forceinline__ void stage_tokens(float* buf, const T* src, const int* rows,
                                              int stride, int k0, int ntiles) {
-  for (int i = threadIdx.x; i < ntiles * 8 * KC; i += blockDim.x) {
-    const int tok = i / KC, kk = i % KC;
-    const int r = rows[tok];
-    buf[frag_index<KC, WL>(tok, kk)] =
-        r >= 0 ? static_cast<float>(src[size_t(r) * stride + k0 + kk]) : 0.f;
+  constexpr int U = 8;
+  const int total = ntiles * 8 * KC;
+  for (int base = threadIdx.x; base < total; base += U * blockDim.x) {
+    float v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = base + u * blockDim.x;
+      const int r = i < total ? rows[i / KC] : -1;
+      v[u] = r >= 0 ? static_cast<float>(src[size_t(r) * stride + k0 + i % KC]) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = base + u * blockDim.x;
+      if (i < total) buf[frag_index<KC, WL>(i / KC, i % KC)] = v[u];
+    }
   }
 }
 
-// One K-chunk (KC values from k0) of a pass for one warp: NMT fragment row tiles of 16
-// weight rows (tile m's rows row[m] and row[m] + 8 for this lane, row[m] counting from the
-// weights' first row: the lane's own g), against the staged tokens (ntiles tiles of 8).
-// acc[m][n][0..3]: D's registers (rows g, g + 8; tokens 2t, 2t + 1 of tile n).
-// Per step: the lane loads its WL words of each of its 2 NMT weight rows and their group's
-// scale and bias, runs 4 WL MMAs a tile pair into `part` (sum x q over the step), then
-// folds: acc += s * part + b * (sum x over the step), the token sums taken from the
-// fragments the lane read (each lane has 1/4 of token g's values: two xor shuffles, then
-// tokens 2t and 2t + 1 fetched from their quads).
-template <int NMT, int NT, int KC, int WL, int GS, bool SPLIT, typename ST>
-__device__ __forceinline__ void chunk_mma(float (&acc)[NMT][NT][4], const float2* buf,
-                                          const uint32_t* w, const ST* scales,
-                                          const ST* biases, const size_t (&row)[NMT],
-                                          int wpr, int gpr, int k0, int ntiles, int lane) {
-  constexpr int KS = 32 * WL;
-  constexpr int MPS = 4 * WL;                   // MMAs (of 8 values of K) a step
-  const int t = lane % 4;
-  for (int st = 0; st < KC / KS; ++st) {
-    const int kb = k0 + st * KS;
-    unsigned q[NMT][2][WL];
-    float sc[NMT][2], bs[NMT][2];
+// A step's packed weights for one lane: its WL words of each of its 2 NMT rows (tile m's
+// rows row[m] and row[m] + 8) from value kb of K.
+template <int NMT, int WL>
+struct StepWords {
+  unsigned q[NMT][2][WL];
+  __device__ __forceinline__ void load(const uint32_t* w, const size_t (&row)[NMT], int wpr,
+                                       int kb, int t) {
 #pragma unroll
     for (int m = 0; m < NMT; ++m)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const size_t r = row[m] + 8 * h;
-        const uint32_t* src = w + r * wpr + kb / 8 + t * WL;
+        const uint32_t* src = w + (row[m] + 8 * h) * wpr + kb / 8 + t * WL;
         if constexpr (WL == 2) {
           const uint2 v = *reinterpret_cast<const uint2*>(src);
           q[m][h][0] = v.x;
@@ -151,8 +147,43 @@ __device__ __forceinline__ void chunk_mma(float (&acc)[NMT][NT][4], const float2
         } else {
           q[m][h][0] = src[0];
         }
-        sc[m][h] = static_cast<float>(scales[r * gpr + kb / GS]);
-        bs[m][h] = static_cast<float>(biases[r * gpr + kb / GS]);
+      }
+  }
+};
+
+// One K-chunk (KC values from k0, of KT) of a pass for one warp: NMT fragment row tiles
+// of 16 weight rows (tile m's rows row[m] and row[m] + 8 for this lane, row[m] counting
+// from the weights' first row: the lane's own g), against the staged tokens (ntiles tiles
+// of 8). acc[m][n][0..3]: D's registers (rows g, g + 8; tokens 2t, 2t + 1 of tile n).
+// cur: the chunk's first step's words on entry (loaded by the caller or the previous
+// chunk); each step loads the next one's (the next chunk's first at the chunk's end, so
+// that those loads fly during the block's staging) before its own MMAs, and its scales
+// and biases, needed only after them.
+// Per step: 4 WL MMAs a tile pair into `part` (sum x q over the step), then the fold
+// acc += s * part + b * (sum x over the step), the token sums taken from the fragments
+// the lane read (each lane has 1/4 of token g's values: two xor shuffles, then tokens 2t
+// and 2t + 1 fetched from their quads).
+template <int NMT, int NT, int KC, int KT, int WL, int GS, bool SPLIT, typename SP>
+__device__ __forceinline__ void chunk_mma(float (&acc)[NMT][NT][4], const float2* buf,
+                                          StepWords<NMT, WL>& cur, const uint32_t* w,
+                                          SP scales, SP biases, const size_t (&row)[NMT],
+                                          int wpr, int gpr, int k0, int ntiles, int lane) {
+  constexpr int KS = 32 * WL;
+  constexpr int MPS = 4 * WL;                   // MMAs (of 8 values of K) a step
+  const int t = lane % 4;
+  for (int st = 0; st < KC / KS; ++st) {
+    const int kb = k0 + st * KS;
+    const StepWords<NMT, WL> now = cur;
+    if (kb + KS < KT) cur.load(w, row, wpr, kb + KS, t);
+    const auto& q = now.q;
+    float sc[NMT][2], bs[NMT][2];
+#pragma unroll
+    for (int m = 0; m < NMT; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const size_t r = (row[m] + 8 * h) * gpr + kb / GS;
+        sc[m][h] = static_cast<float>(scales[r]);
+        bs[m][h] = static_cast<float>(biases[r]);
       }
     float part[NMT][NT][4];
     float xsum[NT];
@@ -252,12 +283,14 @@ CUDA_GATE_UP = """
     for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[0][n][i] = acc[1][n][i] = 0.f;
+    StepWords<2, WL> cur;
+    cur.load(w, row, D / 8, 0, lane % 4);
     for (int k0 = 0; k0 < D; k0 += KC) {
       __syncthreads();                        // rows written; the last chunk's MMAs done
       stage_tokens<KC, WL>(reinterpret_cast<float*>(buf), x, rows, D, k0, ntiles);
       __syncthreads();
-      chunk_mma<2, NT, KC, WL, GS, SPLIT>(acc, buf, w, scales, biases, row, D / 8, D / GS,
-                                          k0, ntiles, lane);
+      chunk_mma<2, NT, KC, D, WL, GS, SPLIT>(acc, buf, cur, w, scales, biases, row, D / 8,
+                                             D / GS, k0, ntiles, lane);
     }
 #pragma unroll
     for (int n = 0; n < NT; ++n)
@@ -301,12 +334,14 @@ CUDA_DOWN = """
       for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.f;
+    StepWords<MT, WL> cur;
+    cur.load(w, row, I / 8, 0, lane % 4);
     for (int k0 = 0; k0 < I; k0 += KC) {
       __syncthreads();
       stage_tokens<KC, WL>(reinterpret_cast<float*>(buf), h, rows, I, k0, ntiles);
       __syncthreads();
-      chunk_mma<MT, NT, KC, WL, GS, true>(acc, buf, w, scales, biases, row, I / 8, I / GS,
-                                          k0, ntiles, lane);
+      chunk_mma<MT, NT, KC, I, WL, GS, true>(acc, buf, cur, w, scales, biases, row, I / 8,
+                                             I / GS, k0, ntiles, lane);
     }
 #pragma unroll
     for (int n = 0; n < NT; ++n)

@@ -20,8 +20,9 @@ value sum_k t_k (t_k the products the kernel sums, the scale and bias terms apar
 s x q and b x) is within K_SIGMA * (RHO + EPS32 * sqrt(L)) * sqrt(sum_k t_k**2), L the
 float32 roundings on its path (as tests/float32_tolerance.py writes the walk, K_SIGMA =
 16 standard deviations). h's bound goes into y to first order (the SwiGLU's derivatives),
-y's own terms added. A float32 operand passed as one tf32 part (2**-11) would be ~6x over
-it; any index or layout error is O(1).
+y's own terms added. Measured: 0.004-0.022 of it (the cases below and --real); h passed as
+one tf32 part (its lo part dropped, 2**-11) is 19x over it, and a fragment or staging
+layout fault 1e5x and more (tests/kernels/test_moe_grouped.py plants them).
 """
 from __future__ import annotations
 
@@ -118,11 +119,13 @@ def tolerances(x, idx, scores, gate_up, down, I, GS, split_x):  # noqa: E741
 
 
 def emulate(N, E, K, D, I, GS, pad, seed, dtype="float32", experts=None,  # noqa: E741
-            routes=None) -> float:
+            routes=None, sources=None, pre=None) -> float:
     """The two launches on the CPU; the worst error / tolerance over h and y (<= 1:
     within the rounding the kernel makes), printed with the errors. dtype: x's and the
     scales' (float32 or bfloat16); experts: run only these experts' blocks (None: all);
-    routes: idx [N, K] (None: _routes)."""
+    routes: idx [N, K] (None: _routes); sources: (header, gate_up, down) in place of
+    kernels/moe_grouped_src.py's, pre: the shim in place of PRE (planted faults)."""
+    header, gate_up_src, down_src = sources or (CUDA_HEADER, CUDA_GATE_UP, CUDA_DOWN)
     rng = np.random.default_rng(seed)
     gu = mx.array(rng.normal(size=(E, 2 * I + pad, D)).astype(np.float32) * D**-0.5)
     dn = mx.array(rng.normal(size=(E, D, I)).astype(np.float32) * I**-0.5)
@@ -148,13 +151,13 @@ def emulate(N, E, K, D, I, GS, pad, seed, dtype="float32", experts=None,  # noqa
                 "order": order, "eid": eid, "sc": scores.reshape(-1), "gw": q[0], "dw": q[3]}
         for k, v in arrs.items():
             v.tofile(f"{d}/{k}.bin")
-        src = PRE + CUDA_HEADER
-        src += kfunc("gate_up", CUDA_GATE_UP,
+        src = (pre or PRE) + header
+        src += kfunc("gate_up", gate_up_src,
                      f"const {ft}* x, const uint32_t* order, const int* order_shape,"
                      f" const uint32_t* eid, const uint32_t* w, const {ft}* scales,"
                      f" const {ft}* biases, float* h, int* seg",
                      [("D", D), ("I", I), ("K", K), ("R", R), ("GS", GS)] + plan["gate_up"])
-        src += kfunc("down", CUDA_DOWN,
+        src += kfunc("down", down_src,
                      "const float* h, const uint32_t* order, const int* seg,"
                      f" const float* scores, const uint32_t* w,"
                      f" const {ft}* scales, const {ft}* biases, float* y",

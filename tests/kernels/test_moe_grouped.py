@@ -83,6 +83,36 @@ def test_the_cuda_body_on_the_cpu_matches_numpy(case):
     assert emulate(*case[:8], dtype=case[8]) <= 1.0
 
 
+# (where, text, planted): a fault each in the kernel's fragments, its operand split, its
+# staging order, its fold, and in the shim's reading of the PTX layout
+FAULTS = [("header", "a[m][1] = nibble_tf32(q[m][1][0], ja);", "a[m][1] = nibble_tf32(q[m][0][0], ja);"),
+          ("header", "mma_tf32(part[m][n], a[m], lo);", ""),
+          ("header", "(lane ^ (4 * mm / WL))", "(lane)"),
+          ("header", "i % 2 ? x1 : x0", "i % 2 ? x0 : x1"),
+          ("pre", "const int reg = row < 4 ? 0 : 1;", "const int reg = row < 4 ? 1 : 0;")]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run the CUDA body with")
+@pytest.mark.parametrize("fault", FAULTS, ids=["A fragment", "h's lo part", "staging order",
+                                               "token sums", "shim's B layout"])
+def test_the_emulation_sees_a_planted_fault(fault):
+    """The check of the check: each planted fault takes the result past its tolerance
+    (a dropped lo part: ~19x; layout faults: ~1e5x and more)."""
+    from kernels.bench.cuda_on_cpu import PRE
+    from kernels.bench.cuda_on_cpu_grouped import emulate
+    from kernels.moe_grouped_src import CUDA_DOWN, CUDA_GATE_UP, CUDA_HEADER
+    where, text, planted = fault
+    header, pre = CUDA_HEADER, PRE
+    if where == "header":
+        assert text in header
+        header = header.replace(text, planted)
+    else:
+        assert text in pre
+        pre = pre.replace(text, planted)
+    assert emulate(6, 8, 3, 128, 128, 32, 32, 0, "float32",
+                   sources=(header, CUDA_GATE_UP, CUDA_DOWN), pre=pre) > 1.0
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run the CUDA body with")
 @pytest.mark.skipif(os.environ.get("TANDEM_SLOW_EMULATION") != "1",
                     reason="~70 s on two cores: TANDEM_SLOW_EMULATION=1 runs it")
