@@ -149,11 +149,15 @@ def kfunc(name, src, args, templates):
     return s + src + "\n}\n"
 
 def launch(name, call, nblocks, threads=256):
-    """run_<name>(): nblocks blocks of `threads` (a multiple of 32, <= 1024) one after another."""
+    """run_<name>(): nblocks blocks of `threads` (a multiple of 32, <= 1024) one after another;
+    nblocks a list: only the blocks it names, in its order."""
+    blocks = list(nblocks) if isinstance(nblocks, (list, tuple, range)) else range(nblocks)
     return f'''
 void run_{name}() {{
   blockDim = {{{threads}, 1, 1}};
-  for (int b = 0; b < {nblocks}; ++b) {{
+  static const int blocks[] = {{{", ".join(map(str, blocks)) or "-1"}}};
+  for (int b : blocks) {{
+    if (b < 0) continue;
     std::barrier<> blk({threads}); g_block = &blk;
     g_warps.clear(); for (int w = 0; w < {threads // 32}; ++w) g_warps.emplace_back(new std::barrier<>(32));
     std::vector<std::thread> ts;

@@ -34,7 +34,7 @@ import mlx.core as mx
 import numpy as np
 
 import kernels.moe_grouped as mg
-from kernels.bench.cuda_on_cpu import PRE, _dequantize, build_and_run, kfunc
+from kernels.bench.cuda_on_cpu import PRE, _dequantize, build_and_run, kfunc, launch
 from kernels.moe_grouped_src import CUDA_DOWN, CUDA_GATE_UP, CUDA_HEADER
 
 EPS32 = 2.0 ** -23
@@ -57,25 +57,6 @@ def _bf16(a: np.ndarray) -> np.ndarray:
 
 def _from_bf16(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def _launch(name: str, call: str, blocks: list[int], threads: int) -> str:
-    """run_<name>(): the listed blocks of `threads`, one after another."""
-    return f'''
-void run_{name}() {{
-  blockDim = {{{threads}, 1, 1}};
-  static const int blocks[] = {{{", ".join(map(str, blocks)) or "-1"}}};
-  for (int b : blocks) {{
-    if (b < 0) continue;
-    std::barrier<> blk({threads}); g_block = &blk;
-    g_warps.clear(); for (int w = 0; w < {threads // 32}; ++w) g_warps.emplace_back(new std::barrier<>(32));
-    std::vector<std::thread> ts;
-    for (int t = 0; t < {threads}; ++t) ts.emplace_back([=]() {{
-      blockIdx = {{b, 0, 0}}; threadIdx = {{t, 0, 0}}; g_tid = t; {call}; }});
-    for (auto& t : ts) t.join();
-  }}
-}}
-'''
 
 
 def tolerances(x, idx, scores, gate_up, down, I, GS, split_x):  # noqa: E741
@@ -171,10 +152,10 @@ template <class T> std::vector<T> load(const char* n, size_t c) {{
   std::vector<T> v(c); FILE* f = fopen(n, "rb"); fread(v.data(), sizeof(T), c, f); fclose(f); return v; }}
 std::vector<{ft}> X, GS, GB, DS, DB; std::vector<float> SC, H, Y;
 std::vector<uint32_t> ORDER, EID, GW, DW; std::vector<int> SEG; int OS[1] = {{{P}}};
-''' + _launch("gu", "gate_up(X.data(), ORDER.data(), OS, EID.data(), GW.data(), GS.data(),"
+''' + launch("gu", "gate_up(X.data(), ORDER.data(), OS, EID.data(), GW.data(), GS.data(),"
                     " GB.data(), H.data(), SEG.data())",
               [e * b1 + i for e in run for i in range(b1)], t1) \
-            + _launch("dn", "down(H.data(), ORDER.data(), SEG.data(), SC.data(), DW.data(),"
+            + launch("dn", "down(H.data(), ORDER.data(), SEG.data(), SC.data(), DW.data(),"
                       " DS.data(), DB.data(), Y.data())",
                       [e * b2 + i for e in run for i in range(b2)], t2) + f'''
 void save(const char* n, const std::vector<float>& v) {{
