@@ -6,7 +6,8 @@ matmuls, whose CUDA `gather_qmm` reads an expert again for every pair):
   *up to* the most pairs at which it was faster by MARGIN at every shorter length measured
   (`reach`): it rereads each pair's expert, so it loses past some length, if anywhere;
 - kernels/moe_grouped (each expert read once a launch) runs *from* the fewest pairs at
-  which it was faster by MARGIN there and at every longer length measured (`crossing`).
+  which it was faster by MARGIN there and at every longer length measured (`crossing`);
+- where both were measured, each length goes to the faster of the two (`split`).
 Which wins depends on the GPU, the model's widths and MLX's version, so it is measured
 where the engine runs: once a model is loaded and its self-test passed the kernel, on one
 of its own MoE layers, at the prompt-chunk lengths the prefill budget picks (32-512
@@ -76,6 +77,34 @@ def reach(times: dict[int, tuple[float, float]], k: int) -> int | None:
             break
         most = n * k
     return most
+
+
+def split(pair_times: dict[int, tuple[float, float]],
+          grouped_times: dict[int, tuple[float, float]], k: int) -> tuple[int | None, int | None]:
+    """(moe_experts up to, moe_grouped from) in pairs where both were measured: at each
+    length the kernel that took the smaller share of the plain path's time, if at most
+    MARGIN of it; moe_experts up to the most pairs at which it was that at every shorter
+    length (`reach`), moe_grouped from the fewest at which it was that there and at every
+    longer length (`crossing`); a length neither wins runs the plain path. Measured
+    against the plain path alone, the two ranges overlapped (both faster than it), and
+    moe_experts, asked first, kept every length: moe_grouped was measured at none."""
+    def share(times: dict, n: int) -> float:
+        plain, kernel = times.get(n, (1.0, float("inf")))
+        return kernel / plain
+    lengths = sorted(set(pair_times) | set(grouped_times))
+    wins = {n: min((share(pair_times, n), "pair"), (share(grouped_times, n), "grouped"))
+            for n in lengths}
+    best = {n: who for n, (s, who) in wins.items() if s <= MARGIN}
+    most = least = None
+    for n in lengths:
+        if best.get(n) != "pair":
+            break
+        most = n * k
+    for n in reversed(lengths):
+        if best.get(n) != "grouped":
+            break
+        least = n * k
+    return most, least
 
 
 def tune(plain: Callable, grouped: Callable, applies: Callable, inputs: Callable[[int], tuple],

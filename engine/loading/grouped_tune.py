@@ -3,7 +3,8 @@
 kernels/moe_grouped_tune.py measures the two kernels that can take a chunk's routed
 experts against the model's own path on the model's first quantized MoE layer:
 moe_experts (a warp a pair) up to how many pairs, then moe_grouped (each expert read
-once) from how many, at the lengths past that range only (it is asked for no other). The
+once) from how many, both at every chunk length, each length going to the faster of the
+two (`split`). The
 answers go into the model's kernel set (`KernelSet.experts_to`, `KernelSet.grouped_from`),
 so two engines in a process never share them. Nothing is
 measured where a kernel cannot launch (no CUDA, the self-test turned it off, no MoE layer
@@ -30,6 +31,7 @@ from kernels.moe_grouped_tune import (
     describe_reach,
     reach,
     routed_inputs,
+    split,
     tune,
 )
 
@@ -50,28 +52,35 @@ def tune_experts_paths(model, kernels: KernelSet,
                        announce: Callable[[], None] = lambda: None) -> tuple[KernelSet, str]:
     """(the kernel set with `experts_to` and `grouped_from` measured, one line each of
     what was found), or the set as it is and '' where nothing is measured. `announce`
-    runs just before measuring. moe_grouped is measured only at the lengths past the
-    range moe_experts took: it is asked for no other."""
+    runs just before measuring. Each kernel is measured against the plain path at every
+    chunk length; where both were, each length goes to the faster (`split`)."""
     block = first_moe_block(model)
     pairs = kernels.launches(me.NAME) == "cuda" and me.MEASURED_RANGE
     grouped = kernels.launches(mg.NAME) == "cuda" and mg.MIN_PAIRS is None
     if block is None or kernels.backend != "cuda" or not (pairs or grouped):
         return kernels, ""
     announce()
-    k, lines = block.top_k, []
+    k = block.top_k
+    measured = {}           # name: (what its rule found, its times, why not measured)
     if pairs:
-        kernels, line = _tune(block, kernels, me.NAME, "experts_to", _pair_kernel, reach, SIZES,
-                              lambda most, times: describe_reach(most, me.MAX_PAIRS, times, k))
-        lines.append(line)
+        measured[me.NAME] = _measure(block, me.NAME, _pair_kernel, reach)
     if grouped:
-        past = tuple(n for n in SIZES if n * k > kernels.experts_max_pairs())
-        if past:
-            kernels, line = _tune(block, kernels, mg.NAME, "grouped_from", _grouped_kernel,
-                                  crossing, past, lambda least, times: describe(least, times, k))
-        else:
-            line = "moe_grouped not measured: moe_experts takes every chunk length measured"
-        lines.append(line)
-    return kernels, "\n".join(lines)
+        measured[mg.NAME] = _measure(block, mg.NAME, _grouped_kernel, crossing)
+    most, pair_times, pair_why = measured.get(me.NAME, (None, None, ""))
+    least, grouped_times, grouped_why = measured.get(mg.NAME, (None, None, ""))
+    if pair_times and grouped_times:
+        most, least = split(pair_times, grouped_times, k)
+    changes, lines = {}, []
+    if pairs:
+        changes["experts_to"] = most
+        lines.append(describe_reach(most, me.MAX_PAIRS, pair_times, k) if pair_times
+                     else pair_why)
+    if grouped:
+        changes["grouped_from"] = least
+        lines.append(describe(least, grouped_times, k) if grouped_times else grouped_why)
+    for line in lines:
+        log.info("%s", line)
+    return replace(kernels, **changes), "\n".join(lines)
 
 
 def _pair_kernel(experts):
@@ -84,11 +93,10 @@ def _grouped_kernel(experts):
             lambda x, idx, scores: mg.applies(x, idx, experts, min_pairs=1))
 
 
-def _tune(block, kernels: KernelSet, name: str, field: str, make: Callable, choose: Callable,
-          sizes, line_of: Callable):
-    """Measure kernel `name` against the block's plain path at `sizes`; (kernels with its
-    `field` set to what `choose` found, its line). A measure that raises, or results that
-    disagree, leave the set as it was."""
+def _measure(block, name: str, make: Callable, choose: Callable) -> tuple:
+    """Measure kernel `name` against the block's plain path at every chunk length:
+    (what `choose` found, {tokens: (plain s, kernel s)}, its line); (None, None, why)
+    where the measure raised or the kernel's result is far from the plain path's."""
     experts = block.switch_mlp.quantized_experts()
     num_experts = experts.gate_up[0].shape[0]
     dims = experts.gate_up[0].shape[2] * 32 // experts.bits       # uint32 words a row
@@ -99,20 +107,18 @@ def _tune(block, kernels: KernelSet, name: str, field: str, make: Callable, choo
         return routed_inputs(n, block.top_k, num_experts, dims, dtype)
     try:
         found, times = tune(block.gathered_experts, kernel, fits, inputs, block.top_k,
-                            sizes, choose=choose)
+                            SIZES, choose=choose)
         if found is not None and times:
             err = _disagreement(block.gathered_experts, kernel, inputs(max(times)))
             if err > AGREE:
                 line = (f"{name} not extended: {err:.2g} from the plain path at "
                         f"{max(times)} tokens")
                 log.warning("%s", line)
-                return kernels, line
+                return None, None, line
     except (RuntimeError, ValueError) as e:   # the self-test passed it; a load never fails here
         log.warning("%s not measured: %s", name, e)
-        return kernels, f"{name} as before (its measure raised: {e})"
-    line = line_of(found, times)
-    log.info("%s", line)
-    return replace(kernels, **{field: found}), line
+        return None, None, f"{name} as before (its measure raised: {e})"
+    return found, times, ""
 
 
 def _disagreement(plain: Callable, kernel: Callable, args: tuple) -> float:

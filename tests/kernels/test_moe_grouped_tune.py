@@ -24,6 +24,7 @@ from kernels.moe_grouped_tune import (
     describe_reach,
     reach,
     routed_inputs,
+    split,
     time_both,
     tune,
 )
@@ -53,6 +54,27 @@ def test_the_pair_kernel_runs_up_to_the_longest_length_to_which_it_always_won():
     assert describe_reach(1024, 256, {128: (4e-6, 3e-6)}, k).startswith("moe_experts up to 1024 pairs")
     assert "no longer chunk faster" in describe_reach(None, 256, {}, k)
     assert "no longer chunk faster" in describe_reach(128, 256, {}, k)
+
+
+def test_where_both_kernels_were_measured_each_length_goes_to_the_faster():
+    """Each faster than the plain path everywhere (as the tensor-core moe_grouped may be
+    beside moe_experts), the pair kernel up to where the grouped one overtakes it; measured
+    against the plain path alone, moe_experts kept every length and moe_grouped none."""
+    k = 8
+    pair = {32: (1.0, 0.7), 64: (2.0, 1.4), 128: (4.0, 2.8), 256: (8.0, 5.6)}
+    grouped = {32: (1.0, 0.8), 64: (2.0, 1.2), 128: (4.0, 1.0), 256: (8.0, 1.5)}
+    assert reach(pair, k) == 2048 and crossing(grouped, k) == 256        # overlapping
+    assert split(pair, grouped, k) == (256, 512)
+    # a length neither takes by MARGIN runs the plain path, and ends both runs there
+    grouped[64] = (2.0, 1.9)
+    pair[64] = (2.0, 1.95)
+    assert split(pair, grouped, k) == (256, 1024)
+    # a length where the pair kernel wins past the grouped one's start: the grouped one
+    # runs only from beyond it
+    grouped[64] = (2.0, 1.2)
+    pair[128] = (4.0, 0.5)
+    assert split(pair, grouped, k) == (256, 2048)
+    assert split({}, {}, k) == (None, None)
 
 
 def test_the_two_paths_alternate_and_their_medians_are_kept():
@@ -120,18 +142,21 @@ def test_at_load_the_measured_choices_go_into_the_models_own_kernel_set(monkeypa
     use_kernels(model, cuda)
     _by_reference(monkeypatch)
     seen, announced = [], []
-    found = {"reach": 1024, "crossing": 2048}
+    # (plain, kernel) seconds a layer at 100 and 300 tokens: the pair kernel the faster
+    # at 100 (400 pairs), the grouped one at 300 (1,200), both faster than the plain path
+    times = {"reach": {100: (2.0, 1.0), 300: (4.0, 3.5)},
+             "crossing": {100: (2.0, 1.6), 300: (4.0, 1.0)}}
 
     def scripted(plain, kernel, applies, inputs, k, sizes=(), timer=None, choose=crossing):
         args = inputs(300)                  # 1,200 pairs: past the decode range
         seen.append(dict(plain=plain(*args), kernel=kernel(*args), fits=applies(*args), k=k))
-        return found[choose.__name__], {300: (2.0, 1.0)}
+        return choose(times[choose.__name__], k), times[choose.__name__]
     monkeypatch.setattr(gt, "tune", scripted)
     tuned, note = gt.tune_experts_paths(model, cuda, lambda: announced.append(1))
-    assert (tuned.experts_to, tuned.grouped_from) == (1024, 2048)
+    assert (tuned.experts_to, tuned.grouped_from) == (400, 1200)
     assert tuned.backend == "cuda" and tuned.off == cuda.off and announced == [1]
-    assert note.split("\n")[0].startswith("moe_experts up to 1024 pairs")
-    assert note.split("\n")[1].startswith("moe_grouped from 2048 pairs")
+    assert note.split("\n")[0].startswith("moe_experts up to 400 pairs")
+    assert note.split("\n")[1].startswith("moe_grouped from 1200 pairs")
     for s in seen:
         assert s["fits"] and s["k"] == 4
         # the sums on a value's path: over D (gate, up), over I (down), over the k experts
