@@ -89,7 +89,8 @@ def parts_of_qwen3_5(launches=None):
     """Within: the Qwen3.5 family's layer parts are tracked in the yielded PartLedger."""
     import engine.models.qwen3_5 as qwen
     from engine.models.gated_deltanet import GatedDeltaNet
-    from engine.models.moe import MLP, SparseMoeBlock
+    from engine.models.mlp import MLP
+    from engine.models.moe import SparseMoeBlock
     ledger = PartLedger(launches)
     targets = [(GatedDeltaNet, "__call__", "linear attention"),
                (qwen.Attention, "__call__", "full attention"),

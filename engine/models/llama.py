@@ -9,8 +9,9 @@ import mlx.nn as nn
 from engine.core.batch_view import BatchView
 from engine.models.attention import grouped_paged_attention, merge_heads
 from engine.models.base import CacheSpec, ModelCache
-from engine.models.elementwise import residual_norm, swiglu
+from engine.models.elementwise import residual_norm
 from engine.models.fused import fuse_linears
+from engine.models.mlp import MLP
 from engine.models.rope import RoPE
 from engine.models.row_groups import RowGroups
 from kernels.kernel_set import NO_KERNELS
@@ -106,24 +107,6 @@ class Attention(nn.Module):
         q = self.rope(q.transpose(0, 2, 1, 3), view.offsets)  # [B, Hq, T, D]
         k = self.rope(k.transpose(0, 2, 1, 3), view.offsets)
         return q, k, v.transpose(0, 2, 1, 3)
-
-
-class MLP(nn.Module):
-    def __init__(self, dim: int, hidden: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(dim, hidden, bias=False)
-        self.up_proj = nn.Linear(dim, hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, dim, bias=False)
-
-    def fuse_projections(self) -> None:
-        fuse_linears(self, ("gate_proj", "up_proj"), "gate_up_proj")
-
-    def __call__(self, x: mx.array) -> mx.array:
-        if "gate_up_proj" in self:
-            gate, up = self.gate_up_proj(x)
-        else:
-            gate, up = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(swiglu(gate, up))
 
 
 class Block(nn.Module):

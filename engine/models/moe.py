@@ -19,6 +19,7 @@ import mlx.nn as nn
 
 from engine.models.elementwise import moe_output, swiglu
 from engine.models.fused import fuse_linears
+from engine.models.mlp import MLP
 from kernels.kernel_set import NO_KERNELS
 from kernels.moe_experts import QuantExperts
 
@@ -29,25 +30,6 @@ _GATHER_MM_SORT_BROKEN = bool(getattr(mx, "cuda", None) and mx.cuda.is_available
 
 # Sorting costs two argsorts and a gather; it pays once the pairs outnumber this.
 SORT_MIN_PAIRS = 64
-
-
-class MLP(nn.Module):
-    def __init__(self, dims: int, hidden: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(dims, hidden, bias=False)
-        self.up_proj = nn.Linear(dims, hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, dims, bias=False)
-
-    def fuse_projections(self) -> None:
-        """After loading: gate and up become one matmul (engine/models/fused.py)."""
-        fuse_linears(self, ("gate_proj", "up_proj"), "gate_up_proj")
-
-    def __call__(self, x: mx.array) -> mx.array:
-        if "gate_up_proj" in self:
-            gate, up = self.gate_up_proj(x)
-        else:
-            gate, up = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(swiglu(gate, up))
 
 
 class SwitchLinear(nn.Module):

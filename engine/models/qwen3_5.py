@@ -17,7 +17,8 @@ from engine.models.base import CacheSpec, ModelCache
 from engine.models.elementwise import residual_norm, sigmoid_gate
 from engine.models.fused import fuse_linears
 from engine.models.gated_deltanet import GatedDeltaNet, NextGatedDeltaNet
-from engine.models.moe import MLP, SparseMoeBlock
+from engine.models.mlp import MLP
+from engine.models.moe import SparseMoeBlock
 from engine.models.projection import project
 from engine.models.qwen3_5_config import NEXT_TYPES, QWEN3_5_TYPES, ModelArgs
 from engine.models.qwen3_5_weights import quantize_predicate, sanitize_weights
