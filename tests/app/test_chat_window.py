@@ -20,9 +20,11 @@ def _steps(window):
 
 
 def test_two_panes_stream_in_one_batch(make_window, wait_until, qtbot, endless_model_path):
-    # Replies of 120 tokens without an end-of-text: the first cannot be over before the
-    # second request (sent right after it) joins the batch.
-    window = make_window(max_tokens=120, model=endless_model_path)
+    # Replies of 600 tokens without an end-of-text: the first cannot be over before the
+    # second request (sent right after it) joins the batch. (At 120 the first reply, ~0.1
+    # s of the tiny model's steps, once ended before the second joined on a loaded CI
+    # machine, session 26.)
+    window = make_window(max_tokens=600, model=endless_model_path)
     steps = _steps(window)
     first = window.panes.panes()[0]
     second = window.new_conversation(True)
