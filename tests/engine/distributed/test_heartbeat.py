@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import socket
+import time
 
 from engine.distributed.heartbeat import Heartbeat
 
@@ -54,3 +55,26 @@ def test_a_follower_without_rank_0_says_where_it_looked():
     _, lost = _rank(1, 2, port, join_s=0.5)
     assert lost.get(timeout=10).startswith(f"rank 0 at 127.0.0.1:{port} did not answer "
                                            "within 0 s")
+
+
+def test_a_follower_that_connects_to_itself_tries_again(monkeypatch):
+    """A follower retrying rank 0's port before rank 0 listens can be handed that very
+    port as its source and connect to itself (a simultaneous open: it then read its own
+    hello as rank 0's answer, and rank 0 waited its whole join_s for it). Its first try
+    is made to do so here; it tries again and the group meets."""
+    import engine.distributed.heartbeat as hb
+    port = _port()
+    real, tries = socket.create_connection, []
+
+    def first_to_itself(address, timeout=None):
+        tries.append(address)
+        if len(tries) == 1:
+            return real(address, timeout, source_address=address)     # meets itself
+        return real(address, timeout)
+    monkeypatch.setattr(hb.socket, "create_connection", first_to_itself)
+    one, one_lost = _rank(1, 2, port)
+    deadline = time.monotonic() + 10
+    while len(tries) < 2 and one_lost.empty() and time.monotonic() < deadline:
+        time.sleep(0.01)            # the first try is over (rank 0 is not listening yet)
+    leader, leader_lost = _rank(0, 2, port)
+    assert one.ready.wait(10) and leader.ready.wait(10), (one_lost.queue, leader_lost.queue)
