@@ -25,8 +25,9 @@ between that length and the next one up where the next one's cost rules it out
   after PROBE_NEW steps at this one (`probe_unread`), within twice the floor.
 Chunks also grow by at most 4x the longest measured a step (WARMUP_TOKENS first), so a
 wrong prediction costs one step, never a stall; outside degraded mode the max-gap cap
-(PrefillBudget._whole_bound_s) keeps a length never read within 2x. While a surprising first reading waits
-for its second (engine/core/chunk_readings.py), no length that long and no new one.
+(engine/core/max_gap.py) keeps a length never read within 2x. While a surprising first
+reading waits for its second (engine/core/chunk_readings.py), no length that long and no
+new one.
 
 Plain Python (no mlx, no clock): PrefillBudget gives it the room and the cost line.
 """

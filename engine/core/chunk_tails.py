@@ -35,6 +35,14 @@ RECENT = 5      # tail readings of a length whose median predicts it
 class ChunkTails:
     def __init__(self):
         self._recent: dict[int, list[float]] = {}
+        self._by_rows: dict[int | None, dict[int, list[float]]] = {}
+
+    def switch_batch(self, rows: int | None, new_rows: int) -> None:
+        """The calm step is now of new_rows decode rows, no longer of `rows`: the tails
+        read beside new_rows take over (each batch size keeps its own, as the costs do:
+        the streams' admission read them beside fewer rows)."""
+        self._by_rows[rows] = self._recent
+        self._recent = self._by_rows.setdefault(new_rows, {})
 
     def observe(self, length: int, tail_s: float) -> None:
         """A calm step right after a chunk of `length` took tail_s over the calm step."""

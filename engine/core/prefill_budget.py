@@ -36,10 +36,11 @@ from dataclasses import dataclass, replace
 
 from engine.core.alone_prefill_cost import MIXED_FORWARD_SHARE, AlonePrefillCost
 from engine.core.calm_rows import CalmRows
-from engine.core.chunk_choice import PROBE_EVERY, WARMUP_TOKENS, ChunkChoice, steps_up_at
+from engine.core.chunk_choice import PROBE_EVERY, WARMUP_TOKENS, ChunkChoice
 from engine.core.chunk_readings import ChunkReadings
 from engine.core.chunk_tails import ChunkTails
 from engine.core.degraded_mode import measures_smallest_first, prompt_bound_s
+from engine.core.max_gap import MAX_GAP_FLOORS, whole_bound_s
 from engine.core.mixed_step_cost import CostLine, MixedStepCost
 from engine.core.one_off_steps import OneOffSteps
 from engine.core.reading_bank import BANK_GAIN, BURST, MAX_BANKING, ReadingBank
@@ -47,15 +48,10 @@ from engine.core.shapes import DECODE_SIZES, MIN_CHUNK, chunk_lengths, padded_ba
 from engine.core.step_predictions import QueuedStep, StepPredictor
 
 # The policy's constants are named here too, where its tests and docs take them from
-__all__ = ["Allowance", "PrefillBudget", "BURST", "MAX_BANKING", "PROBE_EVERY", "WARMUP_TOKENS"]
+__all__ = ["Allowance", "PrefillBudget", "BURST", "MAX_BANKING", "MAX_GAP_FLOORS", "PROBE_EVERY",
+           "WARMUP_TOKENS"]
 
 _ALPHA = 0.2        # weight of the newest step in the moving averages
-# A chunk's whole cost (its own step and its tail) at most this many floors with the calm
-# step: issue 21's max gap. On a pipelined GPU the streams' next tokens come after all of
-# the chunk's device work, however the host's steps split it (chunk_tails.py): on the
-# H200 (session 24) a 512-token probe predicted at 83 ms for its own step took 135 + 115,
-# and every stream waited 240 ms for a token.
-MAX_GAP_FLOORS = 2.0
 
 
 @dataclass(frozen=True)
@@ -99,7 +95,6 @@ class PrefillBudget:
         self._one_offs = OneOffSteps()
         # What part of a chunk's cost lands in the step after it (engine/core/chunk_tails.py)
         self.tails = ChunkTails()
-        self._tails_by_rows: dict[int | None, ChunkTails] = {}    # beside each batch size seen
         self.predictor = StepPredictor(max_chunk, pads_chunks, self.tails)
         self.choice = ChunkChoice(max_chunk, self.predictor, self.readings)
 
@@ -135,49 +130,22 @@ class PrefillBudget:
 
     def _within_max_gap(self, allowance: Allowance) -> Allowance:
         """The allowance, or the longest shorter length whose whole predicted cost with
-        the calm step fits MAX_GAP_FLOORS floors (never below the smallest chunk); not in
-        degraded mode, where the floor does not hold and its own bound applies."""
+        the calm step fits MAX_GAP_FLOORS floors (never below the smallest chunk; its
+        whole cost as engine/core/max_gap.py bounds it); not in degraded mode, where the
+        floor does not hold and its own bound applies."""
         line = self.cost_line()
         if allowance.degraded or not allowance.tokens or self.decode_s is None or line is None:
             return allowance
         bound_s = MAX_GAP_FLOORS / self.min_stream_tok_s - self.decode_s
 
         def fits(n: int) -> bool:
-            return self._whole_bound_s(self.predictor.runs_at(n), line) <= bound_s + 1e-9
+            return whole_bound_s(self.predictor.runs_at(n), line, self.mixed.lengths,
+                                 self._alone_per_token_s()) <= bound_s + 1e-9
         if fits(allowance.tokens):
             return allowance
         shorter = [n for n in chunk_lengths(self.max_chunk) if n < allowance.tokens and fits(n)]
         return replace(allowance, tokens=max(shorter, default=min(MIN_CHUNK, allowance.tokens)),
                        why=f"{allowance.why}, capped from {allowance.tokens}")
-
-    def _whole_bound_s(self, n: int, line: CostLine) -> float:
-        """A chunk of n tokens' whole cost above the calm step, as the max-gap cap sees
-        it: its own where read; else the line's, but at least m's cost in proportion to
-        the tokens (m: the longest shorter length read), and no bound at all past 2m
-        (never within the cap: beside the streams a chunk grows by doubling). A cost
-        with a fixed part grows slower than its tokens (the fixed part is not paid
-        twice), so proportion bounds it; not a cost that grows faster, which nothing
-        read below says. Where the cost stepped up into m (steps_up_at: another path's
-        launches, a fixed cost that rose), m's cost and the added tokens at the alone
-        prefill's seconds each where lower, as the probes' bound
-        (chunk_choice.probe_unread): session 21's H200 (64 tokens 76 ms, 128 87) still
-        reads 128 (bound ~110). On session 25's (64 tokens ~52 ms above a 13 ms calm
-        step, 128 65-87 by process, 256 ~140-150) the line priced 256 at ~120 ms and
-        it was read after 64 (4x) or as the probe after 128: every stream waited
-        150-168 ms for a token in each process; 128 at 65 and the alone rate would
-        have let it in again (116 ms), proportion does not (130)."""
-        measured = self.mixed.lengths
-        shorter = [m for m in measured if m < n]
-        if n in measured or not shorter:
-            return line.extra_s(n)
-        m = shorter[-1]
-        if n > 2 * m:
-            return float("inf")
-        bound_s = line.extra_s(m) * n / m
-        alone_s = self._alone_per_token_s()
-        if alone_s is not None and steps_up_at(m, line, alone_s):
-            bound_s = min(bound_s, line.extra_s(m) + (n - m) * alone_s)
-        return max(line.extra_s(n), bound_s)
 
     def _allowance(self, prompt_left: int | None = None) -> Allowance:
         runs_at = self.predictor.chunk_in_flight(self._in_flight)
@@ -367,10 +335,7 @@ class PrefillBudget:
                 # sizes come back.
                 self.decode_s = fresh_s
                 self.readings.switch_batch(calm_rows, batch)
-                # and so did what part of it lands in the next step
-                self._tails_by_rows[calm_rows] = self.tails
-                self.tails = self._tails_by_rows.setdefault(batch, ChunkTails())
-                self.predictor.tails = self.tails
+                self.tails.switch_batch(calm_rows, batch)   # and what lands in the next step
             elif self.calm_rows.of(batch):
                 for reading in self._one_offs.readings("calm", seconds, seconds, self.decode_s):
                     self.decode_s = _mix(self.decode_s, reading)
@@ -400,7 +365,6 @@ class PrefillBudget:
                 self._recheck = Allowance(length, q.degraded, why="read again")
             self.choice.after_mixed_step(prefill_tokens)
 
-
     def _provisional_tail_s(self, length: int | None, own_s: float,
                             line: CostLine | None) -> float:
         """The tail a chunk's reading carries until the step after it settles it
@@ -421,7 +385,7 @@ class PrefillBudget:
         one, the next length came out cheap, and degraded chunks of 104-152 tokens made
         the streams' steps 4x the calm step (a pipelined CPU run). A chunk right after
         this one takes the same tail out of its own reading. In a scripted pipelined run
-        on session 25's costs (test_prefill_policy.py, HostAndDevice) the tail estimate
+        on session 25's costs (test_prefill_policy_pipelined.py) the tail estimate
         priced 128 tokens at 36 to 127 ms: a 256-token chunk in every prompt (157 ms a
         step), or 64 tokens and a calm step in turn where 128 fit."""
         if not self._in_flight or not length or line is None:

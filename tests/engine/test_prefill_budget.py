@@ -44,7 +44,7 @@ def test_a_fast_prompt_rate_reads_a_large_chunk_within_the_floor():
     assert b.allowance(True).tokens == WARMUP_TOKENS
     b.observe(0.031 + 256 / 40000, decode_rows=7, prefill_tokens=256)
     # 1427 -> 1024 (set member, not 1427), but beside streams a length is at most twice
-    # the longest read (the max-gap cap, PrefillBudget._whole_bound_s)
+    # the longest read (the max-gap cap, max_gap.whole_bound_s)
     assert b.allowance(True).tokens == 512
     b.observe(0.031 + 512 / 40000, decode_rows=7, prefill_tokens=512)
     assert b.allowance(True).tokens == 1024
