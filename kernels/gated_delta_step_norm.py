@@ -159,10 +159,12 @@ def reference(q, k, v, g, beta, pool, slots, z, weight, eps: float, fresh=None, 
 
 
 def kernel(q, k, v, g, beta, pool, slots, z, weight, eps: float, fresh=None, *, backend: str,
-           decay=None, layout: tuple[int, int] | None = None):
+           decay=None, layout: tuple[int, int] | None = None, joined: bool = False):
     """Launch on `backend`: out [B, Hv, Dv] in q.dtype as `reference`; pool[slots] rewritten
     in place when evaluated (kernels/gated_delta_step.py's contract). decay = (A_log,
-    dt_bias): g and beta are the raw a, b. layout: (lanes, rows), else pick_layout's."""
+    dt_bias): g and beta are the raw a, b. layout: (lanes, rows), else pick_layout's.
+    joined: out declared [B, Hv*Dv], the heads joined as the out projection reads them
+    (the same buffer: the kernel writes it flat; no Reshape node after the launch)."""
     B, Hk, Dk = q.shape
     Hv, Dv = v.shape[1], v.shape[2]
     lanes, rows = layout or pick_layout(Dk, Dv)
@@ -175,5 +177,5 @@ def kernel(q, k, v, g, beta, pool, slots, z, weight, eps: float, fresh=None, *, 
         template=[("OutT", q.dtype), ("Hk", Hk), ("Hv", Hv), ("Dk", Dk), ("Dv", Dv),
                   ("LPR", lanes), ("ROWS", rows), ("GATES", int(decay is not None))],
         grid=(B * Hv * Dv * lanes // rows, 1, 1), threadgroup=(Dv * lanes // rows, 1, 1),
-        output_shapes=[(B, Hv, Dv)], output_dtypes=[q.dtype])
+        output_shapes=[(B, Hv * Dv) if joined else (B, Hv, Dv)], output_dtypes=[q.dtype])
     return out

@@ -92,16 +92,17 @@ class KernelSet:
         return y, mx.depends(pool, y)       # keep the returned pool: ordered after the write
 
     def gated_delta_step_norm(self, q, k, v, g, beta, pool, slots, z, weight, eps: float,
-                              fresh=None, decay=None):
+                              fresh=None, decay=None, joined: bool = False):
         """(out [B, Hv, Dv], pool) of kernels.gated_delta_step_norm: the step (as
         gated_delta_step, the same arguments) and Gated DeltaNet's output norm,
         rms_norm(y) * weight * silu(z) per head with z [B, Hv, Dv] (any strides), in one
-        launch; pool rows updated in place. None: the caller runs the step and the norm."""
+        launch; pool rows updated in place. joined: out [B, Hv*Dv] (no Reshape node).
+        None: the caller runs the step and the norm."""
         backend = self.launches(gdsn.NAME)
         if backend is None or not gdsn.applies(q, k, v, pool, z, weight):
             return None
         out = gdsn.kernel(q, k, v, g, beta, pool, slots, z, weight, eps, fresh,
-                          backend=backend, decay=decay)
+                          backend=backend, decay=decay, joined=joined)
         return out, mx.depends(pool, out)   # keep the returned pool: ordered after the write
 
     def gated_delta_chunk(self, q, k, v, g, beta, pool, slots, lengths=None, fresh=None,
@@ -117,14 +118,15 @@ class KernelSet:
         return y, mx.depends(pool, y)
 
     def paged_decode_attention(self, q, k_pool, v_pool, block_tables, context_lens,
-                               page_size: int, scale: float, gate=None):
+                               page_size: int, scale: float, gate=None, joined: bool = False):
         """out [B, Hq, D] of kernels.paged_attention (one new token per row); times
-        sigmoid(gate [B, Hq, D]) when given (the gated attention's output gate)."""
+        sigmoid(gate [B, Hq, D]) when given (the gated attention's output gate). joined:
+        out [B, Hq*D], the heads joined (no Reshape node after the launch)."""
         backend = self.launches(pa.NAME)
         if backend is None or not pa.applies(q, k_pool, v_pool, gate):
             return None
         return pa.kernel(q, k_pool, v_pool, block_tables, context_lens, page_size, scale,
-                         backend=backend, gate=gate)
+                         backend=backend, gate=gate, joined=joined)
 
     def moe_route(self, logits, k: int, normalize: bool = True):
         """(indices [N, k] int32, weights [N, k] float32) of kernels.moe_route."""

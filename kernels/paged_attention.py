@@ -117,9 +117,10 @@ def _gate_input(gate):
 
 
 def kernel(q, k_pool, v_pool, block_tables, context_lens, page_size: int, scale: float, *,
-           backend: str, kps: int | None = None, gate=None):
+           backend: str, kps: int | None = None, gate=None, joined: bool = False):
     """Launch both passes on `backend`. Returns [B, Hq, D] in q.dtype (times sigmoid(gate)
-    when a gate [B, Hq, D] is given)."""
+    when a gate [B, Hq, D] is given); joined: the same buffer declared [B, Hq*D], the heads
+    joined as the out projection reads them (no Reshape node after the launch)."""
     B, Hq, D = q.shape
     Hkv = k_pool.shape[1]
     G = Hq // Hkv
@@ -139,5 +140,5 @@ def kernel(q, k_pool, v_pool, block_tables, context_lens, page_size: int, scale:
         inputs=[part_acc, part_ml, _gate_input(gate)],
         template=[("OutT", q.dtype), ("D", D), ("GATED", int(gate is not None))],
         grid=(B * Hq * D, 1, 1), threadgroup=(D, 1, 1),
-        output_shapes=[(B, Hq, D)], output_dtypes=[q.dtype])
+        output_shapes=[(B, Hq * D) if joined else (B, Hq, D)], output_dtypes=[q.dtype])
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from engine.core.batch_view import BatchView
+from engine.models.shapes import reshaped
 from kernels.kernel_set import KernelSet
 
 
@@ -18,7 +19,7 @@ def write_kv(pool: mx.array, new: list[mx.array], views: list[BatchView]) -> mx.
     (issue 21: 164 MB extra per step on a 330 MB pool). Writing all groups first and
     reading after keeps every step's extra traffic proportional to its tokens."""
     rows = [n.transpose(0, 2, 1, 3).reshape(-1, n.shape[1], n.shape[3]) for n in new]  # [B*T, Hkv, D]
-    slots = [v.slot_mapping.reshape(-1) for v in views]
+    slots = [reshaped(v.slot_mapping, -1) for v in views]
     if len(rows) > 1:
         rows, slots = [mx.concatenate(rows, axis=0)], [mx.concatenate(slots)]
     pool[slots[0]] = rows[0].astype(pool.dtype)                     # [sum B*T, Hkv, D]

@@ -136,11 +136,12 @@ class GatedDeltaNet(nn.Module):
         in one launch, else the step, then the norm -> [B, Hv*Dv]; None: no step kernel
         for this call (nothing written)."""
         y = self._kernel_step(q, k, v, a, b, view, states, z)               # norm inside
+        if y is not None:
+            return y                                                         # [B, Hv*Dv]
+        y = self._kernel_step(q, k, v, a, b, view, states)
         if y is None:
-            y = self._kernel_step(q, k, v, a, b, view, states)
-            if y is None:
-                return None
-            y = self.norm(y[:, None], z[:, None])   # as a chunk's: its kernel takes [B, T, H, D]
+            return None
+        y = self.norm(y[:, None], z[:, None])       # as a chunk's: its kernel takes [B, T, H, D]
         return y.reshape(y.shape[0], -1)
 
     def unpack_rows(self, parts: list[mx.array]):
@@ -232,9 +233,10 @@ class GatedDeltaNet(nn.Module):
         """Decode (q, k [B, Hk, Dk], v [B, Hv, Dv], a, b [B, Hv]): y [B, Hv, Dv] from this
         model's step kernel, which turns the raw a, b into the decay and beta itself and
         updates each row's state in the pool in place (kernels/gated_delta_step.py). With
-        z [B, Hv, Dv]: self.norm(y, z) instead, from the kernel that runs the step and the
-        gated norm in one launch (kernels/gated_delta_step_norm.py). None: no such kernel
-        for this call."""
+        z [B, Hv, Dv]: self.norm(y, z) [B, Hv*Dv] instead (the heads joined, declared so by
+        the launch: no Reshape node), from the kernel that runs the step and the gated norm
+        in one launch (kernels/gated_delta_step_norm.py). None: no such kernel for this
+        call."""
         fresh = view.fresh_rows if view.any_fresh else None                  # [B] or None
         args = (q, k, v, a, b, states[1], view.state_slots)
         decay = (self.A_log, self.dt_bias)
@@ -242,7 +244,8 @@ class GatedDeltaNet(nn.Module):
             out = self.kernel_set.gated_delta_step(*args, fresh, decay=decay)
         else:
             out = self.kernel_set.gated_delta_step_norm(*args, z, self.norm.weight,
-                                                        self.norm.eps, fresh, decay=decay)
+                                                        self.norm.eps, fresh, decay=decay,
+                                                        joined=True)
         if out is None:
             return None
         y, states[1] = out

@@ -20,6 +20,7 @@ import mlx.nn as nn
 from engine.models.elementwise import moe_output, swiglu
 from engine.models.fused import fuse_linears
 from engine.models.mlp import MLP
+from engine.models.shapes import reshaped
 from kernels.kernel_set import NO_KERNELS
 from kernels.moe_experts import QuantExperts
 
@@ -203,12 +204,12 @@ class SparseMoeBlock(nn.Module):
         """x [.., D] -> the block's output [.., D], plus residual when given (one op).
         route_rows [N]: the row whose experts each row uses (padding rows: row 0's)."""
         shape = x.shape
-        x = x.reshape(-1, shape[-1])                                         # [N, D]
+        x = reshaped(x, -1, shape[-1])                                       # [N, D]
         if "gates" in self:
             logits, shared_gate = self.gates(x)                              # [N, E], [N, 1]
         else:
             logits, shared_gate = self.gate(x), self.shared_expert_gate(x)
-        residual = None if residual is None else residual.reshape(-1, shape[-1])
+        residual = None if residual is None else reshaped(residual, -1, shape[-1])
         experts = self._block_experts()
         # Decode: the routing inside the experts' two launches (kernels/moe_block.py)
         out = None if experts is None else self.kernel_set.moe_block(
@@ -216,7 +217,7 @@ class SparseMoeBlock(nn.Module):
             route_rows)
         if out is None:
             out = self._routed_block(x, logits, shared_gate, residual, route_rows)
-        return out.reshape(shape)
+        return reshaped(out, *shape)
 
     def _routed_block(self, x, logits, shared_gate, residual, route_rows) -> mx.array:
         """Route, then the experts: their kernel (with the shared expert and residual) or

@@ -23,6 +23,7 @@ from engine.models.projection import project
 from engine.models.qwen3_5_config import NEXT_TYPES, QWEN3_5_TYPES, ModelArgs
 from engine.models.qwen3_5_weights import quantize_predicate, sanitize_weights
 from engine.models.row_groups import RowGroups
+from engine.models.shapes import reshaped
 from kernels.kernel_set import NO_KERNELS
 
 MODEL_TYPES = QWEN3_5_TYPES + NEXT_TYPES
@@ -76,7 +77,7 @@ class Attention(nn.Module):
         gated output [B, Hq*D]; None: no prep kernel for this call (nothing written)."""
         ks = self.kernel_set
         out = ks.attention_prep(qg, k, v, self.q_norm.weight, self.k_norm.weight,
-                                self.q_norm.eps, view.offsets, view.slot_mapping.reshape(-1),
+                                self.q_norm.eps, view.offsets, reshaped(view.slot_mapping, -1),
                                 kv[0], kv[1], (self.hq, self.hkv, self.d, 2 * self.d),
                                 self.rotary_dim, self.theta)
         if out is None:
@@ -85,11 +86,11 @@ class Attention(nn.Module):
         B = q.shape[0]
         gate = qg.reshape(B, self.hq, 2 * self.d)[..., self.d:]              # [B, Hq, D]
         o = ks.paged_decode_attention(q, kv[0], kv[1], view.block_tables, view.context_lens,
-                                      view.page_size, self.scale, gate=gate)
+                                      view.page_size, self.scale, gate=gate, joined=True)
         # attention_prep runs only where the paged kernel reads its pools (KernelSet says
         # why: no other reader is ordered after its in-place writes on a GPU).
         assert o is not None, "attention_prep ran without the paged kernel to read its pools"
-        return o.reshape(B, -1)
+        return o                                                             # [B, Hq*D]
 
     def _rotated(self, qg, k, v, view: BatchView) -> tuple[mx.array, ...]:
         """One group's projections [B, T, *] -> (q [B, Hq, T, D], k/v [B, Hkv, T, D]

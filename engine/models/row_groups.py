@@ -20,6 +20,7 @@ import mlx.core as mx
 import numpy as np
 
 from engine.core.batch_view import BatchView
+from engine.models.shapes import reshaped
 
 
 class RowGroups:
@@ -39,18 +40,20 @@ class RowGroups:
 
     def join_tokens(self, tokens: list[mx.array]) -> mx.array:
         """Per group [B_g, T_g] ids -> [N]."""
-        return self.join([t.reshape(*t.shape, 1) for t in tokens]).reshape(-1)
+        if len(tokens) == 1:
+            return reshaped(tokens[0], -1)
+        return mx.concatenate([reshaped(t, -1) for t in tokens])
 
     def split(self, x: mx.array) -> list[mx.array]:
         """[N, *F] -> per group [B_g, T_g, *F]."""
         rest = x.shape[1:]
-        return [(x if len(self.views) == 1 else x[s:s + n]).reshape(
-                    v.batch_size, v.num_tokens, *rest)
+        return [reshaped(x if len(self.views) == 1 else x[s:s + n],
+                         v.batch_size, v.num_tokens, *rest)
                 for v, s, n in zip(self.views, self.starts, self.sizes)]
 
     def join(self, parts: list[mx.array]) -> mx.array:
         """Per group [B_g, T_g, *F] -> [N, *F]."""
-        flat = [p.reshape(-1, *p.shape[2:]) for p in parts]
+        flat = [reshaped(p, -1, *p.shape[2:]) for p in parts]
         return flat[0] if len(flat) == 1 else mx.concatenate(flat, axis=0)
 
     @cached_property
@@ -83,7 +86,7 @@ class RowGroups:
         """[M, V] -> per group [B_g, T_g, V] (all_logits) or [B_g, 1, V]."""
         shapes = [(v.batch_size, v.num_tokens if v.all_logits else 1) for v in self.views]
         if len(shapes) == 1:
-            return [logits.reshape(*shapes[0], -1)]
+            return [reshaped(logits, *shapes[0], -1)]
         ends = list(accumulate(int(np.prod(s)) for s in shapes))
         parts = mx.split(logits, ends[:-1], axis=0)
-        return [p.reshape(*s, -1) for p, s in zip(parts, shapes)]
+        return [reshaped(p, *s, -1) for p, s in zip(parts, shapes)]

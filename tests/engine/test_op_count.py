@@ -164,4 +164,8 @@ def test_a_decode_step_builds_no_view_round_trips():
     nodes = Counter(re.findall(r'label ="?([A-Za-z_]+)[^"]*"?, shape=rectangle',
                                dot.getvalue()))
     assert nodes["ExpandDims"] == 0 and nodes["Squeeze"] <= 4
-    assert sum(nodes.values()) <= 92                      # reached in session 23 (137 before)
+    # 137 before session 23; 92 until session 27, where no-op reshapes (a -1 shape onto the
+    # same shape: engine/models/shapes.py) and the reshapes after the Gated DeltaNet step
+    # and the paged attention (their outputs declared [B, H*D]) went: 78
+    assert nodes["Reshape"] <= 9
+    assert sum(nodes.values()) <= 78

@@ -191,12 +191,13 @@ class _AttentionByReference(KernelSet):
         return qh, (k_pool, v_pool)
 
     def paged_decode_attention(self, q, k_pool, v_pool, block_tables, context_lens,
-                               page_size, scale, gate=None):
+                               page_size, scale, gate=None, joined=False):
         if not pa.applies(q, k_pool, v_pool, gate):
             return None
         self.calls.append("paged")
-        return pa.reference(q, k_pool, v_pool, block_tables, context_lens, page_size, scale,
-                            gate=gate)
+        out = pa.reference(q, k_pool, v_pool, block_tables, context_lens, page_size, scale,
+                           gate=gate)
+        return out.reshape(out.shape[0], -1) if joined else out
 
 
 def _model(model_type, head_dim):

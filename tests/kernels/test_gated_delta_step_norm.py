@@ -219,6 +219,19 @@ def test_dispatcher_writes_pool_in_place(backend):
     assert np.array_equal(to_np(pool)[others], before[others])
 
 
+def test_joined_output_is_the_same_buffer_with_the_heads_joined(backend):
+    """joined=True only declares out [B, Hv*Dv] (what the out projection reads): the same
+    values, bit for bit, from the same start state (no Reshape node after the launch)."""
+    args, kw, _, _ = _make(7, GRID[1], mx.float32)
+    heads, pool = KernelSet(backend).gated_delta_step_norm(*args, **kw)
+    mx.eval(heads, pool)
+    args, kw, _, _ = _make(7, GRID[1], mx.float32)      # the same inputs, a fresh pool
+    joined, _ = KernelSet(backend).gated_delta_step_norm(*args, **kw, joined=True)
+    B, Hv, Dv = heads.shape
+    assert joined.shape == (B, Hv * Dv)
+    assert np.array_equal(to_np(joined), to_np(heads).reshape(B, Hv * Dv))
+
+
 # -- dispatch and counting (any machine) ------------------------------------------------
 
 def test_dispatch_declines_where_the_kernel_does_not_apply(monkeypatch):
@@ -262,7 +275,7 @@ class _StepNormByReference(KernelSet):
     calls = []
 
     def gated_delta_step_norm(self, q, k, v, g, beta, pool, slots, z, weight, eps, fresh=None,
-                              decay=None):
+                              decay=None, joined=False):
         if self.launches(gdsn.NAME) is None or not gdsn.applies(q, k, v, pool, z, weight):
             return None
         self.calls.append("step_norm")
@@ -270,7 +283,7 @@ class _StepNormByReference(KernelSet):
                                    decay=decay)
         pool = mx.array(pool)
         pool[slots] = rows
-        return out, pool
+        return (out.reshape(out.shape[0], -1) if joined else out), pool
 
 
 def _decode_runs(model, kernels):

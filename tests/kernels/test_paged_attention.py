@@ -57,6 +57,17 @@ def test_dispatcher_matches_numpy(backend):
     assert numpy_ref.close(to_np(out), numpy_ref.paged_attention(*n), *_tol(mx.bfloat16))
 
 
+def test_joined_output_is_the_same_buffer_with_the_heads_joined(backend):
+    """joined=True only declares the output [B, Hq*D] (what the out projection reads):
+    the same values, bit for bit, and no Reshape node after the launch."""
+    m, _ = _make(2, GRID[1], mx.bfloat16)
+    heads = KernelSet(backend).paged_decode_attention(*m)
+    joined = KernelSet(backend).paged_decode_attention(*m, joined=True)
+    B, Hq, D = heads.shape
+    assert joined.shape == (B, Hq * D)
+    assert np.array_equal(to_np(joined), to_np(heads).reshape(B, Hq * D))
+
+
 def test_split_size_is_a_power_of_two_in_range():
     for B, Hkv, cap in [(1, 2, 64), (32, 2, 4096), (8, 2, 262144), (1, 1, 8)]:
         kps = pa.keys_per_split(B, Hkv, cap)
