@@ -7,8 +7,11 @@ of kernels/gated_rms_norm.py on the head's y [Dv] before it leaves the kernel:
     out = y * rsqrt(mean(y^2) + eps) * w * z * sigmoid(z)     # float32, cast to q's dtype
 
 y stays float32 between the two (the two-launch path rounds it to q's dtype first: in
-bf16 the paths differ by that rounding, in float32 by summation order only). z [B, Hv, Dv]
-is a view of the joined input projection, read through its strides like every input.
+bf16 the paths differ by that rounding, in float32 by summation order only). z is a view
+of the joined input projection, read through its strides like every input: [B, Hv*Dv]
+(Z3=0: the heads joined, as Qwen3.5's projection gives them, so no reshape node comes
+before the launch) or [B, Hv, Dv] (Z3=1: Qwen3-Next's grouped layout, whose heads are
+not evenly strided).
 
 Layout. The norm needs a head's whole y, and the step kernel spreads a head's Dv rows
 over Dv*32/128 blocks; here a block owns one head (b, hv). Its threads run the step
@@ -67,9 +70,10 @@ _CUDA_SOURCE = """
     if (threadIdx.x == 0) inv_s[0] = rsqrtf(ss / Dv + eps[0]);
   }
   __syncthreads();
-  const auto* zr = z + b * z_strides[0] + hv * z_strides[1];
+  const int64_t z_head = Z3 ? z_strides[1] : int64_t(Dv) * z_strides[1];
+  const auto* zr = z + b * z_strides[0] + hv * z_head;
   for (int i = threadIdx.x; i < Dv; i += THREADS) {
-    const float zi = static_cast<float>(zr[i * z_strides[2]]);
+    const float zi = static_cast<float>(zr[i * z_strides[Z3 ? 2 : 1]]);
     const float nv = ys[i] * inv_s[0] * static_cast<float>(weight[i * weight_strides[0]]);
     out[size_t(n) * Dv + i] = static_cast<OutT>(nv * zi / (1.f + __expf(-zi)));
   }
@@ -105,9 +109,10 @@ _METAL_SOURCE = """
     if (t == 0) inv_s[0] = metal::rsqrt(ss / Dv + eps[0]);
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
-  auto zr = z + b * z_strides[0] + hv * z_strides[1];
+  const int64_t z_head = Z3 ? z_strides[1] : int64_t(Dv) * z_strides[1];
+  auto zr = z + b * z_strides[0] + hv * z_head;
   for (int i = t; i < Dv; i += THREADS) {
-    const float zi = static_cast<float>(zr[i * z_strides[2]]);
+    const float zi = static_cast<float>(zr[i * z_strides[Z3 ? 2 : 1]]);
     const float nv = ys[i] * inv_s[0] * static_cast<float>(weight[i * weight_strides[0]]);
     out[size_t(n) * Dv + i] = static_cast<OutT>(nv * zi / (1.0f + metal::exp(-zi)));
   }
@@ -141,19 +146,22 @@ def pick_layout(Dk: int, Dv: int) -> tuple[int, int] | None:
 
 def applies(q, k, v, pool, z, weight) -> bool:
     """Shapes the kernel handles: the step kernel's (at a layout of this kernel's), z
-    shaped like v, a weight a value channel."""
+    shaped like v or [B, Hv*Dv] (v's heads joined), a weight a value channel."""
     layout = pick_layout(q.shape[-1], v.shape[-1])
+    B, Hv, Dv = v.shape
     return (layout is not None and gds.applies(q, k, v, pool, layout[0])
-            and z.shape == v.shape and weight.shape == (v.shape[-1],)
+            and z.shape in (v.shape, (B, Hv * Dv)) and weight.shape == (Dv,)
             and all(mx.issubdtype(a.dtype, mx.floating) for a in (z, weight)))
 
 
 def reference(q, k, v, g, beta, pool, slots, z, weight, eps: float, fresh=None, decay=None):
-    """Plain-mx float32: the step's reference, then the gated norm's on the unrounded y.
-    Returns (out [B, Hv, Dv] in q.dtype, rows [B, Hv, Dv, Dk] f32)."""
+    """Plain-mx float32: the step's reference, then the gated norm's on the unrounded y;
+    z [B, Hv, Dv] or [B, Hv*Dv]. Returns (out [B, Hv, Dv] in q.dtype, rows [B, Hv, Dv, Dk]
+    f32)."""
     if decay is not None:
         g, beta = gds.raw_gates(g, beta, decay)
     y, st = gds.step_math(gds.gather_states(pool, slots, fresh), q, k, v, g, beta)
+    z = z.reshape(y.shape)                                               # [B, Hv, Dv]
     out = grn.reference(y[:, None], z[:, None], weight, eps)[:, 0]       # float32 as y
     return out.astype(q.dtype), st
 
@@ -175,7 +183,8 @@ def kernel(q, k, v, g, beta, pool, slots, z, weight, eps: float, fresh=None, *, 
         inputs=[q, k, v, g, beta, pool, slots.astype(mx.int32), gds._fresh_flags(fresh, B),
                 a_log, dt_bias, z, weight, scalar(float(eps))],
         template=[("OutT", q.dtype), ("Hk", Hk), ("Hv", Hv), ("Dk", Dk), ("Dv", Dv),
-                  ("LPR", lanes), ("ROWS", rows), ("GATES", int(decay is not None))],
+                  ("LPR", lanes), ("ROWS", rows), ("GATES", int(decay is not None)),
+                  ("Z3", int(z.ndim == 3))],
         grid=(B * Hv * Dv * lanes // rows, 1, 1), threadgroup=(Dv * lanes // rows, 1, 1),
         output_shapes=[(B, Hv * Dv) if joined else (B, Hv, Dv)], output_dtypes=[q.dtype])
     return out

@@ -95,7 +95,8 @@ class KernelSet:
                               fresh=None, decay=None, joined: bool = False):
         """(out [B, Hv, Dv], pool) of kernels.gated_delta_step_norm: the step (as
         gated_delta_step, the same arguments) and Gated DeltaNet's output norm,
-        rms_norm(y) * weight * silu(z) per head with z [B, Hv, Dv] (any strides), in one
+        rms_norm(y) * weight * silu(z) per head with z [B, Hv*Dv] or [B, Hv, Dv] (any
+        strides), in one
         launch; pool rows updated in place. joined: out [B, Hv*Dv] (no Reshape node).
         None: the caller runs the step and the norm."""
         backend = self.launches(gdsn.NAME)

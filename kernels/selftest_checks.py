@@ -94,7 +94,7 @@ def check_step_norm(backend: str) -> float:
         a, b = ab[:, 1:3], ab[:, 4:6]
         decay = (mx.random.uniform(0.0, 2.5, (2,), key=ks[1]),
                  mx.random.normal((2,), key=ks[2]).astype(dtype))
-        z = mx.random.normal((3, 2, D + 16), key=ks[3]).astype(dtype)[..., 8:8 + D]
+        z = mx.random.normal((3, 2 * D + 16), key=ks[3]).astype(dtype)[:, 8:8 + 2 * D]
         w = (1.0 + 0.1 * mx.random.normal((D,), key=ks[4])).astype(dtype)
         qs, ks_, vs = (mx.concatenate([x, x], axis=-1)[..., D // 2:D // 2 + D] for x in (q, k, v))
         want, rows = gdsn.reference(qs.astype(mx.float32), ks_, vs, a, b, pool, slots, z, w,

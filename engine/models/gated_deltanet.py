@@ -114,7 +114,7 @@ class GatedDeltaNet(nn.Module):
         with its gated norm in one launch (or the step, then the norm) -> [B, Hv*Dv].
         None: no conv kernel for this call (nothing written: the general path runs).
         No [B, 1, *] views: every node of a compiled step is replayed on the host."""
-        qkv, z, b, a = self.unpack_rows(projections)    # [B, C], [B, Hv, Dv], [B, Hv] x2
+        qkv, z, b, a = self.unpack_rows(projections)    # [B, C], [B, Hv*Dv]*, [B, Hv] x2
         fresh = view.fresh_rows if view.any_fresh else None                  # [B] or None
         conv = self.kernel_set.gdn_conv_step(qkv, self.conv1d.weight, states[0],
                                              view.state_slots, fresh,
@@ -128,7 +128,7 @@ class GatedDeltaNet(nn.Module):
         writes = []              # no step kernel: the plain recurrence, on [B, 1, *]
         y = self._recurrence(*(t[:, None] for t in (q, k, v, a, b)), view, states, writes)
         states[1] = _write_slots(states[1], writes)
-        return self.norm(y, z[:, None]).reshape(y.shape[0], -1)
+        return self.norm(y, z.reshape(y.shape)).reshape(y.shape[0], -1)
 
     def _kernel_decode_step(self, q, k, v, a, b, z, view: BatchView,
                             states: list[mx.array]) -> mx.array | None:
@@ -141,14 +141,15 @@ class GatedDeltaNet(nn.Module):
         y = self._kernel_step(q, k, v, a, b, view, states)
         if y is None:
             return None
-        y = self.norm(y[:, None], z[:, None])       # as a chunk's: its kernel takes [B, T, H, D]
+        # as a chunk's: its kernel takes [B, T, H, D]
+        y = self.norm(y[:, None], z.reshape(y.shape)[:, None])
         return y.reshape(y.shape[0], -1)
 
     def unpack_rows(self, parts: list[mx.array]):
-        """Decode's input projections [B, *] -> qkv [B, conv_dim], z [B, Hv, Dv], b, a
-        [B, Hv]: `unpack` without the token axis."""
-        qkv, z, b, a = parts
-        return qkv, z.reshape(z.shape[0], self.hv, self.dv), b, a
+        """Decode's input projections [B, *] -> qkv [B, conv_dim], z [B, Hv*Dv], b, a
+        [B, Hv]: `unpack` without the token axis, z with its heads joined as the step
+        kernel reads it (no reshape node a layer; *Qwen3-Next's: [B, Hv, Dv])."""
+        return parts
 
     def _mix(self, qkv, z, b, a, view: BatchView, states: list[mx.array],
              writes: tuple[list, list], conv_kernel: bool) -> mx.array:
@@ -233,7 +234,7 @@ class GatedDeltaNet(nn.Module):
         """Decode (q, k [B, Hk, Dk], v [B, Hv, Dv], a, b [B, Hv]): y [B, Hv, Dv] from this
         model's step kernel, which turns the raw a, b into the decay and beta itself and
         updates each row's state in the pool in place (kernels/gated_delta_step.py). With
-        z [B, Hv, Dv]: self.norm(y, z) [B, Hv*Dv] instead (the heads joined, declared so by
+        z [B, Hv*Dv] or [B, Hv, Dv]: self.norm(y, z) [B, Hv*Dv] instead (the heads joined, declared so by
         the launch: no Reshape node), from the kernel that runs the step and the gated norm
         in one launch (kernels/gated_delta_step_norm.py). None: no such kernel for this
         call."""

@@ -19,11 +19,12 @@ import kernels.paged_attention_src as pas
 from kernels.bench.cuda_on_cpu import PRE, WORK, kfunc, launch
 
 
-def emulate_step(B, S, heads, lanes, fresh_rows, seed, gates=True, rows=None):
+def emulate_step(B, S, heads, lanes, fresh_rows, seed, gates=True, rows=None, z3=False):
     """gated_delta_step: q/k/v/a/b as strided views (columns of wider rows), the pool's
     slots out of order, raw gates (GATES=1) or ready ones. rows: gated_delta_step_norm
-    instead, at layout (lanes, rows), z a strided view (the heads of columns 8.. of a
-    wider row, as in the joined projection)."""
+    instead, at layout (lanes, rows), z a strided view [B, Hv*D] (columns 8.. of a wider
+    row, as in the joined projection: Z3=0), or with z3 the same memory as [B, Hv, D]
+    (Z3=1, Qwen3-Next's layout)."""
     Hk, Hv, D = heads
     norm = rows is not None
     rng = np.random.default_rng(seed)
@@ -59,7 +60,7 @@ def emulate_step(B, S, heads, lanes, fresh_rows, seed, gates=True, rows=None):
         src = PRE + STEP_PRE + gds.CUDA_HEADER + kfunc(
             "step", gdsn._CUDA_SOURCE, args + "const float* z, const int64_t* z_strides,"
             " const float* weight, const int64_t* weight_strides, const float* eps, float* out",
-            consts + [("ROWS", rows)])
+            consts + [("ROWS", rows), ("Z3", int(z3))])
         run = launch("st", call + "ZX.data() + 8, ZS, NW.data(), ONE, EPS.data(), Y.data())",
                      B * Hv, threads=D * lanes // rows)
     else:
@@ -74,7 +75,8 @@ std::vector<float> QW, KW, VW, ABW, ALOG, DTB, POOL, ZX, NW, Y, EPS{{1e-6f}};
 std::vector<int> SL, FR;
 int QS[3] = {{{B}, {Hk}, {D}}};
 int64_t QKS[3] = {{{Hk * W}, {W}, 1}}, VS[3] = {{{Hv * W}, {W}, 1}}, ABS[2] = {{{AB}, 1}};
-int64_t PS[4] = {{{Hv * D * D}, {D * D}, {D}, 1}}, ONE[1] = {{1}}, ZS[3] = {{{ZW}, {D}, 1}};
+int64_t PS[4] = {{{Hv * D * D}, {D * D}, {D}, 1}}, ONE[1] = {{1}};
+int64_t ZS[3] = {{{ZW}, {D if z3 else 1}, 1}};
 ''' + run + f'''
 void save(const char* n, const std::vector<float>& v) {{
   FILE* f = fopen(n, "wb"); fwrite(v.data(), 4, v.size(), f); fclose(f); }}
@@ -126,7 +128,7 @@ int main() {{
     want = want_y / rms * nw * z / (1 + np.exp(-z))
     err_out = np.abs(y - want)
     err = max(float((err_out * rms).max()), err_pool)
-    print(f"step+norm lanes={lanes} rows={rows} B={B} S={S} heads={heads} gates={gates} "
+    print(f"step+norm lanes={lanes} rows={rows} B={B} S={S} heads={heads} gates={gates} z3={z3} "
           f"fresh={sorted(fresh_rows)}: max err {err:.2e} (out: {err_out.max():.2e} of "
           f"max|out| {np.abs(want).max():.2f}; times rms {float((err_out * rms).max()):.2e}; "
           f"states {err_pool:.2e})")
@@ -351,7 +353,9 @@ def main():
                         ((3, 5, (2, 4, 32), gdsn.pick_layout(32, 32), {1}), True),
                         ((2, 4, (2, 2, 64), gdsn.pick_layout(64, 64), {0}), False)]:
         B, S, heads, (lanes, rows), fresh = case
-        assert emulate_step(B, S, heads, lanes, fresh, seed=8, gates=gates, rows=rows) < 1e-4
+        for z3 in (False, True):
+            assert emulate_step(B, S, heads, lanes, fresh, seed=8, gates=gates, rows=rows,
+                                z3=z3) < 1e-4
     for N, D in [(1, 2048), (3, 200), (2, 40)]:    # the real width; ragged; fewer than a warp
         assert emulate_add_norm(N, D, seed=4) < 1e-5
     for B, T, H, D in [(1, 1, 32, 128), (2, 3, 4, 96), (3, 1, 3, 40)]:   # the real heads; rows % 8

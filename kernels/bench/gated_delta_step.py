@@ -57,13 +57,13 @@ def main() -> None:
           f"{gdsn.pick_layout(128, 128)})")
     for B in (1, 8, 16, 32):
         q, k, v, g, beta, pool, slots = inputs(B)
-        wide = mx.random.normal((B, 32, 160), key=mx.random.key(100 + B)).astype(mx.bfloat16)
-        z, w = wide[..., 16:144], mx.ones((128,), mx.bfloat16)      # z a strided view
+        wide = mx.random.normal((B, 32 * 128 + 32), key=mx.random.key(100 + B)).astype(mx.bfloat16)
+        z, w = wide[:, 16:16 + 32 * 128], mx.ones((128,), mx.bfloat16)  # z a strided view
         mx.eval(z, w)
 
         def two():
             y = gds.kernel(q, k, v, g, beta, pool, slots, backend=backend, lanes=32)
-            return [grn.kernel(y[:, None], z[:, None], w, 1e-6, backend=backend)]
+            return [grn.kernel(y[:, None], z.reshape(B, 1, 32, 128), w, 1e-6, backend=backend)]
 
         def one(layout):
             return lambda: [gdsn.kernel(q, k, v, g, beta, pool, slots, z, w, 1e-6,

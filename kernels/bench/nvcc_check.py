@@ -65,9 +65,9 @@ def cases(dt: str):
         "step_norm", gds.CUDA_HEADER, gdsn._CUDA_SOURCE,
         [("q", dt, 3), ("k", dt, 3), ("v", dt, 3), ("g", dt, 2), ("beta", dt, 2),
          ("pool", f32, 4), ("slots", i32, 1), ("fresh", i32, 1), ("a_log", f32, 1),
-         ("dt_bias", dt, 1), ("z", dt, 3), ("weight", dt, 1), ("eps", f32, 1)], [("out", dt)],
+         ("dt_bias", dt, 1), ("z", dt, 2), ("weight", dt, 1), ("eps", f32, 1)], [("out", dt)],
         [("OutT", dt), ("Hk", 16), ("Hv", 32), ("Dk", 128), ("Dv", 128),
-         *zip(("LPR", "ROWS"), gdsn.pick_layout(128, 128)), ("GATES", 1)])
+         *zip(("LPR", "ROWS"), gdsn.pick_layout(128, 128)), ("GATES", 1), ("Z3", 0)])
     yield "add_rms_norm", wrap(
         "addnorm", "", arn._CUDA_SOURCE,
         [("x", dt, 2), ("r", dt, 2), ("weight", dt, 1), ("eps", f32, 1)],

@@ -26,16 +26,22 @@ DTYPES = [mx.float32, mx.bfloat16]
 EPS = 1e-6
 
 
-def _make(seed, shape, dtype):
+def _make(seed, shape, dtype, heads_apart=False):
     """The model's launch: raw gates and q/k/v as strided views (test_gated_delta_step's
-    _raw_step_args), z a strided view [B, Hv, D] (columns 8..8+D of wider head rows), the
-    norm's weight [D]. Returns (args, kwargs for the kernel / reference, m, n)."""
+    _raw_step_args), z a strided view [B, Hv*D] (columns 8.. of wider rows, as Qwen3.5's
+    joined projection gives it) or with heads_apart [B, Hv, D] (columns 8..8+D of wider
+    head rows, as Qwen3-Next's grouped one), the norm's weight [D]. Returns (args, kwargs
+    for the kernel / reference, m, n); n["z"] is [B, Hv, D] either way."""
     (q, k, v, a, b, pool, slots, fresh), decay, m, n = _raw_step_args(seed, shape, dtype)
     B, _, Hv, D, _ = shape
     rng = np.random.default_rng(seed + 200)
-    z = mx.array(rng.standard_normal((B, Hv, D + 24)), dtype)[..., 8:8 + D]
+    if heads_apart:
+        z = mx.array(rng.standard_normal((B, Hv, D + 24)), dtype)[..., 8:8 + D]
+    else:
+        z = mx.array(rng.standard_normal((B, Hv * D + 24)), dtype)[:, 8:8 + Hv * D]
     w = mx.array(1 + 0.1 * rng.standard_normal(D), dtype)
-    n["z"], n["w"] = to_np(z).astype(np.float64), to_np(w).astype(np.float64)
+    n["z"] = to_np(z).astype(np.float64).reshape(B, Hv, D)
+    n["w"] = to_np(w).astype(np.float64)
     return (q, k, v, a, b, pool, slots, z, w, EPS), {"fresh": fresh, "decay": decay}, m, n
 
 
@@ -94,8 +100,9 @@ def _check(out, rows, n, dtype):
 
 @pytest.mark.parametrize("shape", GRID)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_reference_matches_numpy(shape, dtype, cpu_stream):
-    args, kw, _, n = _make(0, shape, dtype)
+@pytest.mark.parametrize("heads_apart", [False, True])
+def test_reference_matches_numpy(shape, dtype, cpu_stream, heads_apart):
+    args, kw, _, n = _make(0, shape, dtype, heads_apart)
     _check(*gdsn.reference(*args, **kw), n, dtype)
 
 
@@ -103,13 +110,14 @@ def test_planted_faults_are_caught(cpu_stream):
     args, kw, _, n = _make(1, GRID[1], mx.float32)
     q, k, v, a, b, pool, slots, z, w, eps = args
     _check(*gdsn.reference(*args, **kw), n, mx.float32)
-    for bad in ((q, k, v, a, b, pool, slots, z[:, ::-1], w, eps),          # heads of z swapped
+    for bad in ((q, k, v, a, b, pool, slots, z[:, ::-1], w, eps),          # z's columns reversed
                 (q, k, v, a, b, pool, slots, z, w * 1.01, eps),            # weight 1 % off
                 (q, k, v, a, b, pool, slots, z, w, 1e-2)):                 # eps wrong
         with pytest.raises(AssertionError):
             _check(*gdsn.reference(*bad, **kw), n, mx.float32)
     with pytest.raises(AssertionError):                                    # y's norm skipped
         y, rows = gds.reference(q, k, v, a, b, pool, slots, kw["fresh"], decay=kw["decay"])
+        z = z.reshape(y.shape)
         _check(y * w * z * mx.sigmoid(z), rows, n, mx.float32)
 
 
@@ -130,8 +138,9 @@ def test_the_picked_layout_fits(shape):
 
 @pytest.mark.parametrize("shape", GRID)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_kernel_matches_numpy(backend, shape, dtype):
-    args, kw, m, n = _make(2, shape, dtype)
+@pytest.mark.parametrize("heads_apart", [False, True])
+def test_kernel_matches_numpy(backend, shape, dtype, heads_apart):
+    args, kw, m, n = _make(2, shape, dtype, heads_apart)
     before = np.array(m["pool"])
     out = gdsn.kernel(*args, **kw, backend=backend)
     mx.eval(out)                                 # the pool is rewritten in place
@@ -167,7 +176,7 @@ def test_kernel_agrees_with_the_two_launches(backend, shape, dtype):
     pool2 = mx.array(np.array(pool))
     y = gds.kernel(q, k, v, a, b, pool2, slots, kw["fresh"], backend=backend,
                    decay=kw["decay"])
-    two = grn.kernel(y[:, None], z[:, None], w, eps, backend=backend)[:, 0]
+    two = grn.kernel(y[:, None], z.reshape(y.shape)[:, None], w, eps, backend=backend)[:, 0]
     one = gdsn.kernel(*args, **kw, backend=backend)
     mx.eval(two, one)
     _, _, tol = _expected(n, y_rtol=_rounding(dtype))     # y rounded on the two-launch path
@@ -247,6 +256,8 @@ def test_dispatch_declines_where_the_kernel_does_not_apply(monkeypatch):
     bad = {"a half pool": (q, k, v, a, b, pool.astype(mx.float16), slots, z, w, eps),
            "z of another width": (q, k, v, a, b, pool, slots, z[..., :-1], w, eps),
            "z with a T axis": (q, k, v, a, b, pool, slots, z[:, None], w, eps),
+           "z of v's heads split otherwise": (q, k, v, a, b, pool, slots,
+                                              z.reshape(z.shape[0], 2, -1), w, eps),
            "a weight per head": (q, k, v, a, b, pool, slots, z, mx.ones((4, 32)), eps),
            "an integer gate": (q, k, v, a, b, pool, slots, z.astype(mx.int32), w, eps)}
     for what, call in bad.items():
