@@ -33,6 +33,7 @@ import kernels.paged_attention as pa
 import kernels.qmm_rows as qr
 import kernels.top_p_cut as tpc
 from kernels.backend import CUDA_ONLY, NAMES
+from kernels.pool_order import after_write
 from kernels.stand_in import COUNT
 
 # COUNT: stand-in launches that build the GPU graph anywhere, for counting (kernels/stand_in.py).
@@ -89,7 +90,7 @@ class KernelSet:
             return None
         y = gds.kernel(q, k, v, g, beta, pool, slots, fresh, backend=backend, lanes=lanes,
                        decay=decay)
-        return y, mx.depends(pool, y)       # keep the returned pool: ordered after the write
+        return y, after_write([pool], [y])[0]    # the returned pool: ordered after the write
 
     def gated_delta_step_norm(self, q, k, v, g, beta, pool, slots, z, weight, eps: float,
                               fresh=None, decay=None, joined: bool = False):
@@ -104,7 +105,7 @@ class KernelSet:
             return None
         out = gdsn.kernel(q, k, v, g, beta, pool, slots, z, weight, eps, fresh,
                           backend=backend, decay=decay, joined=joined)
-        return out, mx.depends(pool, out)   # keep the returned pool: ordered after the write
+        return out, after_write([pool], [out])[0]  # the returned pool: ordered after the write
 
     def gated_delta_chunk(self, q, k, v, g, beta, pool, slots, lengths=None, fresh=None,
                           decay=None):
@@ -143,7 +144,7 @@ class KernelSet:
         if backend is None or not gcs.applies(qkv, weight, pool, heads):
             return None
         out = gcs.kernel(qkv, weight, pool, slots, fresh, heads, eps, backend=backend)
-        return out, mx.depends(pool, out)   # keep the returned pool: ordered after the write
+        return out, after_write([pool], out)[0]  # the returned pool: ordered after the write
 
     def gdn_conv_chunk(self, qkv, weight, pool, slots, fresh, lengths, heads, eps: float):
         """((q, k, v), pool) of kernels.gdn_conv_chunk: a prompt chunk's conv, its state
@@ -214,7 +215,7 @@ class KernelSet:
                         rotary_dim, base, backend=backend)
         # keep the returned pools (MLX schedules their users after the write; on the GPU
         # the paged kernel's q orders its reads: prep_launches)
-        return out, tuple(mx.depends([k_pool, v_pool], [out]))
+        return out, tuple(after_write([k_pool, v_pool], [out]))
 
     def prep_launches(self, q, k, v, q_norm, k_norm, k_pool, v_pool, heads,
                       rotary_dim: int) -> str | None:

@@ -14,6 +14,7 @@ from engine.models.fused import fuse_linears
 from engine.models.mlp import MLP
 from engine.models.rope import RoPE
 from engine.models.row_groups import RowGroups
+from kernels import pool_order
 from kernels.kernel_set import NO_KERNELS
 
 MODEL_TYPES = ("llama", "smollm", "smollm2", "mistral", "qwen2", "qwen3")
@@ -150,8 +151,10 @@ class Model(nn.Module):
         [B_g, T_g] with their view each -> each group's logits, as __call__ returns them."""
         rows = RowGroups([view for _, view in groups])
         h = self.model.embed_tokens(rows.join_tokens([t for t, _ in groups]))   # [N, D]
-        for layer, kv in zip(self.model.layers, cache.kv):
-            h = layer(h, rows, kv)
+        with pool_order.once(rows.single_decode) as order:
+            for layer, kv in zip(self.model.layers, cache.kv):
+                h = layer(h, rows, kv)
+            order.settle(cache.kv, h)
         h = self.model.norm(rows.select_logit_rows(h))                        # [M, D]
         if self.args.tie_word_embeddings:
             return rows.split_logits(self.model.embed_tokens.as_linear(h))

@@ -24,6 +24,7 @@ from engine.models.qwen3_5_config import NEXT_TYPES, QWEN3_5_TYPES, ModelArgs
 from engine.models.qwen3_5_weights import quantize_predicate, sanitize_weights
 from engine.models.row_groups import RowGroups
 from engine.models.shapes import reshaped
+from kernels import pool_order
 from kernels.kernel_set import NO_KERNELS
 
 MODEL_TYPES = QWEN3_5_TYPES + NEXT_TYPES
@@ -179,13 +180,15 @@ class Model(nn.Module):
         rows = RowGroups([view for _, view in groups])
         h = backbone.embed_tokens(rows.join_tokens([t for t, _ in groups]))  # [N, H]
         n_kv = n_state = 0
-        for layer in backbone.layers:
-            if layer.is_linear:
-                h = layer(h, rows, cache.states[n_state])
-                n_state += 1
-            else:
-                h = layer(h, rows, cache.kv[n_kv])
-                n_kv += 1
+        with pool_order.once(rows.single_decode) as order:
+            for layer in backbone.layers:
+                if layer.is_linear:
+                    h = layer(h, rows, cache.states[n_state])
+                    n_state += 1
+                else:
+                    h = layer(h, rows, cache.kv[n_kv])
+                    n_kv += 1
+            order.settle(cache.kv + cache.states, h)
         h = backbone.norm(rows.select_logit_rows(h))                         # [M, H]
         if self.args.tie_word_embeddings:
             return rows.split_logits(backbone.embed_tokens.as_linear(h))     # [B_g, *, V]

@@ -38,6 +38,13 @@ class RowGroups:
     def num_tokens(self) -> int:
         return sum(self.sizes)
 
+    @property
+    def single_decode(self) -> bool:
+        """One group of one token a row: a decode step alone, where the kernels' in-place
+        pool writes are ordered once for the forward (kernels/pool_order.py); a forward
+        of several groups keeps one order a launch (two groups' launches may share a pool)."""
+        return len(self.views) == 1 and self.views[0].num_tokens == 1
+
     def join_tokens(self, tokens: list[mx.array]) -> mx.array:
         """Per group [B_g, T_g] ids -> [N]."""
         if len(tokens) == 1:

@@ -167,6 +167,7 @@ def test_a_decode_step_builds_no_view_round_trips():
     # 137 before session 23; 92 until session 27, where no-op reshapes (a -1 shape onto the
     # same shape: engine/models/shapes.py), the reshapes after the Gated DeltaNet step and
     # the paged attention (their outputs declared [B, H*D]) and z's before the step (its
-    # kernel reads z [B, Hv*Dv]) went: 75
+    # kernel reads z [B, Hv*Dv]) went: 75; the in-place pool writes ordered by one Depends
+    # for the forward, not one a launch (kernels/pool_order.py): 69
     assert nodes["Reshape"] <= 6
-    assert sum(nodes.values()) <= 75
+    assert sum(nodes.values()) <= 69
