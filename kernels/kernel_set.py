@@ -185,16 +185,18 @@ class KernelSet:
         return mg.kernel(x, idx, scores, experts, backend=backend)
 
     def moe_block(self, x, logits, k: int, normalize: bool, experts, shared_gate=None,
-                  residual=None, route_rows=None):
+                  residual=None, route_rows=None, shared_gate_col: int = 0):
         """y [N, D] of kernels.moe_block: moe_route's top-k of the router logits [N, E]
-        (any strides; row route_rows[n] for token n when given: padding rows) inside
-        moe_experts' two launches, with its shared expert and residual as moe_experts."""
+        (any strides; the first E columns of a wider array; row route_rows[n] for token n
+        when given: padding rows) inside moe_experts' two launches, with its shared expert
+        and residual as moe_experts (the gate column shared_gate_col of shared_gate: the
+        router's joined output can be both, unsplit)."""
         backend = self.launches(mb.NAME)
         if backend is None or not mb.applies(x, logits, k, experts, shared_gate, residual,
-                                             route_rows):
+                                             route_rows, shared_gate_col):
             return None
         return mb.kernel(x, logits, k, normalize, experts, shared_gate, residual, route_rows,
-                         backend=backend)
+                         backend=backend, shared_gate_col=shared_gate_col)
 
     def add_rms_norm(self, x, r, weight, eps: float):
         """(h = x + r, rms_norm(h) * weight) of kernels.add_rms_norm: x, r [N, D]."""

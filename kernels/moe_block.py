@@ -71,9 +71,13 @@ def _get(backend: str):
 
 
 def reference(x, logits, k: int, normalize: bool, experts: me.QuantExperts, shared_gate=None,
-              residual=None, route_rows=None):
+              residual=None, route_rows=None, shared_gate_col: int = 0):
     """Plain-mx float32: moe_route's reference on the logits rows (route_rows[n] for token
-    n when given), then moe_experts' reference. [N, D] in x.dtype."""
+    n when given), then moe_experts' reference. [N, D] in x.dtype. As `kernel`: the
+    logits the first E columns of `logits`, the gate column shared_gate_col."""
+    logits = logits[:, :experts.gate_up[0].shape[0]]
+    if shared_gate_col:
+        shared_gate = shared_gate[:, shared_gate_col:shared_gate_col + 1]
     rows = logits if route_rows is None else logits[route_rows]                # [N, E]
     idx, scores = mr.reference(rows, k, normalize)                            # [N, k] each
     return me.reference(x, idx, scores, experts, shared_gate, residual)
@@ -85,22 +89,30 @@ def smem_extra(k: int) -> int:
 
 
 def applies(x, logits, k: int, experts: me.QuantExperts, shared_gate=None, residual=None,
-            route_rows=None) -> bool:
-    """moe_route's contract on the logits (E % 32 == 0, E <= 1024, k <= 32) and
-    moe_experts' on the rest; route_rows int32 [N]; at most MAX_ROWS token rows."""
-    if (x.ndim != 2 or not mr.applies(logits, k) or logits.shape[0] != x.shape[0]
+            route_rows=None, shared_gate_col: int = 0) -> bool:
+    """moe_route's contract on the logits (E % 32 == 0, E <= 1024, k <= 32; E the experts'
+    count, the logits its first E columns: a wider array is the router's joined output)
+    and moe_experts' on the rest (the shared gate column shared_gate_col of shared_gate);
+    route_rows int32 [N]; at most MAX_ROWS token rows."""
+    E = experts.gate_up[0].shape[0]
+    if (x.ndim != 2 or logits.ndim != 2 or logits.shape[1] < E
+            or not mr.applies_to(E, k) or logits.shape[0] != x.shape[0]
             or x.shape[0] > MAX_ROWS):
         return False
     if route_rows is not None and (route_rows.shape != (x.shape[0],)
                                    or route_rows.dtype != mx.int32):
         return False
-    return me.fits(x, k, experts, shared_gate, residual, smem_extra(k), (RPW1, RPW2))
+    return me.fits(x, k, experts, shared_gate, residual, smem_extra(k), (RPW1, RPW2),
+                   shared_gate_col=shared_gate_col)
 
 
 def kernel(x, logits, k: int, normalize: bool, experts: me.QuantExperts, shared_gate=None,
-           residual=None, route_rows=None, *, backend: str) -> mx.array:
-    """Launch on `backend`: y [N, D] in x.dtype, as `reference`."""
-    (N, D), E, hidden, gs = x.shape, logits.shape[1], experts.hidden, experts.group_size
+           residual=None, route_rows=None, *, backend: str, shared_gate_col: int = 0) -> mx.array:
+    """Launch on `backend`: y [N, D] in x.dtype, as `reference`. The logits are the first
+    E columns of `logits` (E the experts'); the shared gate column shared_gate_col of
+    shared_gate (the router's joined output may be both: no split node before)."""
+    (N, D), hidden, gs = x.shape, experts.hidden, experts.group_size
+    E = experts.gate_up[0].shape[0]
     shared = experts.shared is not None
     KK = k + shared
     gate_up, down = _get(backend)
@@ -114,12 +126,13 @@ def kernel(x, logits, k: int, normalize: bool, experts: me.QuantExperts, shared_
                   ("SHARED", shared), ("ROWS", routed)],
         grid=(N * KK * (hidden // RPW1) * 32, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(N * KK, hidden)], output_dtypes=[mx.float32])
-    gate = logits if shared_gate is None else shared_gate.reshape(N, 1)   # unread without
+    gate = (logits if shared_gate is None else shared_gate if shared_gate_col
+            else shared_gate.reshape(N, 1))                                # unread without
     (y,) = down(
         inputs=[h, logits, rows, *down_weights, gate, x if residual is None else residual],
         template=[("OutT", x.dtype), ("D", D), ("I", hidden), ("K", k), ("E", E),
                   ("NORM", bool(normalize)), ("GS", gs), ("RPW", RPW2), ("SHARED", shared),
-                  ("RES", residual is not None), ("ROWS", routed)],
+                  ("RES", residual is not None), ("ROWS", routed), ("SGC", shared_gate_col)],
         grid=(N * (D // (8 * RPW2)) * 256, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(N, D)], output_dtypes=[x.dtype])
     return y

@@ -151,9 +151,11 @@ def applies(x, idx, experts: QuantExperts, shared_gate=None, residual=None,
 
 def fits(x, K: int, experts: QuantExperts, shared_gate=None, residual=None,
          smem_extra: int = 0, rows: tuple[int, int] = (RPW1, RPW2),
-         max_pairs: int | None = None) -> bool:
+         max_pairs: int | None = None, shared_gate_col: int = 0) -> bool:
     """`applies` for K experts a token; smem_extra: launch 2's shared bytes beside s * h
-    (kernels/moe_block.py's routed ids and weights); rows: the launches' rows a warp."""
+    (kernels/moe_block.py's routed ids and weights); rows: the launches' rows a warp;
+    shared_gate_col: the shared gate's column of shared_gate [N, > col] (0: [N, 1] or
+    [N])."""
     rpw1, rpw2 = rows
     if x.ndim != 2:
         return False
@@ -173,7 +175,11 @@ def fits(x, K: int, experts: QuantExperts, shared_gate=None, residual=None,
     if not ok or experts.shared is None:
         return ok
     sgu, sdown = experts.shared
-    return (shared_gate is not None and shared_gate.shape in ((N, 1), (N,))
+    gate_ok = shared_gate is not None and (
+        shared_gate.shape in ((N, 1), (N,)) if shared_gate_col == 0 else
+        shared_gate.ndim == 2 and shared_gate.shape[0] == N
+        and shared_gate.shape[1] > shared_gate_col)
+    return (gate_ok
             and _quantized_alike(sgu, 2 * hidden, D, experts.gate_up) and sgu[0].ndim == 2
             and _quantized_alike(sdown, D, hidden, experts.down) and sdown[0].shape[0] == D
             and sdown[0].ndim == 2)
@@ -206,7 +212,8 @@ def kernel(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=Non
     (y,) = down(
         inputs=[h, idx, scores, *down_weights, gate, x if residual is None else residual],
         template=[("OutT", x.dtype), ("D", D), ("I", hidden), ("K", K), ("GS", gs),
-                  ("RPW", RPW2), ("SHARED", shared), ("RES", residual is not None)],
+                  ("RPW", RPW2), ("SHARED", shared), ("RES", residual is not None),
+                  ("SGC", 0)],
         grid=(N * (D // (8 * RPW2)) * 256, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(N, D)], output_dtypes=[x.dtype])
     return y

@@ -104,7 +104,10 @@ _CUDA_DOWN = Template("""
   const int lane = threadIdx.x % 32;
   float sgate = 0.f;                          // the shared expert's weight
   if (SHARED) {
-    sgate = 1.f / (1.f + __expf(-static_cast<float>(gate[n * gate_strides[0]])));
+    // the gate: column SGC of its input (0 for a gate [N, 1]; E where the input is the
+    // router's joined output [N, >E], logits then the shared gate: no split before)
+    sgate = 1.f / (1.f + __expf(-static_cast<float>(
+        gate[n * gate_strides[0] + SGC * gate_strides[1]])));
   }
 $route
   for (int t = threadIdx.x; t < KK * I; t += blockDim.x) {
@@ -249,7 +252,8 @@ _METAL_DOWN = Template("""
   const int lane = int(thread_index_in_simdgroup);
   float sgate = 0.0f;
   if (SHARED) {
-    sgate = 1.0f / (1.0f + metal::exp(-static_cast<float>(gate[n * gate_strides[0]])));
+    sgate = 1.0f / (1.0f + metal::exp(-static_cast<float>(
+        gate[n * gate_strides[0] + SGC * gate_strides[1]])));
   }
 $route
   for (int t = tid; t < KK * I; t += 256) {

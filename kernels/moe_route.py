@@ -71,8 +71,12 @@ def reference(logits, k: int, normalize: bool = True):
 
 
 def applies(logits, k: int) -> bool:
-    E = logits.shape[-1]
-    return logits.ndim == 2 and E % 32 == 0 and E <= 1024 and 1 <= k <= min(32, E)
+    return logits.ndim == 2 and applies_to(logits.shape[-1], k)
+
+
+def applies_to(E: int, k: int) -> bool:
+    """applies() for E experts' logits."""
+    return E % 32 == 0 and E <= 1024 and 1 <= k <= min(32, E)
 
 
 def kernel(logits, k: int, normalize: bool = True, *, backend: str):

@@ -54,10 +54,17 @@ class FusedLinear(nn.Module):
         self.kernel_set = NO_KERNELS        # the loaded model's own (engine/models/base.py)
 
     def __call__(self, x: mx.array, *args) -> list[mx.array]:
+        return self.split(self.joined_output(x, *args))
+
+    def joined_output(self, x: mx.array, *args) -> mx.array:
+        """The joined layer's output [.., sum out_i (+ pad)], unsplit: for a kernel that
+        reads its parts through their columns (no Split node)."""
         # gathered experts take their ids as args: never a plain projection
-        joined = self.joined(x, *args) if args else project(self.kernel_set, self.joined, x)
-        outs = mx.split(joined, self.parts.cuts, axis=-1)                 # [.., out_i] each
-        return outs[:len(self.parts.names)]
+        return self.joined(x, *args) if args else project(self.kernel_set, self.joined, x)
+
+    def split(self, joined: mx.array) -> list[mx.array]:
+        """joined_output's parts, [.., out_i] each (views)."""
+        return mx.split(joined, self.parts.cuts, axis=-1)[:len(self.parts.names)]
 
     def part_parameters(self) -> dict[str, dict[str, mx.array]]:
         """Each original layer's arrays, cut back out (for tools that want mlx-lm's tree)."""

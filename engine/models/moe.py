@@ -205,17 +205,22 @@ class SparseMoeBlock(nn.Module):
         route_rows [N]: the row whose experts each row uses (padding rows: row 0's)."""
         shape = x.shape
         x = reshaped(x, -1, shape[-1])                                       # [N, D]
-        if "gates" in self:
-            logits, shared_gate = self.gates(x)                              # [N, E], [N, 1]
-        else:
-            logits, shared_gate = self.gate(x), self.shared_expert_gate(x)
         residual = None if residual is None else reshaped(residual, -1, shape[-1])
         experts = self._block_experts()
-        # Decode: the routing inside the experts' two launches (kernels/moe_block.py)
+        if "gates" in self:      # the router's joined output: logits, then the shared gate
+            logits = shared_gate = self.gates.joined_output(x)               # [N, E + 1 (+ pad)]
+            gate_col = self.gates.parts.sizes[0]
+        else:
+            logits, shared_gate, gate_col = self.gate(x), self.shared_expert_gate(x), 0
+        # Decode: the routing inside the experts' two launches (kernels/moe_block.py), which
+        # read the logits and the shared gate as columns of the joined output (no Split
+        # node a layer)
         out = None if experts is None else self.kernel_set.moe_block(
             x, logits, self.top_k, self.norm_topk_prob, experts, shared_gate, residual,
-            route_rows)
+            route_rows, shared_gate_col=gate_col)
         if out is None:
+            if gate_col:
+                logits, shared_gate = self.gates.split(logits)               # [N, E], [N, 1]
             out = self._routed_block(x, logits, shared_gate, residual, route_rows)
         return reshaped(out, *shape)
 

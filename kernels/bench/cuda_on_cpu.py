@@ -177,9 +177,11 @@ def build_and_run(src: str, work: str) -> None:
     subprocess.run([f"{work}/emu"], check=True)
 
 
-def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False):  # noqa: E741
+def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False, sgc=False):  # noqa: E741
     """moe_experts' two kernels; with the shared expert (weight sigmoid(gate), the gate a
-    column of a wider array) and a residual; scores a strided view too."""
+    column of a wider array: a view starting there, or with sgc the whole array and the
+    column SGC=E, as moe_block reads the router's joined output) and a residual; scores a
+    strided view too."""
     rng = np.random.default_rng(seed)
     gu = mx.array(rng.normal(size=(E, 2 * I + pad, D)).astype(np.float32) * D**-0.5)
     dn = mx.array(rng.normal(size=(E, D, I)).astype(np.float32) * I**-0.5)
@@ -216,7 +218,8 @@ def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False):  # noqa: E74
                  " const int64_t* gate_strides, const float* residual,"
                  " const int64_t* residual_strides, float* y",
                  [("OutT", "float"), ("D", D), ("I", I), ("K", K), ("GS", GS),
-                  ("RPW", me.RPW2), ("SHARED", int(shared)), ("RES", int(res))])
+                  ("RPW", me.RPW2), ("SHARED", int(shared)), ("RES", int(res)),
+                  ("SGC", E if sgc else 0)])
     loads = "".join(f'  {n.upper()} = load<{"uint32_t" if n.endswith("w") else "float"}>'
                     f'("{d}/{n}.bin", {a.size});\n' for n, a in arrs.items() if n != "idx")
     src += f'''
@@ -228,7 +231,8 @@ int64_t IST[2] = {{{K}, 1}}, SST[2] = {{{K + 3}, 1}}, GST[2] = {{{E + 1}, 1}}, R
 ''' + launch("gu", "gate_up(X.data(), XS, IDX.data(), GW.data(), GS.data(), GB.data(),"
                    " SGW.data(), SGS.data(), SGB.data(), H.data())", nb1) \
         + launch("dn", "down(H.data(), IDX.data(), IST, SCX.data() + 1, SST, DW.data(), DS.data(),"
-                 " DB.data(), SDW.data(), SDS.data(), SDB.data(), GTX.data() + " + str(E)
+                 " DB.data(), SDW.data(), SDS.data(), SDB.data(), GTX.data() + "
+                 + str(0 if sgc else E)
                  + ", GST, RES.data(), RST, Y.data())", nb2) + f'''
 int main() {{
   IDX = load<uint32_t>("{d}/idx.bin", {N * K});
@@ -253,7 +257,8 @@ int main() {{
     if res:
         ref += resid
     err = float(np.abs(y - ref).max())
-    print(f"N={N} E={E} K={K} D={D} I={I} GS={GS} pad={pad} shared={shared} residual={res}: "
+    print(f"N={N} E={E} K={K} D={D} I={I} GS={GS} pad={pad} shared={shared} residual={res} "
+          f"sgc={sgc}: "
           f"max|y - ref| = {err:.2e}, max|ref| = {np.abs(ref).max():.2f}")
     return err
 
@@ -353,6 +358,8 @@ if __name__ == "__main__":
     for case, extra in [((3, 8, 4, 256, 256, 64, 128), {}), ((2, 16, 8, 128, 64, 64, 0), {}),
                         ((1, 8, 8, 1024, 96, 32, 64), {"shared": True}),
                         ((2, 12, 10, 96, 128, 32, 0), {"shared": True, "res": True}),
+                        ((2, 12, 10, 96, 128, 32, 0), {"shared": True, "res": True,
+                                                       "sgc": True}),
                         ((2, 8, 4, 256, 128, 64, 0), {"res": True}),
                         # a prompt chunk's 520 pairs: past the decode range (experts_to)
                         ((40, 16, 13, 128, 64, 64, 0), {"shared": True, "res": True})]:

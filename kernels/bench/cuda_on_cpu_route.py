@@ -144,18 +144,22 @@ def _program(N, E, K, D, I, GS, pad, shared, res, norm, rows, d) -> str:  # noqa
     src += kfunc("gu_idx", idx_gu, "const float* x, const int* x_shape, const int* idx, "
                  + GATE_UP_ARGS + ", float* h", gu_t)
     src += kfunc("dn_idx", idx_dn, "const float* h, const int* idx, const int64_t* idx_strides,"
-                 " const float* scores, const int64_t* scores_strides, " + down_tail, dn_t)
+                 " const float* scores, const int64_t* scores_strides, " + down_tail,
+                 dn_t + [("SGC", 0)])
     src += kfunc("gu_blk", blk_gu, "const float* x, const int* x_shape, const int64_t* x_strides,"
                  " const float* logits, const int64_t* logits_strides, const int* row_map,"
                  " const int64_t* row_map_strides, " + GATE_UP_ARGS + ", float* h", gu_t + routed)
     src += kfunc("dn_blk", blk_dn, "const float* h, const float* logits,"
                  " const int64_t* logits_strides, const int* row_map, const int64_t* row_map_strides, "
-                 + down_tail, dn_t + routed + [("NORM", int(norm))])
+                 + down_tail, dn_t + routed + [("NORM", int(norm)), ("SGC", E)])
     nb1 = -(-(N * KK * (I // mb.RPW1) * 32) // 256)
     nb2 = N * (D // (8 * mb.RPW2))
     wts = ("GW.data(), GS.data(), GB.data(), SGW.data(), SGS.data(), SGB.data()",
            "DW.data(), DS.data(), DB.data(), SDW.data(), SDS.data(), SDB.data()")
+    # the gate: a view at column E (moe_experts), or the joined row read at column SGC=E
+    # (moe_block, as the model hands the router's output over unsplit)
     tail = f"LWV.data() + {E}, GST, RES.data(), RST, Y.data()"
+    tail_blk = "LWV.data(), GST, RES.data(), RST, Y.data()"
     src += f'''
 std::vector<float> XWV, XD, LWV, RES, H, Y, WALL, W, GS, GB, DS, DB, SGS, SGB, SDS, SDB;
 std::vector<uint32_t> GW, DW, SGW, SDW; std::vector<int> ROWV, IALL, IDX;
@@ -170,7 +174,7 @@ int64_t ROST[1] = {{1}}, KST[2] = {{{K}, 1}};
         + launch("gu_blk", "gu_blk(XWV.data() + 3, XS, XST, LWV.data(), LST, ROWV.data(), ROST, "
                  f"{wts[0]}, H.data())", nb1) \
         + launch("dn_blk", "dn_blk(H.data(), LWV.data(), LST, ROWV.data(), ROST, "
-                 f"{wts[1]}, {tail})", nb2)
+                 f"{wts[1]}, {tail_blk})", nb2)
     loads = "".join(f'  {n.upper()} = load<{"uint32_t" if n.endswith("w") else "float"}>'
                     f'("{d}/{n}.bin", {size});\n' for n, size in _sizes(E, D, I, GS, pad).items())
     src += f'''

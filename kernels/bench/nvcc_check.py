@@ -117,7 +117,7 @@ def moe_cases(dt: str):
                                       gu_t)
     yield "moe_experts down", wrap("dn", header, down, [("h", f32, 2), ("idx", i32, 2),
                                                         ("scores", f32, 2)] + weights + tail,
-                                   [("y", dt)], dn_t)
+                                   [("y", dt)], dn_t + [("SGC", 0)])
     grouped = mg.plan(2048, 512, 64)
     yield "moe_grouped gate_up", wrap(
         "ggu", mgs.CUDA_HEADER, mgs.CUDA_GATE_UP,
@@ -137,7 +137,7 @@ def moe_cases(dt: str):
         yield f"moe_block down ROWS={rows}", wrap(
             "bdn", header, down,
             [("h", f32, 2), ("logits", dt, 2), ("row_map", i32, 1)] + weights + tail,
-            [("y", dt)], dn_t + routed + [("NORM", 1)])
+            [("y", dt)], dn_t + routed + [("NORM", 1), ("SGC", 256)])
 
 
 def compile_one(what: str, source: str, mlx_src: str, work: str) -> bool:

@@ -148,6 +148,37 @@ def test_kernel_is_the_routing_kernel_then_the_experts_kernel_bit_for_bit(backen
         assert numpy_ref.close(one, two, 0.0, 2.0 ** -7 if dtype == mx.bfloat16 else 2.0 ** -20)
 
 
+def _joined(logits, gate, pad: int = 5):
+    """The router's joined output as the model hands it over unsplit: logits, the shared
+    gate in column E, then padding rows' columns (the GPU pads joined projections)."""
+    N = logits.shape[0]
+    return mx.concatenate([logits, gate, mx.full((N, pad), 7.0, logits.dtype)], axis=1)
+
+
+@pytest.mark.parametrize("case, options", [(GRID[0], OPTIONS[0]), (GRID[1], OPTIONS[3])])
+def test_the_joined_router_output_is_the_split_one_bit_for_bit(backend, case, options):
+    """The logits as the first E columns and the shared gate as column E of one array
+    (shared_gate_col): the same launch reading other addresses, equal to the last bit."""
+    x, logits, k, normalize, experts, gate, res, rows = _args(6, case, options, mx.bfloat16)
+    wide = _joined(logits, gate)
+    E = logits.shape[1]
+    split = to_np(mb.kernel(x, logits, k, normalize, experts, gate, res, rows,
+                            backend=backend))
+    joined = to_np(mb.kernel(x, wide, k, normalize, experts, wide, res, rows,
+                             backend=backend, shared_gate_col=E))
+    assert np.array_equal(joined, split)
+
+
+def test_the_reference_reads_the_joined_router_output_as_the_split_one(cpu_stream):
+    x, logits, k, normalize, experts, gate, res, rows = _args(7, (2, 64, 4, 256, 256, 64, 0),
+                                                              OPTIONS[3], mx.float32)
+    wide = _joined(logits, gate)
+    split = mb.reference(x, logits, k, normalize, experts, gate, res, rows)
+    joined = mb.reference(x, wide, k, normalize, experts, wide, res, rows,
+                          shared_gate_col=logits.shape[1])
+    assert np.array_equal(to_np(joined), to_np(split))
+
+
 def test_dispatcher_matches_numpy(backend):
     args = _args(3, GRID[1], OPTIONS[3], mx.bfloat16)
     assert _close(KernelSet(backend).moe_block(*args), *_expected(*args), mx.bfloat16)
@@ -186,8 +217,14 @@ def test_shapes_outside_the_contract_decline(monkeypatch):
     assert NO_KERNELS.moe_block(x, logits, k, normalize, experts, gate, res) is None
     assert KernelSet("cuda", (("moe_block", "test"),)).moe_block(
         x, logits, k, normalize, experts, gate, res) is None
-    assert call(logits=mx.zeros((2, 48))) is None                  # E not a multiple of 32
-    assert call(logits=mx.zeros((2, 2048))) is None                # E > 1024
+    assert call(logits=mx.zeros((2, 48))) is None                  # fewer logits than experts
+    assert call(experts=replace(experts, gate_up=tuple(a[:48] for a in experts.gate_up),
+                                down=tuple(a[:48] for a in experts.down))) is None  # E % 32
+    # the router's joined output: the logits its first E columns, the gate column E
+    wide = _joined(logits, gate)
+    assert mb.applies(x, wide, k, experts, wide, res, None, shared_gate_col=64)
+    assert call(shared_gate=wide) is None                          # a [N, 1] gate, or a column
+    assert call(logits=wide, shared_gate=wide, shared_gate_col=wide.shape[1]) is None
     assert call(logits=mx.zeros((2, 64)), k=33) is None            # k > 32
     assert call(logits=logits[:1]) is None                         # a row per token
     assert call(logits=logits[None]) is None                       # [N, E] only
@@ -244,9 +281,9 @@ def test_the_moe_block_routes_inside_the_kernel_as_its_plain_path_routes(monkeyp
     route_rows, and the real rows are unchanged by them."""
     calls = []
 
-    def fused(*a, backend):
+    def fused(*a, backend, shared_gate_col=0):
         calls.append(a[-1])
-        return mb.reference(*a)
+        return mb.reference(*a, shared_gate_col=shared_gate_col)
     monkeypatch.setattr(mb, "kernel", fused)
     block = _moe_block()
     x = mx.random.normal((3, 1, 128), key=mx.random.key(1))
