@@ -122,8 +122,9 @@ class KernelSet:
     def paged_decode_attention(self, q, k_pool, v_pool, block_tables, context_lens,
                                page_size: int, scale: float, gate=None, joined: bool = False):
         """out [B, Hq, D] of kernels.paged_attention (one new token per row); times
-        sigmoid(gate [B, Hq, D]) when given (the gated attention's output gate). joined:
-        out [B, Hq*D], the heads joined (no Reshape node after the launch)."""
+        sigmoid(gate) when given (the gated attention's output gate: [B, Hq, D], or the
+        joined q+gate projection [B, Hq*2D], each head's q then its gate). joined: out
+        [B, Hq*D], the heads joined (no Reshape node after the launch)."""
         backend = self.launches(pa.NAME)
         if backend is None or not pa.applies(q, k_pool, v_pool, gate):
             return None

@@ -64,8 +64,10 @@ def _get(backend: str):
 def reference(q, k_pool, v_pool, block_tables, context_lens, page_size: int, scale: float,
               gate=None):
     """Plain-mx float32: gather every row's pages, mask keys >= len, softmax; times
-    sigmoid(gate) when given."""
+    sigmoid(gate) when given ([B, Hq, D], or the joined q+gate projection [B, Hq*2D]:
+    `gate_heads`)."""
     B, Hq, D = q.shape
+    gate = None if gate is None else gate_heads(gate, q.shape)
     Hkv = k_pool.shape[1]
     G = Hq // Hkv
     idx = block_tables[:, :, None] * page_size + mx.arange(page_size, dtype=mx.int32)
@@ -83,15 +85,26 @@ def reference(q, k_pool, v_pool, block_tables, context_lens, page_size: int, sca
     return out.astype(q.dtype)
 
 
+def gate_heads(gate, q_shape):
+    """The gate as [B, Hq, D]: itself, or from the joined q+gate projection [B, Hq*2D]
+    (each head's q then its gate) the columns pass 2 reads with GATED=2."""
+    B, Hq, D = q_shape
+    if tuple(gate.shape) == (B, Hq * 2 * D):
+        return gate.reshape(B, Hq, 2 * D)[..., D:]
+    return gate
+
+
 def applies(q, k_pool, v_pool, gate=None) -> bool:
     return applies_to(q.shape, k_pool, v_pool, None if gate is None else gate.shape)
 
 
 def applies_to(q_shape, k_pool, v_pool, gate_shape=None) -> bool:
-    """applies() from the shape q [B, Hq, D] will have (before it is computed)."""
+    """applies() from the shape q [B, Hq, D] will have (before it is computed); a gate
+    [B, Hq, D] or the joined q+gate projection [B, Hq*2D]."""
     B, Hq, D = q_shape
     Hkv = k_pool.shape[1]
-    return ((gate_shape is None or tuple(gate_shape) == tuple(q_shape)) and Hq % Hkv == 0
+    return ((gate_shape is None or tuple(gate_shape) in (tuple(q_shape), (B, Hq * 2 * D)))
+            and Hq % Hkv == 0
             and D % 32 == 0 and D <= 1024 and k_pool.shape == v_pool.shape
             and k_pool.dtype == v_pool.dtype and (Hq // Hkv) * D * 4 <= 32768
             and k_pool.shape[2] == D)
@@ -119,8 +132,10 @@ def _gate_input(gate):
 def kernel(q, k_pool, v_pool, block_tables, context_lens, page_size: int, scale: float, *,
            backend: str, kps: int | None = None, gate=None, joined: bool = False):
     """Launch both passes on `backend`. Returns [B, Hq, D] in q.dtype (times sigmoid(gate)
-    when a gate [B, Hq, D] is given); joined: the same buffer declared [B, Hq*D], the heads
-    joined as the out projection reads them (no Reshape node after the launch)."""
+    when a gate [B, Hq, D] is given, or the joined q+gate projection [B, Hq*2D] whose head
+    h's gate is columns h*2D + D.. (GATED=2: no reshape and slice before the launch));
+    joined: the same buffer declared [B, Hq*D], the heads joined as the out projection
+    reads them (no Reshape node after the launch)."""
     B, Hq, D = q.shape
     Hkv = k_pool.shape[1]
     G = Hq // Hkv
@@ -138,7 +153,8 @@ def kernel(q, k_pool, v_pool, block_tables, context_lens, page_size: int, scale:
         output_dtypes=[mx.float32, mx.float32])
     (out,) = p2(
         inputs=[part_acc, part_ml, _gate_input(gate)],
-        template=[("OutT", q.dtype), ("D", D), ("GATED", int(gate is not None))],
+        template=[("OutT", q.dtype), ("D", D),
+                  ("GATED", 0 if gate is None else 1 if gate.ndim == 3 else 2)],
         grid=(B * Hq * D, 1, 1), threadgroup=(D, 1, 1),
         output_shapes=[(B, Hq * D) if joined else (B, Hq, D)], output_dtypes=[q.dtype])
     return out

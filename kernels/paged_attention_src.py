@@ -163,9 +163,13 @@ _CUDA_PASS2 = """
   }
   float o = den > 0.f ? num / den : 0.f;
   if (GATED) {     // the output gate: o * sigmoid(gate[b, h, d]), gate read through its strides
+    // GATED=2: gate is the joined q+gate projection [B, Hq*2D], head h's gate its columns
+    // h*2D + D + d (Qwen's layout: no reshape and slice before the launch)
     const int Hq = part_ml_shape[1];
-    const float gt = static_cast<float>(
-        gate[(bh / Hq) * gate_strides[0] + (bh % Hq) * gate_strides[1] + d * gate_strides[2]]);
+    const int64_t at = GATED == 2
+        ? (bh / Hq) * gate_strides[0] + ((bh % Hq) * 2 * D + D + d) * gate_strides[1]
+        : (bh / Hq) * gate_strides[0] + (bh % Hq) * gate_strides[1] + d * gate_strides[2];
+    const float gt = static_cast<float>(gate[at]);
     o = o / (1.f + __expf(-gt));
   }
   out[bh * D + d] = static_cast<OutT>(o);
@@ -275,8 +279,10 @@ _METAL_PASS2 = """
   float o = den > 0.0f ? num / den : 0.0f;
   if (GATED) {
     const int Hq = part_ml_shape[1];
-    const float gt = static_cast<float>(
-        gate[(bh / Hq) * gate_strides[0] + (bh % Hq) * gate_strides[1] + d * gate_strides[2]]);
+    const int64_t at = GATED == 2
+        ? (bh / Hq) * gate_strides[0] + ((bh % Hq) * 2 * D + D + d) * gate_strides[1]
+        : (bh / Hq) * gate_strides[0] + (bh % Hq) * gate_strides[1] + d * gate_strides[2];
+    const float gt = static_cast<float>(gate[at]);
     o = o / (1.0f + metal::exp(-gt));
   }
   out[bh * D + d] = static_cast<OutT>(o);

@@ -84,10 +84,9 @@ class Attention(nn.Module):
         if out is None:
             return None
         q, (kv[0], kv[1]) = out                                              # [B, Hq, D]
-        B = q.shape[0]
-        gate = qg.reshape(B, self.hq, 2 * self.d)[..., self.d:]              # [B, Hq, D]
+        # the gate: each head's second half of qg, read there by the launch (GATED=2)
         o = ks.paged_decode_attention(q, kv[0], kv[1], view.block_tables, view.context_lens,
-                                      view.page_size, self.scale, gate=gate, joined=True)
+                                      view.page_size, self.scale, gate=qg, joined=True)
         # attention_prep runs only where the paged kernel reads its pools (KernelSet says
         # why: no other reader is ordered after its in-place writes on a GPU).
         assert o is not None, "attention_prep ran without the paged kernel to read its pools"

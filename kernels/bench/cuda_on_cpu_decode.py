@@ -262,15 +262,20 @@ def emulate_prep(B, heads, rd, R, seed, max_pos=64):
         "const float* part_acc, const float* part_ml, const int* part_ml_shape,"
         " const float* gate, const int64_t* gate_strides, float* out",
         [("OutT", "float"), ("D", D), ("GATED", 1)])
+    src += kfunc(      # GATED=2: the gate read from the joined q+gate projection itself
+        "p2j", pas._CUDA_PASS2,
+        "const float* part_acc, const float* part_ml, const int* part_ml_shape,"
+        " const float* gate, const int64_t* gate_strides, float* out",
+        [("OutT", "float"), ("D", D), ("GATED", 2)])
     ko, vo = Hq * 2 * D, Hq * 2 * D + Hkv * D
     src += f'''
 template <class T> std::vector<T> load(const char* n, size_t c) {{
   std::vector<T> v(c); FILE* f = fopen(n, "rb"); fread(v.data(), sizeof(T), c, f); fclose(f); return v; }}
-std::vector<float> J, QW, KW, KP, VP, QO, ACC, ML, O, EPS{{1e-6f}}, LB{{{np.log2(1e7)}f}};
+std::vector<float> J, QW, KW, KP, VP, QO, ACC, ML, O, OJ, EPS{{1e-6f}}, LB{{{np.log2(1e7)}f}};
 std::vector<int> OFF, SL;
 int QS[2] = {{{B}, {Hq * 2 * D}}}; int64_t QST[2] = {{{W}, 1}}, ONE[1] = {{1}};
 int64_t PST[3] = {{{Hkv * D}, {D}, 1}}; int MLS[4] = {{{B}, {Hq}, {S}, 2}};
-int64_t GST[3] = {{{W}, {2 * D}, 1}};
+int64_t GST[3] = {{{W}, {2 * D}, 1}}, GSTJ[2] = {{{W}, 1}};
 ''' + launch("pr", f"prep(J.data(), QS, QST, J.data() + {ko}, QST, J.data() + {vo}, QST,"
                    " QW.data(), ONE, KW.data(), ONE, OFF.data(), ONE, SL.data(), ONE,"
                    " KP.data(), PST, VP.data(), PST, EPS.data(), LB.data(), QO.data())",
@@ -279,7 +284,8 @@ int64_t GST[3] = {{{W}, {2 * D}, 1}};
 void run_p2() {{       // pass 2: a block of D threads per (row, head), no barriers
   for (int b = 0; b < {B * Hq}; ++b) for (int t = 0; t < {D}; ++t) {{
     blockIdx = {{b, 0, 0}}; threadIdx = {{t, 0, 0}};
-    p2(ACC.data(), ML.data(), MLS, J.data() + {D}, GST, O.data()); }}
+    p2(ACC.data(), ML.data(), MLS, J.data() + {D}, GST, O.data());
+    p2j(ACC.data(), ML.data(), MLS, J.data(), GSTJ, OJ.data()); }}
 }}
 void save(const char* n, const std::vector<float>& v) {{
   FILE* f = fopen(n, "wb"); fwrite(v.data(), 4, v.size(), f); fclose(f); }}
@@ -289,9 +295,10 @@ int main() {{
   SL = load<int>("{d}/slots.bin", {B}); KP = load<float>("{d}/kp.bin", {R * Hkv * D});
   VP = load<float>("{d}/vp.bin", {R * Hkv * D}); QO.assign({B * Hq * D}, -1e30f);
   ACC = load<float>("{d}/acc.bin", {B * Hq * S * D}); ML = load<float>("{d}/ml.bin", {B * Hq * S * 2});
-  O.assign({B * Hq * D}, -1e30f);
+  O.assign({B * Hq * D}, -1e30f); OJ.assign({B * Hq * D}, -1e30f);
   run_pr(); run_p2();
   save("{d}/qo.bin", QO); save("{d}/kp2.bin", KP); save("{d}/vp2.bin", VP); save("{d}/o.bin", O);
+  save("{d}/oj.bin", OJ);
 }}
 '''
     with open(f"{d}/emu.cpp", "w") as f:
@@ -303,6 +310,7 @@ int main() {{
     got_k, got_v = (np.fromfile(f"{d}/{n}.bin", np.float32).reshape(R, Hkv, D)
                     for n in ("kp2", "vp2"))
     got_o = np.fromfile(f"{d}/o.bin", np.float32).reshape(B, Hq, D)
+    got_oj = np.fromfile(f"{d}/oj.bin", np.float32).reshape(B, Hq, D)
     x = joined.astype(np.float64)
     pos = offsets.astype(np.float64)
 
@@ -326,9 +334,10 @@ int main() {{
     gate = x[:, :ko].reshape(B, Hq, 2 * D)[..., D:]
     want_o = num / den / (1 + np.exp(-gate))
     err = max(float(np.abs(g - w).max()) for g, w in
-              ((got_q, want_q), (got_k, want_k), (got_v, want_v), (got_o, want_o)))
+              ((got_q, want_q), (got_k, want_k), (got_v, want_v), (got_o, want_o),
+               (got_oj, want_o)))
     print(f"attention_prep B={B} heads={heads} rotary={rd} positions < {max_pos} "
-          f"(+ gated pass 2): max err {err:.2e}")
+          f"(+ gated pass 2, GATED=1 and 2): max err {err:.2e}")
     return err
 
 

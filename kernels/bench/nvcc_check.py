@@ -83,10 +83,11 @@ def cases(dt: str):
          ("eps", f32, 1), ("log2_base", f32, 1)], [("q_out", dt)],
         [("OutT", dt), ("PoolT", dt), ("Hq", 16), ("Hkv", 2), ("D", 256), ("QH", 512),
          ("RD", 64)])
-    for gated in (1, 0):
+    for gated in (2, 1, 0):        # 2: the gate read from the joined q+gate projection
         yield f"paged_attention pass 2 GATED={gated}", wrap(
             "p2", pas._CUDA_HEADER, pas._CUDA_PASS2,
-            [("part_acc", f32, 4), ("part_ml", f32, 4), ("gate", dt if gated else f32, 3)],
+            [("part_acc", f32, 4), ("part_ml", f32, 4),
+             ("gate", dt if gated else f32, 2 if gated == 2 else 3)],
             [("out", dt)], [("OutT", dt), ("D", 256), ("GATED", gated)])
     yield from moe_cases(dt)
     if dt == "bfloat16":            # the tensor cores' bf16 product: bf16 x only

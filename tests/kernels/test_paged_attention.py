@@ -68,6 +68,39 @@ def test_joined_output_is_the_same_buffer_with_the_heads_joined(backend):
     assert np.array_equal(to_np(joined), to_np(heads).reshape(B, Hq * D))
 
 
+def _qg(m, seed):
+    """The joined q+gate projection [B, Hq*2D] (each head's q, then its gate) whose q
+    part is m's q, and the gate as the [B, Hq, D] view the launch read before GATED=2."""
+    q = m[0]
+    B, Hq, D = q.shape
+    gate = mx.array(np.random.default_rng(seed).standard_normal((B, Hq, D)), dtype=q.dtype)
+    qg = mx.concatenate([q, gate], axis=-1).reshape(B, Hq * 2 * D)
+    return qg, qg.reshape(B, Hq, 2 * D)[..., D:]
+
+
+def test_the_gate_read_from_the_joined_projection_is_the_gate_view_bit_for_bit(backend):
+    """GATED=2 reads head h's gate at columns h*2D + D.. of qg itself: the same values as
+    the strided [B, Hq, D] view (GATED=1), to the last bit, and as the reference."""
+    m, _ = _make(2, GRID[1], mx.bfloat16)
+    qg, view = _qg(m, 3)
+    by_view = pa.kernel(*m, backend=backend, gate=view)
+    by_qg = pa.kernel(*m, backend=backend, gate=qg)
+    assert np.array_equal(to_np(by_qg), to_np(by_view))
+    want = pa.reference(*m, gate=view)
+    assert np.array_equal(to_np(pa.reference(*m, gate=qg)), to_np(want))
+    assert numpy_ref.close(to_np(by_qg), to_np(want), *_tol(mx.bfloat16))
+
+
+def test_the_gate_is_the_heads_or_the_joined_projection():
+    m, _ = _make(2, GRID[1], mx.float32)
+    q, kp, vp = m[:3]
+    B, Hq, D = q.shape
+    assert pa.applies(q, kp, vp, mx.zeros((B, Hq, D)))
+    assert pa.applies(q, kp, vp, mx.zeros((B, Hq * 2 * D)))
+    assert not pa.applies(q, kp, vp, mx.zeros((B, Hq * D)))
+    assert not pa.applies(q, kp, vp, mx.zeros((B, Hq, 2 * D)))
+
+
 def test_split_size_is_a_power_of_two_in_range():
     for B, Hkv, cap in [(1, 2, 64), (32, 2, 4096), (8, 2, 262144), (1, 1, 8)]:
         kps = pa.keys_per_split(B, Hkv, cap)
