@@ -65,11 +65,12 @@ CUDA_ROW_UPDATE = """
   // In place: the pool is declared an input but this row is written back below.
   float* s_io = const_cast<float*>(pool) + slots[b * slots_strides[0]] * pool_strides[0]
                 + hv * pool_strides[1] + dv * pool_strides[2];
-  // q, k, v, g, beta are read through their strides (views of the projections).
+  // q, k, v, g, beta are read through their strides (views of the projections); g and
+  // beta from columns GC.., BC.. (0, or where they sit in the joined input projection)
   const auto* qp = q + b * q_strides[0] + hk * q_strides[1];
   const auto* kp = k + b * k_strides[0] + hk * k_strides[1];
-  float gt = static_cast<float>(g[b * g_strides[0] + hv * g_strides[1]]);
-  float bt = static_cast<float>(beta[b * beta_strides[0] + hv * beta_strides[1]]);
+  float gt = static_cast<float>(g[b * g_strides[0] + (GC + hv) * g_strides[1]]);
+  float bt = static_cast<float>(beta[b * beta_strides[0] + (BC + hv) * beta_strides[1]]);
   if (GATES) {   // g holds a, beta holds b: the decay and the write strength from them
     const float x = gt + static_cast<float>(dt_bias[hv]);
     const float softplus = fmaxf(x, 0.f) + log1pf(expf(-fabsf(x)));
@@ -137,8 +138,8 @@ METAL_ROW_UPDATE = """
               + hv * pool_strides[1] + dv * pool_strides[2];
   auto qp = q + b * q_strides[0] + hk * q_strides[1];
   auto kp = k + b * k_strides[0] + hk * k_strides[1];
-  float gt = static_cast<float>(g[b * g_strides[0] + hv * g_strides[1]]);
-  float bt = static_cast<float>(beta[b * beta_strides[0] + hv * beta_strides[1]]);
+  float gt = static_cast<float>(g[b * g_strides[0] + (GC + hv) * g_strides[1]]);
+  float bt = static_cast<float>(beta[b * beta_strides[0] + (BC + hv) * beta_strides[1]]);
   if (GATES) {
     const float x = gt + static_cast<float>(dt_bias[hv]);
     const float softplus = metal::max(x, 0.0f) + metal::log(1.0f + metal::exp(-metal::abs(x)));
@@ -307,7 +308,7 @@ def kernel(q, k, v, g, beta, pool, slots, fresh=None, *, backend: str, lanes: in
         inputs=[q, k, v, g, beta, pool, slots.astype(mx.int32), _fresh_flags(fresh, B),
                 a_log, dt_bias],
         template=[("OutT", q.dtype), ("Hk", Hk), ("Hv", Hv), ("Dk", Dk), ("Dv", Dv),
-                  ("LPR", lanes), ("GATES", int(decay is not None))],
+                  ("LPR", lanes), ("GATES", int(decay is not None)), ("GC", 0), ("BC", 0)],
         grid=(B * Hv * Dv * lanes, 1, 1), threadgroup=(128, 1, 1),
         output_shapes=[(B, Hv, Dv)], output_dtypes=[q.dtype])
     return y

@@ -11,7 +11,8 @@ bf16 the paths differ by that rounding, in float32 by summation order only). z i
 of the joined input projection, read through its strides like every input: [B, Hv*Dv]
 (Z3=0: the heads joined, as Qwen3.5's projection gives them, so no reshape node comes
 before the launch) or [B, Hv, Dv] (Z3=1: Qwen3-Next's grouped layout, whose heads are
-not evenly strided).
+not evenly strided). `columns` (ZC, BC, GC): z, beta and g are the whole joined input
+projection [B, *], read from those columns (no Split node before the launch).
 
 Layout. The norm needs a head's whole y, and the step kernel spreads a head's Dv rows
 over Dv*32/128 blocks; here a block owns one head (b, hv). Its threads run the step
@@ -71,7 +72,7 @@ _CUDA_SOURCE = """
   }
   __syncthreads();
   const int64_t z_head = Z3 ? z_strides[1] : int64_t(Dv) * z_strides[1];
-  const auto* zr = z + b * z_strides[0] + hv * z_head;
+  const auto* zr = z + b * z_strides[0] + ZC * z_strides[1] + hv * z_head;
   for (int i = threadIdx.x; i < Dv; i += THREADS) {
     const float zi = static_cast<float>(zr[i * z_strides[Z3 ? 2 : 1]]);
     const float nv = ys[i] * inv_s[0] * static_cast<float>(weight[i * weight_strides[0]]);
@@ -110,7 +111,7 @@ _METAL_SOURCE = """
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   const int64_t z_head = Z3 ? z_strides[1] : int64_t(Dv) * z_strides[1];
-  auto zr = z + b * z_strides[0] + hv * z_head;
+  auto zr = z + b * z_strides[0] + ZC * z_strides[1] + hv * z_head;
   for (int i = t; i < Dv; i += THREADS) {
     const float zi = static_cast<float>(zr[i * z_strides[Z3 ? 2 : 1]]);
     const float nv = ys[i] * inv_s[0] * static_cast<float>(weight[i * weight_strides[0]]);
@@ -144,20 +145,31 @@ def pick_layout(Dk: int, Dv: int) -> tuple[int, int] | None:
     return None
 
 
-def applies(q, k, v, pool, z, weight) -> bool:
+def applies(q, k, v, pool, z, weight, columns: tuple[int, int, int] | None = None) -> bool:
     """Shapes the kernel handles: the step kernel's (at a layout of this kernel's), z
-    shaped like v or [B, Hv*Dv] (v's heads joined), a weight a value channel."""
+    shaped like v or [B, Hv*Dv] (v's heads joined), or with `columns` (z's, beta's, g's)
+    the joined projection [B, W] holding all three there; a weight a value channel."""
     layout = pick_layout(q.shape[-1], v.shape[-1])
     B, Hv, Dv = v.shape
+    if columns is None:
+        z_ok = z.shape in (v.shape, (B, Hv * Dv))
+    else:
+        zc, bc, gc = columns
+        z_ok = (z.ndim == 2 and z.shape[0] == B and min(columns) >= 0
+                and z.shape[1] >= max(zc + Hv * Dv, bc + Hv, gc + Hv))
     return (layout is not None and gds.applies(q, k, v, pool, layout[0])
-            and z.shape in (v.shape, (B, Hv * Dv)) and weight.shape == (Dv,)
+            and z_ok and weight.shape == (Dv,)
             and all(mx.issubdtype(a.dtype, mx.floating) for a in (z, weight)))
 
 
-def reference(q, k, v, g, beta, pool, slots, z, weight, eps: float, fresh=None, decay=None):
+def reference(q, k, v, g, beta, pool, slots, z, weight, eps: float, fresh=None, decay=None,
+              columns: tuple[int, int, int] | None = None):
     """Plain-mx float32: the step's reference, then the gated norm's on the unrounded y;
-    z [B, Hv, Dv] or [B, Hv*Dv]. Returns (out [B, Hv, Dv] in q.dtype, rows [B, Hv, Dv, Dk]
-    f32)."""
+    z [B, Hv, Dv] or [B, Hv*Dv], or with `columns` as `kernel`. Returns (out [B, Hv, Dv]
+    in q.dtype, rows [B, Hv, Dv, Dk] f32)."""
+    if columns is not None:
+        (zc, bc, gc), (Hv, Dv) = columns, v.shape[1:]
+        z, beta, g = z[:, zc:zc + Hv * Dv], beta[:, bc:bc + Hv], g[:, gc:gc + Hv]
     if decay is not None:
         g, beta = gds.raw_gates(g, beta, decay)
     y, st = gds.step_math(gds.gather_states(pool, slots, fresh), q, k, v, g, beta)
@@ -167,12 +179,15 @@ def reference(q, k, v, g, beta, pool, slots, z, weight, eps: float, fresh=None, 
 
 
 def kernel(q, k, v, g, beta, pool, slots, z, weight, eps: float, fresh=None, *, backend: str,
-           decay=None, layout: tuple[int, int] | None = None, joined: bool = False):
+           decay=None, layout: tuple[int, int] | None = None, joined: bool = False,
+           columns: tuple[int, int, int] | None = None):
     """Launch on `backend`: out [B, Hv, Dv] in q.dtype as `reference`; pool[slots] rewritten
     in place when evaluated (kernels/gated_delta_step.py's contract). decay = (A_log,
     dt_bias): g and beta are the raw a, b. layout: (lanes, rows), else pick_layout's.
     joined: out declared [B, Hv*Dv], the heads joined as the out projection reads them
-    (the same buffer: the kernel writes it flat; no Reshape node after the launch)."""
+    (the same buffer: the kernel writes it flat; no Reshape node after the launch).
+    columns (z's, beta's, g's): z, beta and g are one joined projection, read there."""
+    zc, bc, gc = columns or (0, 0, 0)
     B, Hk, Dk = q.shape
     Hv, Dv = v.shape[1], v.shape[2]
     lanes, rows = layout or pick_layout(Dk, Dv)
@@ -184,7 +199,7 @@ def kernel(q, k, v, g, beta, pool, slots, z, weight, eps: float, fresh=None, *, 
                 a_log, dt_bias, z, weight, scalar(float(eps))],
         template=[("OutT", q.dtype), ("Hk", Hk), ("Hv", Hv), ("Dk", Dk), ("Dv", Dv),
                   ("LPR", lanes), ("ROWS", rows), ("GATES", int(decay is not None)),
-                  ("Z3", int(z.ndim == 3))],
+                  ("Z3", int(z.ndim == 3)), ("ZC", zc), ("BC", bc), ("GC", gc)],
         grid=(B * Hv * Dv * lanes // rows, 1, 1), threadgroup=(Dv * lanes // rows, 1, 1),
         output_shapes=[(B, Hv * Dv) if joined else (B, Hv, Dv)], output_dtypes=[q.dtype])
     return out

@@ -166,11 +166,12 @@ def _fresh_flags(fresh: mx.array | None, batch: int) -> mx.array:
 
 
 def reference(qkv, weight, pool, slots, fresh, heads: tuple[int, int, int, int], eps: float):
-    """Plain-mx float32. qkv [B, C] (or [B, 1, C]); weight [C, K, 1]; pool [S, K-1, C];
-    heads (Hk, Hv, Dk, Dv). Returns (q [B, Hk, Dk], k [B, Hk, Dk], v [B, Hv, Dv]) in qkv's
+    """Plain-mx float32. qkv [B, C] (or [B, 1, C]; or wider: its first C columns); weight
+    [C, K, 1]; pool [S, K-1, C]; heads (Hk, Hv, Dk, Dv). Returns (q [B, Hk, Dk], k [B, Hk, Dk], v [B, Hv, Dv]) in qkv's
     dtype and the slots' new states [B, K-1, C] in the pool's dtype."""
     Hk, Hv, Dk, Dv = heads
-    x = qkv.reshape(qkv.shape[0], -1).astype(mx.float32)                    # [B, C]
+    C = 2 * Hk * Dk + Hv * Dv
+    x = qkv.reshape(qkv.shape[0], -1)[:, :C].astype(mx.float32)             # [B, C]
     old = pool[slots].astype(mx.float32)                                     # [B, K-1, C]
     if fresh is not None:
         old = mx.where(fresh.astype(mx.bool_)[:, None, None], 0.0, old)
@@ -192,7 +193,9 @@ def applies(qkv, weight, pool, heads: tuple[int, int, int, int]) -> bool:
     if qkv.ndim == 3 and qkv.shape[1] != 1:
         return False
     K = weight.shape[1] if weight.ndim == 3 else 0
-    return (qkv.ndim in (2, 3) and qkv.shape[-1] == C and weight.shape == (C, K, 1)
+    # qkv may be wider: the joined input projection, whose first C columns are qkv (the
+    # kernel reads columns 0..C-1 through the strides: no Split node before it)
+    return (qkv.ndim in (2, 3) and qkv.shape[-1] >= C and weight.shape == (C, K, 1)
             and 2 <= K <= MAX_KERNEL and pool.ndim == 3 and pool.shape[1:] == (K - 1, C)
             and Dk % 32 == 0 and Dv % 32 == 0)
 

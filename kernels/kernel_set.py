@@ -93,18 +93,19 @@ class KernelSet:
         return y, after_write([pool], [y])[0]    # the returned pool: ordered after the write
 
     def gated_delta_step_norm(self, q, k, v, g, beta, pool, slots, z, weight, eps: float,
-                              fresh=None, decay=None, joined: bool = False):
+                              fresh=None, decay=None, joined: bool = False, columns=None):
         """(out [B, Hv, Dv], pool) of kernels.gated_delta_step_norm: the step (as
         gated_delta_step, the same arguments) and Gated DeltaNet's output norm,
         rms_norm(y) * weight * silu(z) per head with z [B, Hv*Dv] or [B, Hv, Dv] (any
         strides), in one
         launch; pool rows updated in place. joined: out [B, Hv*Dv] (no Reshape node).
-        None: the caller runs the step and the norm."""
+        columns (z's, beta's, g's): z, beta and g are the joined input projection, read
+        from those columns (no Split node). None: the caller runs the step and the norm."""
         backend = self.launches(gdsn.NAME)
-        if backend is None or not gdsn.applies(q, k, v, pool, z, weight):
+        if backend is None or not gdsn.applies(q, k, v, pool, z, weight, columns):
             return None
         out = gdsn.kernel(q, k, v, g, beta, pool, slots, z, weight, eps, fresh,
-                          backend=backend, decay=decay, joined=joined)
+                          backend=backend, decay=decay, joined=joined, columns=columns)
         return out, after_write([pool], [out])[0]  # the returned pool: ordered after the write
 
     def gated_delta_chunk(self, q, k, v, g, beta, pool, slots, lengths=None, fresh=None,

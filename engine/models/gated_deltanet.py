@@ -90,11 +90,15 @@ class GatedDeltaNet(nn.Module):
     def __call__(self, x: mx.array, rows: RowGroups, states: list[mx.array]) -> mx.array:
         """x [N, H] (every group's tokens) -> [N, H]: the projections run once on all
         tokens, the conv and the recurrence per group with its own view and slots."""
-        projections = self._in_projections(x)
         if len(rows.views) == 1 and rows.views[0].num_tokens == 1:
+            projections = self._decode_projections(x)
             y = self._decode_by_kernels(projections, rows.views[0], states)
             if y is not None:
                 return project(self.kernel_set, self.out_proj, y)            # [B, H]
+            if isinstance(projections, mx.array):
+                projections = self.in_proj.split(projections)
+        else:
+            projections = self._in_projections(x)
         parts = [rows.split(p) for p in projections]                         # per group [B, T, *]
         writes = ([], [])        # per state array: (slots, rows) of every group
         # The conv kernel rewrites the pool in place; beside another group's deferred
@@ -108,13 +112,37 @@ class GatedDeltaNet(nn.Module):
                 states[i] = _write_slots(states[i], pending)
         return project(self.kernel_set, self.out_proj, rows.join(ys))        # [N, H]
 
-    def _decode_by_kernels(self, projections: list[mx.array], view: BatchView,
+    def _decode_projections(self, x: mx.array) -> list[mx.array] | mx.array:
+        """A decode step's input projections: the joined one's output [B, *] unsplit where
+        the kernels read its parts as columns (this layout, joined: `_joined_columns`),
+        else the parts."""
+        if "in_proj" in self and self._JOINED_DECODE:
+            return self.in_proj.joined_output(x)
+        return self._in_projections(x)
+
+    # Qwen3.5's joined input projection is [qkv | z | b | a]: the decode kernels read each
+    # part as columns of it (no Split node a layer). Qwen3-Next's grouped one is not.
+    _JOINED_DECODE = True
+
+    def _joined_columns(self) -> tuple[int, int, int]:
+        """Where z, b and a start in the joined input projection (qkv at 0)."""
+        zc = self.conv_dim
+        bc = zc + self.hv * self.dv
+        return zc, bc, bc + self.hv
+
+    def _decode_by_kernels(self, projections: list[mx.array] | mx.array, view: BatchView,
                            states: list[mx.array]) -> mx.array | None:
         """A forward of one decode group on [B, *] arrays: the conv kernel, then the step
         with its gated norm in one launch (or the step, then the norm) -> [B, Hv*Dv].
-        None: no conv kernel for this call (nothing written: the general path runs).
-        No [B, 1, *] views: every node of a compiled step is replayed on the host."""
-        qkv, z, b, a = self.unpack_rows(projections)    # [B, C], [B, Hv*Dv]*, [B, Hv] x2
+        projections: the parts, or the joined output (`_decode_projections`), whose
+        columns the kernels read. None: no conv kernel for this call (nothing written:
+        the general path runs). No [B, 1, *] views: every node of a compiled step is
+        replayed on the host."""
+        joined = isinstance(projections, mx.array)
+        if joined:
+            qkv = z = b = a = projections                                    # [B, *]
+        else:
+            qkv, z, b, a = self.unpack_rows(projections)  # [B, C], [B, Hv*Dv]*, [B, Hv] x2
         fresh = view.fresh_rows if view.any_fresh else None                  # [B] or None
         conv = self.kernel_set.gdn_conv_step(qkv, self.conv1d.weight, states[0],
                                              view.state_slots, fresh,
@@ -122,6 +150,11 @@ class GatedDeltaNet(nn.Module):
         if conv is None:
             return None
         (q, k, v), states[0] = conv                                          # [B, H, D]
+        if joined:
+            y = self._kernel_step(q, k, v, a, b, view, states, z, self._joined_columns())
+            if y is not None:
+                return y                                                     # [B, Hv*Dv]
+            _, z, b, a = self.unpack_rows(self.in_proj.split(projections))
         y = self._kernel_decode_step(q, k, v, a, b, z, view, states)        # [B, Hv*Dv]
         if y is not None:
             return y
@@ -230,23 +263,26 @@ class GatedDeltaNet(nn.Module):
         writes.append((slots, new_state))
         return y
 
-    def _kernel_step(self, q, k, v, a, b, view: BatchView, states: list[mx.array], z=None):
+    def _kernel_step(self, q, k, v, a, b, view: BatchView, states: list[mx.array], z=None,
+                     columns: tuple[int, int, int] | None = None):
         """Decode (q, k [B, Hk, Dk], v [B, Hv, Dv], a, b [B, Hv]): y [B, Hv, Dv] from this
         model's step kernel, which turns the raw a, b into the decay and beta itself and
         updates each row's state in the pool in place (kernels/gated_delta_step.py). With
         z [B, Hv*Dv] or [B, Hv, Dv]: self.norm(y, z) [B, Hv*Dv] instead (the heads joined, declared so by
         the launch: no Reshape node), from the kernel that runs the step and the gated norm
-        in one launch (kernels/gated_delta_step_norm.py). None: no such kernel for this
-        call."""
+        in one launch (kernels/gated_delta_step_norm.py); with `columns` (z's, b's, a's),
+        z, b and a are the joined input projection, read there. None: no such kernel for
+        this call."""
         fresh = view.fresh_rows if view.any_fresh else None                  # [B] or None
         args = (q, k, v, a, b, states[1], view.state_slots)
         decay = (self.A_log, self.dt_bias)
         if z is None:
             out = self.kernel_set.gated_delta_step(*args, fresh, decay=decay)
         else:
+            # (g, beta) are (a, b): columns in the kernel's order (z's, beta's, g's)
             out = self.kernel_set.gated_delta_step_norm(*args, z, self.norm.weight,
                                                         self.norm.eps, fresh, decay=decay,
-                                                        joined=True)
+                                                        joined=True, columns=columns)
         if out is None:
             return None
         y, states[1] = out
@@ -280,6 +316,7 @@ class NextGatedDeltaNet(GatedDeltaNet):
         self.in_proj_ba = nn.Linear(h, 2 * self.hv, bias=False)
 
     _PROJECTIONS = ("in_proj_qkvz", "in_proj_ba")
+    _JOINED_DECODE = False
 
     def unpack(self, parts: list[mx.array]):
         qkvz, ba = parts

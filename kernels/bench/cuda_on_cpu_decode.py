@@ -19,12 +19,14 @@ import kernels.paged_attention_src as pas
 from kernels.bench.cuda_on_cpu import PRE, WORK, kfunc, launch
 
 
-def emulate_step(B, S, heads, lanes, fresh_rows, seed, gates=True, rows=None, z3=False):
+def emulate_step(B, S, heads, lanes, fresh_rows, seed, gates=True, rows=None, z3=False,
+                 cols=False):
     """gated_delta_step: q/k/v/a/b as strided views (columns of wider rows), the pool's
     slots out of order, raw gates (GATES=1) or ready ones. rows: gated_delta_step_norm
     instead, at layout (lanes, rows), z a strided view [B, Hv*D] (columns 8.. of a wider
     row, as in the joined projection: Z3=0), or with z3 the same memory as [B, Hv, D]
-    (Z3=1, Qwen3-Next's layout)."""
+    (Z3=1, Qwen3-Next's layout). cols: a, b and z read from their columns of the whole
+    row (GC, BC, ZC: as the model hands over the joined input projection)."""
     Hk, Hv, D = heads
     norm = rows is not None
     rng = np.random.default_rng(seed)
@@ -52,16 +54,19 @@ def emulate_step(B, S, heads, lanes, fresh_rows, seed, gates=True, rows=None, z3
             " const int* slots, const int64_t* slots_strides, const int* fresh,"
             " const int64_t* fresh_strides, const float* a_log, const float* dt_bias, ")
     consts = [("OutT", "float"), ("Hk", Hk), ("Hv", Hv), ("Dk", D), ("Dv", D), ("LPR", lanes),
-              ("GATES", int(gates))]
-    call = ("step(QW.data() + 4, QS, QKS, KW.data() + 4, QKS, VW.data() + 4, VS, ABW.data() + 1,"
-            f" ABS, ABW.data() + 1 + {Hv}, ABS, POOL.data(), PS, SL.data(), ONE, FR.data(), ONE,"
+              ("GATES", int(gates)), ("GC", 1 if cols else 0), ("BC", 1 + Hv if cols else 0)]
+    a_at, b_at = ("ABW.data()", "ABW.data()") if cols else ("ABW.data() + 1",
+                                                          f"ABW.data() + {1 + Hv}")
+    call = ("step(QW.data() + 4, QS, QKS, KW.data() + 4, QKS, VW.data() + 4, VS, "
+            f"{a_at}, ABS, {b_at}, ABS, POOL.data(), PS, SL.data(), ONE, FR.data(), ONE,"
             " ALOG.data(), DTB.data(), ")
     if norm:      # a block per head: Dv * lanes / rows threads
         src = PRE + STEP_PRE + gds.CUDA_HEADER + kfunc(
             "step", gdsn._CUDA_SOURCE, args + "const float* z, const int64_t* z_strides,"
             " const float* weight, const int64_t* weight_strides, const float* eps, float* out",
-            consts + [("ROWS", rows), ("Z3", int(z3))])
-        run = launch("st", call + "ZX.data() + 8, ZS, NW.data(), ONE, EPS.data(), Y.data())",
+            consts + [("ROWS", rows), ("Z3", int(z3)), ("ZC", 8 if cols else 0)])
+        z_at = "ZX.data()" if cols else "ZX.data() + 8"
+        run = launch("st", call + f"{z_at}, ZS, NW.data(), ONE, EPS.data(), Y.data())",
                      B * Hv, threads=D * lanes // rows)
     else:
         src = PRE + STEP_PRE + gds.CUDA_HEADER + kfunc("step", gds._CUDA_SOURCE,
@@ -128,7 +133,8 @@ int main() {{
     want = want_y / rms * nw * z / (1 + np.exp(-z))
     err_out = np.abs(y - want)
     err = max(float((err_out * rms).max()), err_pool)
-    print(f"step+norm lanes={lanes} rows={rows} B={B} S={S} heads={heads} gates={gates} z3={z3} "
+    print(f"step+norm lanes={lanes} rows={rows} B={B} S={S} heads={heads} gates={gates} "
+          f"z3={z3} cols={cols} "
           f"fresh={sorted(fresh_rows)}: max err {err:.2e} (out: {err_out.max():.2e} of "
           f"max|out| {np.abs(want).max():.2f}; times rms {float((err_out * rms).max()):.2e}; "
           f"states {err_pool:.2e})")
@@ -362,9 +368,9 @@ def main():
                         ((3, 5, (2, 4, 32), gdsn.pick_layout(32, 32), {1}), True),
                         ((2, 4, (2, 2, 64), gdsn.pick_layout(64, 64), {0}), False)]:
         B, S, heads, (lanes, rows), fresh = case
-        for z3 in (False, True):
+        for z3, cols in ((False, False), (True, False), (False, True)):
             assert emulate_step(B, S, heads, lanes, fresh, seed=8, gates=gates, rows=rows,
-                                z3=z3) < 1e-4
+                                z3=z3, cols=cols) < 1e-4
     for N, D in [(1, 2048), (3, 200), (2, 40)]:    # the real width; ragged; fewer than a warp
         assert emulate_add_norm(N, D, seed=4) < 1e-5
     for B, T, H, D in [(1, 1, 32, 128), (2, 3, 4, 96), (3, 1, 3, 40)]:   # the real heads; rows % 8

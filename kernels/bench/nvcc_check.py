@@ -45,7 +45,7 @@ def cases(dt: str):
          ("pool", f32, 4), ("slots", i32, 1), ("fresh", i32, 1), ("a_log", f32, 1),
          ("dt_bias", dt, 1)], [("y", dt)],
         [("OutT", dt), ("Hk", 16), ("Hv", 32), ("Dk", 128), ("Dv", 128), ("LPR", 32),
-         ("GATES", 1)])
+         ("GATES", 1), ("GC", 0), ("BC", 0)])
     yield "gdn_conv_chunk", wrap(
         "convc", "", gcc._CUDA_SOURCE,
         [("qkv", dt, 3), ("weight", dt, 3), ("pool", dt, 3), ("slots", i32, 1),
@@ -67,7 +67,8 @@ def cases(dt: str):
          ("pool", f32, 4), ("slots", i32, 1), ("fresh", i32, 1), ("a_log", f32, 1),
          ("dt_bias", dt, 1), ("z", dt, 2), ("weight", dt, 1), ("eps", f32, 1)], [("out", dt)],
         [("OutT", dt), ("Hk", 16), ("Hv", 32), ("Dk", 128), ("Dv", 128),
-         *zip(("LPR", "ROWS"), gdsn.pick_layout(128, 128)), ("GATES", 1), ("Z3", 0)])
+         *zip(("LPR", "ROWS"), gdsn.pick_layout(128, 128)), ("GATES", 1), ("Z3", 0),
+         ("ZC", 8192), ("BC", 12288), ("GC", 12320)])
     yield "add_rms_norm", wrap(
         "addnorm", "", arn._CUDA_SOURCE,
         [("x", dt, 2), ("r", dt, 2), ("weight", dt, 1), ("eps", f32, 1)],

@@ -241,6 +241,59 @@ def test_joined_output_is_the_same_buffer_with_the_heads_joined(backend):
     assert np.array_equal(to_np(joined), to_np(heads).reshape(B, Hv * Dv))
 
 
+def _joined_projection(args):
+    """z, b (beta) and a (g) as columns of one [B, *] array, as Qwen3.5's joined input
+    projection holds them after qkv (here 24 columns stand in for qkv), and the columns
+    (z's, beta's, g's); the args with the parts cut back out of it (the split path)."""
+    q, k, v, a, b, pool, slots, z, w, eps = args
+    B, Hv, Dv = v.shape
+    joined = mx.concatenate([mx.zeros((B, 24), z.dtype), z.astype(z.dtype),
+                             b.astype(z.dtype), a.astype(z.dtype)], axis=1)
+    zc, bc, gc = 24, 24 + Hv * Dv, 24 + Hv * Dv + Hv
+    parts = (q, k, v, joined[:, gc:gc + Hv], joined[:, bc:bc + Hv], pool, slots,
+             joined[:, zc:zc + Hv * Dv], w, eps)
+    return joined, (zc, bc, gc), parts
+
+
+def test_the_joined_projection_read_by_columns_is_the_split_one_bit_for_bit(backend):
+    """columns: z, beta and g read where they sit in the joined input projection (no
+    Split node): the same values as the split views, to the last bit."""
+    args, kw, _, _ = _make(7, GRID[1], mx.bfloat16)
+    joined, columns, parts = _joined_projection(args)
+    split, pool = KernelSet(backend).gated_delta_step_norm(*parts, **kw, joined=True)
+    mx.eval(split, pool)
+    args, kw, _, _ = _make(7, GRID[1], mx.bfloat16)          # the same inputs, a fresh pool
+    joined, columns, _ = _joined_projection(args)
+    q, k, v, _, _, pool, slots, _, w, eps = args
+    by_columns, _ = KernelSet(backend).gated_delta_step_norm(
+        q, k, v, joined, joined, pool, slots, joined, w, eps, **kw, joined=True,
+        columns=columns)
+    assert np.array_equal(to_np(by_columns), to_np(split))
+
+
+def test_the_reference_reads_the_columns_as_the_split_parts(cpu_stream):
+    args, kw, _, _ = _make(8, GRID[1], mx.float32)
+    joined, columns, parts = _joined_projection(args)
+    q, k, v, _, _, pool, slots, _, w, eps = args
+    want, rows = gdsn.reference(*parts, **kw)
+    got, got_rows = gdsn.reference(q, k, v, joined, joined, pool, slots, joined, w, eps,
+                                   **kw, columns=columns)
+    assert np.array_equal(to_np(got), to_np(want)) and np.array_equal(to_np(got_rows),
+                                                                      to_np(rows))
+
+
+def test_columns_must_lie_inside_the_joined_projection():
+    args, _, _, _ = _make(8, GRID[1], mx.float32)
+    joined, (zc, bc, gc), _ = _joined_projection(args)
+    q, k, v, _, _, pool, _, _, w, _ = args
+    assert gdsn.applies(q, k, v, pool, joined, w, (zc, bc, gc))
+    assert not gdsn.applies(q, k, v, pool, joined, w, (zc, bc, gc + 1))   # a past the end
+    z_past = joined.shape[1] - v.shape[1] * v.shape[2] + 1
+    assert not gdsn.applies(q, k, v, pool, joined, w, (z_past, bc, gc))     # z past the end
+    assert not gdsn.applies(q, k, v, pool, joined, w, (zc, bc, -1))         # before the start
+    assert not gdsn.applies(q, k, v, pool, joined[None], w, (zc, bc, gc))    # [B, *] only
+
+
 # -- dispatch and counting (any machine) ------------------------------------------------
 
 def test_dispatch_declines_where_the_kernel_does_not_apply(monkeypatch):
@@ -286,12 +339,13 @@ class _StepNormByReference(KernelSet):
     calls = []
 
     def gated_delta_step_norm(self, q, k, v, g, beta, pool, slots, z, weight, eps, fresh=None,
-                              decay=None, joined=False):
-        if self.launches(gdsn.NAME) is None or not gdsn.applies(q, k, v, pool, z, weight):
+                              decay=None, joined=False, columns=None):
+        if (self.launches(gdsn.NAME) is None
+                or not gdsn.applies(q, k, v, pool, z, weight, columns)):
             return None
         self.calls.append("step_norm")
         out, rows = gdsn.reference(q, k, v, g, beta, pool, slots, z, weight, eps, fresh,
-                                   decay=decay)
+                                   decay=decay, columns=columns)
         pool = mx.array(pool)
         pool[slots] = rows
         return (out.reshape(out.shape[0], -1) if joined else out), pool

@@ -69,6 +69,28 @@ def test_kernel_matches_numpy(backend, case, dtype):
     assert _close(outs, args[2][args[3]], want, dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_wider_input_is_read_by_its_first_columns(backend, dtype):
+    """The joined input projection [B, C + *] in place of its qkv part (no Split node
+    before the launch): the kernel reads columns 0..C-1, as numpy on the part."""
+    qkv, weight, pool, slots, fresh, heads = _make(1, *GRID[0], dtype)
+    wider = mx.concatenate([qkv.reshape(qkv.shape[0], -1),
+                            mx.full((qkv.shape[0], 40), 9.0, dtype)], axis=1)     # [B, C + 40]
+    want = numpy_conv(qkv, weight, pool, slots, fresh, heads)
+    assert gcs.applies(wider, weight, pool, heads)
+    outs = gcs.kernel(wider, weight, pool, slots, fresh, heads, EPS, backend=backend)
+    mx.eval(outs)
+    assert _close(outs, pool[slots], want, dtype)
+
+
+def test_the_reference_reads_a_wider_input_by_its_first_columns(cpu_stream):
+    qkv, weight, pool, slots, fresh, heads = _make(2, *GRID[0], mx.float32)
+    wider = mx.concatenate([qkv.reshape(qkv.shape[0], -1), mx.ones((qkv.shape[0], 8))], 1)
+    got, want = (gcs.reference(a, weight, pool, slots, fresh, heads, EPS) for a in (wider, qkv))
+    assert all(np.array_equal(to_np(g), to_np(w)) for g, w in zip([*got[0], got[1]],
+                                                                  [*want[0], want[1]]))
+
+
 def test_planted_fault_is_caught():
     args = _make(2, 3, 5, (1, 2, 32, 32), 4, mx.float32)
     with mx.stream(mx.cpu):
@@ -89,6 +111,8 @@ def test_shapes_outside_the_contract_decline(monkeypatch):
     chunk = mx.concatenate([qkv, qkv], axis=1)                          # T = 2: a prefill
     assert ks.gdn_conv_step(chunk, weight, pool, slots, fresh, heads, EPS) is None
     assert ks.gdn_conv_step(qkv, weight, pool, slots, fresh, (1, 2, 16, 64), EPS) is None
+    narrower = qkv[..., :-1]                                            # fewer than C columns
+    assert ks.gdn_conv_step(narrower, weight, pool, slots, fresh, heads, EPS) is None
 
 
 class _ConvByReference(KernelSet):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -61,15 +62,20 @@ def test_fifty_random_schemas_every_output_parses_and_validates(client, engine):
 
 
 def test_json_object_and_a_plain_row_share_a_batch(client, engine):
+    """A grammar-masked row decodes in one batch with a plain one, and the plain row's text
+    is what it is alone. The plain reply is long and starts first: the tiny random model's
+    JSON may close after two tokens ("{}"), so a constrained row that came first could end
+    before the plain one was read in (the old order: a CI flake)."""
     log = EventLog(engine)
     plain_alone = client.chat.completions.create(model=engine.model_name, messages=ASK,
-                                                 max_tokens=30, temperature=0)
+                                                 max_tokens=120, temperature=0)
     with ThreadPoolExecutor(2) as pool:
+        plain = pool.submit(client.chat.completions.create, model=engine.model_name,
+                            messages=ASK, max_tokens=120, temperature=0)
+        _wait_for_a_decode_step(log, after=len(log.steps()))
         constrained = pool.submit(client.chat.completions.create, model=engine.model_name,
                                   messages=ASK, max_tokens=60, temperature=0,
                                   response_format={"type": "json_object"})
-        plain = pool.submit(client.chat.completions.create, model=engine.model_name,
-                            messages=ASK, max_tokens=30, temperature=0)
         constrained, plain = constrained.result(), plain.result()
     log.close()
     text = constrained.choices[0].message.content
@@ -78,6 +84,16 @@ def test_json_object_and_a_plain_row_share_a_batch(client, engine):
         assert isinstance(json.loads(text), dict)
     assert plain.choices[0].message.content == plain_alone.choices[0].message.content
     assert any(s.batch_size == 2 for s in log.steps())
+
+
+def _wait_for_a_decode_step(log: EventLog, after: int, timeout: float = 30) -> None:
+    """Until a decode step after the first `after` steps: the request in flight decodes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(s.batch_size >= 1 for s in log.steps()[after:]):
+            return
+        time.sleep(0.001)
+    raise AssertionError("the plain request never decoded")
 
 
 def test_bad_response_formats_are_400(client, engine):
