@@ -8,6 +8,9 @@ follows its q, as in Qwen3.5's q_proj), k, v [B, Hkv*D]:
     k_h = rope(rms_norm(k_h) * k_norm, p)          -> k_pool[s, h]   (in place)
     v_h                                            -> v_pool[s, h]   (in place)
 
+Without q/k norms (q_norm = k_norm = None: NORM=0, the llama family's attention) the
+heads are only roped.
+
 rope is MLX's non-traditional rotary embedding of the first RD dims (pairs i, i + RD/2
 rotated by p * base**(-2i/RD), computed as mx.fast.rope computes it on CUDA: the angle's
 inverse frequency exp2(-(i / (RD/2)) * log2(base)) in float32); dims past RD pass through.
@@ -71,16 +74,17 @@ _CUDA_SOURCE = """
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-  const float inv = rsqrtf(ss / D + eps[0]);
+  const float inv = NORM ? rsqrtf(ss / D + eps[0]) : 1.f;
   const float pos = static_cast<float>(offsets[b * offsets_strides[0]]);
   // q to its dense output row; k straight into its pool row
   OutT* qd = q_out + (int64_t(b) * Hq + hh) * D;
   PoolT* kd = const_cast<PoolT*>(k_pool) + slot * k_pool_strides[0] + hh * k_pool_strides[1];
   const int64_t kds = k_pool_strides[2];
   for (int i = lane; i < HALF; i += 32) {
-    const float x1 = static_cast<float>(src[i * es]) * inv * static_cast<float>(w[i * ws]);
+    const float x1 = static_cast<float>(src[i * es]) * inv
+                     * (NORM ? static_cast<float>(w[i * ws]) : 1.f);
     const float x2 = static_cast<float>(src[(i + HALF) * es]) * inv
-                     * static_cast<float>(w[(i + HALF) * ws]);
+                     * (NORM ? static_cast<float>(w[(i + HALF) * ws]) : 1.f);
     const float inv_freq = exp2f(-(static_cast<float>(i) / static_cast<float>(HALF)) * log2_base[0]);
     const float theta = pos * inv_freq;
     const float c = cosf(theta), s = sinf(theta);
@@ -89,7 +93,8 @@ _CUDA_SOURCE = """
     else { kd[i * kds] = static_cast<PoolT>(r1); kd[(i + HALF) * kds] = static_cast<PoolT>(r2); }
   }
   for (int i = RD + lane; i < D; i += 32) {
-    const float x = static_cast<float>(src[i * es]) * inv * static_cast<float>(w[i * ws]);
+    const float x = static_cast<float>(src[i * es]) * inv
+                    * (NORM ? static_cast<float>(w[i * ws]) : 1.f);
     if (is_q) qd[i] = static_cast<OutT>(x); else kd[i * kds] = static_cast<PoolT>(x);
   }
 """
@@ -129,16 +134,17 @@ _METAL_SOURCE = """
     ss += x * x;
   }
   ss = simd_sum(ss);
-  const float inv = metal::rsqrt(ss / D + eps[0]);
+  const float inv = NORM ? metal::rsqrt(ss / D + eps[0]) : 1.0f;
   const float pos = static_cast<float>(offsets[b * offsets_strides[0]]);
   device OutT* qd = q_out + (int64_t(b) * Hq + hh) * D;
   device PoolT* kd = const_cast<device PoolT*>(k_pool) + slot * k_pool_strides[0]
                      + hh * k_pool_strides[1];
   const int64_t kds = k_pool_strides[2];
   for (int i = lane; i < HALF; i += 32) {
-    const float x1 = static_cast<float>(src[i * es]) * inv * static_cast<float>(w[i * ws]);
+    const float x1 = static_cast<float>(src[i * es]) * inv
+                     * (NORM ? static_cast<float>(w[i * ws]) : 1.0f);
     const float x2 = static_cast<float>(src[(i + HALF) * es]) * inv
-                     * static_cast<float>(w[(i + HALF) * ws]);
+                     * (NORM ? static_cast<float>(w[(i + HALF) * ws]) : 1.0f);
     const float inv_freq = metal::exp2(-(float(i) / float(HALF)) * log2_base[0]);
     const float theta = pos * inv_freq;
     const float c = metal::precise::cos(theta), s = metal::precise::sin(theta);
@@ -147,7 +153,8 @@ _METAL_SOURCE = """
     else { kd[i * kds] = static_cast<PoolT>(r1); kd[(i + HALF) * kds] = static_cast<PoolT>(r2); }
   }
   for (int i = RD + lane; i < D; i += 32) {
-    const float x = static_cast<float>(src[i * es]) * inv * static_cast<float>(w[i * ws]);
+    const float x = static_cast<float>(src[i * es]) * inv
+                    * (NORM ? static_cast<float>(w[i * ws]) : 1.0f);
     if (is_q) qd[i] = static_cast<OutT>(x); else kd[i * kds] = static_cast<PoolT>(x);
   }
 """
@@ -161,6 +168,18 @@ _KERNEL = KernelBuild(NAME, "tandem_attention_prep", _INPUTS, _OUTPUTS, _CUDA_SO
 
 def _get(backend: str):
     return _KERNEL.get(backend)
+
+
+_no_norms: dict[tuple, mx.array] = {}
+
+
+def _no_norm(D: int, dtype: mx.Dtype) -> mx.array:
+    """A norm weight for NORM=0 launches (unread), one per shape: a constant, not an op
+    per step."""
+    if (D, dtype) not in _no_norms:
+        _no_norms[(D, dtype)] = mx.ones((D,), dtype)
+        mx.eval(_no_norms[(D, dtype)])
+    return _no_norms[(D, dtype)]
 
 
 def _heads(x: mx.array, H: int, stride: int, D: int) -> mx.array:
@@ -183,12 +202,15 @@ def rope(x: mx.array, pos: mx.array, rotary_dim: int, base: float) -> mx.array:
 
 def reference(q, k, v, q_norm, k_norm, eps: float, offsets, slots, k_pool, v_pool,
               heads: tuple[int, int, int, int], rotary_dim: int, base: float):
-    """Plain-mx float32. heads (Hq, Hkv, D, QH). Returns (q [B, Hq, D] in q's dtype,
-    k rows, v rows [B, Hkv, D] in the pools' dtype: what the kernel writes at slots)."""
+    """Plain-mx float32. heads (Hq, Hkv, D, QH); q_norm = k_norm = None: no norms.
+    Returns (q [B, Hq, D] in q's dtype, k rows, v rows [B, Hkv, D] in the pools' dtype:
+    what the kernel writes at slots)."""
     Hq, Hkv, D, QH = heads
 
     def normed(x, w):
         x = x.astype(mx.float32)
+        if w is None:
+            return x
         return x * mx.rsqrt(mx.mean(x * x, axis=-1, keepdims=True) + eps) * w.astype(mx.float32)
 
     qh = rope(normed(_heads(q, Hq, QH, D), q_norm), offsets, rotary_dim, base)
@@ -200,10 +222,12 @@ def reference(q, k, v, q_norm, k_norm, eps: float, offsets, slots, k_pool, v_poo
 def applies(q, k, v, q_norm, k_norm, k_pool, v_pool, heads: tuple[int, int, int, int],
             rotary_dim: int) -> bool:
     Hq, Hkv, D, QH = heads
+    norms_ok = (q_norm is None and k_norm is None) or (
+        q_norm is not None and k_norm is not None and q_norm.dtype == k_norm.dtype
+        and q_norm.shape == k_norm.shape == (D,))
     return (q.ndim == k.ndim == v.ndim == 2 and q.shape[0] == k.shape[0] == v.shape[0]
             and q.shape[1] >= Hq * QH and QH >= D and k.shape[1] == v.shape[1] == Hkv * D
-            and q.dtype == k.dtype == v.dtype and q_norm.dtype == k_norm.dtype
-            and q_norm.shape == k_norm.shape == (D,)
+            and q.dtype == k.dtype == v.dtype and norms_ok
             and k_pool.ndim == 3 and k_pool.shape[1:] == (Hkv, D)
             and v_pool.shape == k_pool.shape and k_pool.dtype == v_pool.dtype
             and 0 < rotary_dim <= D and rotary_dim % 2 == 0)
@@ -212,14 +236,18 @@ def applies(q, k, v, q_norm, k_norm, k_pool, v_pool, heads: tuple[int, int, int,
 def kernel(q, k, v, q_norm, k_norm, eps: float, offsets, slots, k_pool, v_pool,
            heads: tuple[int, int, int, int], rotary_dim: int, base: float, *, backend: str):
     """Launch: q [B, Hq, D] as `reference`; the new K/V rows are written into the pools at
-    slots in place when evaluated (module contract)."""
+    slots in place when evaluated (module contract). q_norm = k_norm = None: no norms
+    (NORM=0; the kernel reads a placeholder it never uses)."""
     Hq, Hkv, D, QH = heads
     B = q.shape[0]
+    norm = q_norm is not None
+    if not norm:
+        q_norm = k_norm = _no_norm(D, q.dtype)
     (q_out,) = _get(backend)(
         inputs=[q, k, v, q_norm, k_norm, offsets.astype(mx.int32), slots.astype(mx.int32),
                 k_pool, v_pool, scalar(float(eps)), scalar(math.log2(base))],
         template=[("OutT", q.dtype), ("PoolT", k_pool.dtype), ("Hq", Hq), ("Hkv", Hkv),
-                  ("D", D), ("QH", QH), ("RD", rotary_dim)],
+                  ("D", D), ("QH", QH), ("RD", rotary_dim), ("NORM", int(norm))],
         grid=(B * (Hq + 2 * Hkv) * 32, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(B, Hq, D)], output_dtypes=[q.dtype])
     return q_out

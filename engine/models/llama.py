@@ -14,6 +14,7 @@ from engine.models.fused import fuse_linears
 from engine.models.mlp import MLP
 from engine.models.rope import RoPE
 from engine.models.row_groups import RowGroups
+from engine.models.shapes import reshaped
 from kernels import pool_order
 from kernels.kernel_set import NO_KERNELS
 
@@ -92,10 +93,41 @@ class Attention(nn.Module):
             q, k, v = self.qkv_proj(x)                        # [N, Hq*D], [N, Hkv*D] x2
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if rows.single_decode:
+            out = self._kernel_decode(q, k, v, rows.views[0], kv)
+            if out is not None:
+                return self.o_proj(out)                       # [B, H]
         qkv = [self._rotated(*p, view) for view, *p
                in zip(rows.views, rows.split(q), rows.split(k), rows.split(v))]
         out = grouped_paged_attention(qkv, kv, rows.views, self.scale, self.kernel_set)
         return self.o_proj(rows.join([merge_heads(o) for o in out]))  # [N, H]
+
+    def _kernel_decode(self, q, k, v, view: BatchView, kv: list[mx.array]) -> mx.array | None:
+        """Decode of one group through the kernel set, as Qwen3.5's gated attention runs
+        it: the q/k norms (where the family has them), rotary and the K/V pool writes in
+        one launch (kernels/attention_prep.py, NORM=0 without norms), then the paged
+        attention, its output declared [B, Hq*D]. The general path builds ~30 graph
+        nodes a layer around the same work (views to [B, H, T, D] and back, two ropes,
+        two scatters), each replayed by MLX's host every step. q [B, Hq*D], k, v
+        [B, Hkv*D] -> [B, Hq*D]; None: not for this call (nothing written)."""
+        rope = self.rope
+        if rope._freqs is not None or rope.scale != 1.0 or rope.traditional:
+            return None                                       # the prep kernel's rope only
+        norms = (self.q_norm.weight, self.k_norm.weight) if self.qk_norm else (None, None)
+        eps = self.q_norm.eps if self.qk_norm else 0.0
+        D = self.head_dim
+        ks = self.kernel_set
+        out = ks.attention_prep(q, k, v, *norms, eps, view.offsets,
+                                reshaped(view.slot_mapping, -1), kv[0], kv[1],
+                                (self.n_heads, self.n_kv, D, D), rope.dims, rope.base)
+        if out is None:
+            return None
+        q, (kv[0], kv[1]) = out                                              # [B, Hq, D]
+        o = ks.paged_decode_attention(q, kv[0], kv[1], view.block_tables, view.context_lens,
+                                      view.page_size, self.scale, joined=True)
+        # attention_prep runs only where the paged kernel reads its pools (KernelSet)
+        assert o is not None, "attention_prep ran without the paged kernel to read its pools"
+        return o                                                             # [B, Hq*D]
 
     def _rotated(self, q, k, v, view: BatchView) -> tuple[mx.array, mx.array, mx.array]:
         """One group's q, k, v [B, T, *] -> q [B, Hq, T, D], k/v [B, Hkv, T, D], roped."""

@@ -229,9 +229,10 @@ int main() {{
     return err
 
 
-def emulate_prep(B, heads, rd, R, seed, max_pos=64):
+def emulate_prep(B, heads, rd, R, seed, max_pos=64, norm=True):
     """attention_prep on the joined projection's views (q with its gate per head), pool
-    rows out of order; then the gated pass 2 of the paged attention on random partials.
+    rows out of order (norm=False: no q/k norms, NORM=0, as the llama family's); then the
+    gated pass 2 of the paged attention on random partials.
     Past a few hundred positions one ulp of an inverse frequency (glibc's exp2f here,
     numpy's there, CUDA's on the GPU) moves the angle by ~p * 2**-24 rad."""
     Hq, Hkv, D = heads
@@ -262,7 +263,7 @@ def emulate_prep(B, heads, rd, R, seed, max_pos=64):
         " const int64_t* k_pool_strides, const float* v_pool, const int64_t* v_pool_strides,"
         " const float* eps, const float* log2_base, float* q_out",
         [("OutT", "float"), ("PoolT", "float"), ("Hq", Hq), ("Hkv", Hkv), ("D", D),
-         ("QH", 2 * D), ("RD", rd)])
+         ("QH", 2 * D), ("RD", rd), ("NORM", int(norm))])
     src += "#define NEG_INF (-INFINITY)\n" + kfunc(
         "p2", pas._CUDA_PASS2,
         "const float* part_acc, const float* part_ml, const int* part_ml_shape,"
@@ -321,7 +322,8 @@ int main() {{
     pos = offsets.astype(np.float64)
 
     def norm_rope(h, w):
-        h = h / np.sqrt((h * h).mean(-1, keepdims=True) + 1e-6) * w
+        if norm:
+            h = h / np.sqrt((h * h).mean(-1, keepdims=True) + 1e-6) * w
         half = rd // 2      # the angle as the kernel (and MLX's rope) rounds it, in float32
         inv_freq = np.exp2(-(np.arange(half, dtype=np.float32) / np.float32(half))
                            * np.float32(np.log2(1e7)))
@@ -342,7 +344,7 @@ int main() {{
     err = max(float(np.abs(g - w).max()) for g, w in
               ((got_q, want_q), (got_k, want_k), (got_v, want_v), (got_o, want_o),
                (got_oj, want_o)))
-    print(f"attention_prep B={B} heads={heads} rotary={rd} positions < {max_pos} "
+    print(f"attention_prep norm={norm} B={B} heads={heads} rotary={rd} positions < {max_pos} "
           f"(+ gated pass 2, GATED=1 and 2): max err {err:.2e}")
     return err
 
@@ -377,6 +379,7 @@ def main():
         assert emulate_gated_norm(B, T, H, D, seed=5) < 1e-5
     for B, heads, rd, R in [(1, (16, 2, 256), 64, 7), (3, (4, 2, 64), 16, 9)]:
         assert emulate_prep(B, heads, rd, R, seed=6) < 1e-5
+    assert emulate_prep(3, (9, 3, 64), 64, 9, seed=8, norm=False) < 1e-5   # SmolLM2's heads
     assert emulate_prep(2, (16, 2, 256), 64, 7, seed=7, max_pos=5000) < 2e-3
 
 

@@ -77,13 +77,17 @@ def cases(dt: str):
         "gnorm", "", grn._CUDA_SOURCE,
         [("y", dt, 4), ("z", dt, 4), ("weight", dt, 1), ("eps", f32, 1)], [("out", dt)],
         [("OutT", dt)])
+    prep_inputs = [("q", dt, 2), ("k", dt, 2), ("v", dt, 2), ("q_norm", dt, 1),
+                   ("k_norm", dt, 1), ("offsets", i32, 1), ("slots", i32, 1),
+                   ("k_pool", dt, 3), ("v_pool", dt, 3), ("eps", f32, 1), ("log2_base", f32, 1)]
     yield "attention_prep", wrap(
-        "prep", "", ap._CUDA_SOURCE,
-        [("q", dt, 2), ("k", dt, 2), ("v", dt, 2), ("q_norm", dt, 1), ("k_norm", dt, 1),
-         ("offsets", i32, 1), ("slots", i32, 1), ("k_pool", dt, 3), ("v_pool", dt, 3),
-         ("eps", f32, 1), ("log2_base", f32, 1)], [("q_out", dt)],
+        "prep", "", ap._CUDA_SOURCE, prep_inputs, [("q_out", dt)],
         [("OutT", dt), ("PoolT", dt), ("Hq", 16), ("Hkv", 2), ("D", 256), ("QH", 512),
-         ("RD", 64)])
+         ("RD", 64), ("NORM", 1)])
+    yield "attention_prep NORM=0 (SmolLM2's heads)", wrap(
+        "prep", "", ap._CUDA_SOURCE, prep_inputs, [("q_out", dt)],
+        [("OutT", dt), ("PoolT", dt), ("Hq", 9), ("Hkv", 3), ("D", 64), ("QH", 64),
+         ("RD", 64), ("NORM", 0)])
     for gated in (2, 1, 0):        # 2: the gate read from the joined q+gate projection
         yield f"paged_attention pass 2 GATED={gated}", wrap(
             "p2", pas._CUDA_HEADER, pas._CUDA_PASS2,

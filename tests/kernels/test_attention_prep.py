@@ -46,7 +46,8 @@ def numpy_prep(q, k, v, qw, kw, eps, offsets, slots, k_pool, v_pool, heads, rd, 
     pos = to_np(offsets).astype(np.float64)
 
     def norm_rope(x, w):                                       # [B, H, D]
-        x = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * to_np(w)
+        if w is not None:                                      # None: no norms (NORM=0)
+            x = x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * to_np(w)
         half = rd // 2
         theta = pos[:, None, None] * base ** (-np.arange(half) / half)
         x1, x2 = x[..., :half], x[..., half:rd]
@@ -101,6 +102,36 @@ def test_kernel_matches_numpy_and_writes_only_its_rows(backend, case, dtype):
     others = np.setdiff1d(np.arange(k_pool.shape[0]), slots)
     for pool, old in zip((k_pool, v_pool), before):
         assert np.array_equal(to_np(pool)[others], old[others])
+
+
+def _without_norms(args):
+    args = list(args)
+    args[3] = args[4] = None
+    return args
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_without_norms_the_reference_only_ropes(dtype, cpu_stream):
+    """The llama family's attention (no q/k norms): rotary and the K/V writes only."""
+    args = _without_norms(_make(0, *GRID[1], dtype))
+    assert _close(ap.reference(*args), numpy_prep(*args), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_without_norms_the_kernel_only_ropes(backend, dtype):
+    args = _without_norms(_make(1, *GRID[1], dtype))
+    want = numpy_prep(*args)
+    q = ap.kernel(*args, backend=backend)
+    mx.eval(q)
+    assert _close((q, args[8][args[7]], args[9][args[7]]), want, dtype)
+
+
+def test_norms_both_or_neither():
+    q, k, v, qw, kw, _, _, _, k_pool, v_pool, heads, rd, _ = _make(0, *GRID[1], mx.float32)
+    assert ap.applies(q, k, v, qw, kw, k_pool, v_pool, heads, rd)
+    assert ap.applies(q, k, v, None, None, k_pool, v_pool, heads, rd)
+    assert not ap.applies(q, k, v, qw, None, k_pool, v_pool, heads, rd)
+    assert not ap.applies(q, k, v, None, kw, k_pool, v_pool, heads, rd)
 
 
 def test_planted_fault_is_caught(cpu_stream):
@@ -248,3 +279,37 @@ def test_the_gated_attention_decodes_through_the_kernels_as_its_plain_path_does(
     for i, (got, want) in enumerate(zip(runs["kernel"][1], runs["plain"][1])):
         assert_close(got, want, depth, f"{model_type} K/V pool {i}")
     assert math.isfinite(float(np.abs(runs["kernel"][0][-1]).max()))
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen3"])
+def test_the_llama_family_decodes_through_the_kernels_as_its_plain_path_does(model_type):
+    """Wiring of the built-in model's family (no q/k norms: NORM=0) and Qwen3 (q/k norms,
+    no gate): decode steps through the prep and paged kernels' contracts give the plain
+    path's logits and K/V pools (float32 rounding)."""
+    from float32_tolerance import assert_close, model_depth
+    from qwen_fixtures import Rows
+    from tiny_models import tiny_llama, tiny_llama_config
+
+    from engine.models.base import use_kernels
+    model = tiny_llama(tiny_llama_config(model_type, head_dim=32, hidden_size=128))
+    model.fuse_projections()
+    _AttentionByReference.calls = []
+    others = tuple((n, "test") for n in NAMES if n not in (ap.NAME, pa.NAME))
+    runs = {}
+    for name, kernels in (("plain", NO_KERNELS), ("kernel", _AttentionByReference("cuda", others))):
+        use_kernels(model, kernels)
+        rows = Rows(model)
+        for s in (0, 1):
+            rows.start(s)
+        out = [rows.forward({0: [5, 6, 7, 8, 9, 10], 1: [9, 10]})]
+        rows.start(2)
+        for step in range(3):
+            out.append(rows.forward({0: [11 + step], 1: [20 + step], 2: [30 + step]}))
+        runs[name] = ([np.array(o) for o in out], [np.array(a[rows.page_size:])
+                                                   for pair in rows.cache.kv for a in pair])
+    assert set(_AttentionByReference.calls) == {"prep", "paged"}
+    depth = model_depth(model, 6 + 3)
+    for i, (got, want) in enumerate(zip(runs["kernel"][0], runs["plain"][0])):
+        assert_close(got, want, depth, f"{model_type} logits of forward {i}")
+    for i, (got, want) in enumerate(zip(runs["kernel"][1], runs["plain"][1])):
+        assert_close(got, want, depth, f"{model_type} K/V pool {i}")
