@@ -82,7 +82,8 @@ def check_step_raw_gates(backend: str) -> float:
 
 
 def check_step_norm(backend: str) -> float:
-    """The model's launch (raw a, b; q/k/v and z strided views; bf16) at the real head size
+    """The model's launch (raw a, b and z read as columns of one joined projection row;
+    q/k/v strided views; the output declared [B, Hv*Dv]; bf16) at the real head size
     (D = 128: blocks of 1024 threads, two rows a thread), then float32 at D = 32 (one row a
     thread); against the unrounded float32 result past the output's rounding."""
     err = 0.0
@@ -90,18 +91,19 @@ def check_step_norm(backend: str) -> float:
         q, k, v, _, _, pool, slots, fresh = _gdn_inputs(mx.random.key(seed), 3, 0, 1, 2, D, 5,
                                                         dtype)
         ks = mx.random.split(mx.random.key(seed + 100), 5)
-        ab = (2.0 * mx.random.normal((3, 7), key=ks[0])).astype(dtype)
-        a, b = ab[:, 1:3], ab[:, 4:6]
+        # one projection row: 8 columns of qkv's stand-in, z (2 heads of D), b, a, 4 more
+        proj = (2.0 * mx.random.normal((3, 2 * D + 16), key=ks[0])).astype(dtype)
+        columns = (8, 8 + 2 * D, 10 + 2 * D)                           # z's, b's, a's
         decay = (mx.random.uniform(0.0, 2.5, (2,), key=ks[1]),
                  mx.random.normal((2,), key=ks[2]).astype(dtype))
-        z = mx.random.normal((3, 2 * D + 16), key=ks[3]).astype(dtype)[:, 8:8 + 2 * D]
         w = (1.0 + 0.1 * mx.random.normal((D,), key=ks[4])).astype(dtype)
         qs, ks_, vs = (mx.concatenate([x, x], axis=-1)[..., D // 2:D // 2 + D] for x in (q, k, v))
-        want, rows = gdsn.reference(qs.astype(mx.float32), ks_, vs, a, b, pool, slots, z, w,
-                                    1e-6, fresh, decay=decay)
+        want, rows = gdsn.reference(qs.astype(mx.float32), ks_, vs, proj, proj, pool, slots,
+                                    proj, w, 1e-6, fresh, decay=decay, columns=columns)
         mx.eval(want, rows)                  # before the kernel rewrites the pool in place
-        out = gdsn.kernel(qs, ks_, vs, a, b, pool, slots, z, w, 1e-6, fresh, backend=backend,
-                          decay=decay)
+        out = gdsn.kernel(qs, ks_, vs, proj, proj, pool, slots, proj, w, 1e-6, fresh,
+                          backend=backend, decay=decay, joined=True,
+                          columns=columns).reshape(want.shape)
         mx.eval(out)
         err = max(err, _err_past_bf16(out, want), _err(pool[slots], rows))
     return err
@@ -149,11 +151,15 @@ def check_paged(backend: str) -> float:
     bt = mx.array([[7, 2, 9], [1, 0, 0], [4, 8, 3]], dtype=mx.int32)
     lens = mx.array([11, 3, 12], dtype=mx.int32)
     args = (q, kp, vp, bt, lens, ps, D**-0.5)
-    # the gated layer's launch: the gate a strided view (the second half of each q head)
-    gate = mx.random.normal((B, Hq, 2 * D), key=mx.random.key(31)).astype(mx.bfloat16)[..., D:]
+    # the gated layer's launch: the gate read from the joined q+gate projection (GATED=2,
+    # the second half of each head), the output declared [B, Hq*D]; and as a strided view
+    qg = mx.random.normal((B, Hq * 2 * D), key=mx.random.key(31)).astype(mx.bfloat16)
+    gate = qg.reshape(B, Hq, 2 * D)[..., D:]
     exact = pa.reference(q.astype(mx.float32), *args[1:], gate=gate)   # unrounded
+    joined = pa.kernel(*args, backend=backend, kps=8, gate=qg, joined=True)
     return max(_err(pa.kernel(*args, backend=backend, kps=8), pa.reference(*args)),
-               _err_past_bf16(pa.kernel(*args, backend=backend, kps=8, gate=gate), exact))
+               _err_past_bf16(pa.kernel(*args, backend=backend, kps=8, gate=gate), exact),
+               _err_past_bf16(joined.reshape(B, Hq, D), exact))
 
 
 def check_route(backend: str) -> float:
@@ -238,16 +244,18 @@ def check_block(backend: str) -> float:
     for logits in (perm.astype(mx.float32) * (4.0 / E) - 2.0, tied):   # distinct in bf16
         joined = mx.concatenate([logits, mx.ones((N, 1)), mx.zeros((N, 7))], axis=1)
         joined = joined.astype(mx.bfloat16)
-        args = (joined[:, :E], K, True, experts, joined[:, E:E + 1], residual, rows)
-        got = mb.kernel(x, *args, backend=backend)
+        # as the model launches it: the joined row unsplit, the gate its column E (SGC)
+        got = mb.kernel(x, joined, K, True, experts, joined, residual, rows, backend=backend,
+                        shared_gate_col=E)
         if logits is tied:
-            idx, w = mr.kernel(args[0], K, True, backend=backend)
-            two = me.kernel(x, idx[rows], w[rows], experts, args[4], residual, backend=backend)
+            idx, w = mr.kernel(joined[:, :E], K, True, backend=backend)
+            two = me.kernel(x, idx[rows], w[rows], experts, joined[:, E:E + 1], residual,
+                            backend=backend)
             err = max(err, _err_past_bf16(got, two.astype(mx.float32)))
         else:
             f32 = [a.astype(mx.float32) for a in (x, joined)]
-            want = mb.reference(f32[0], f32[1][:, :E], *args[1:4], f32[1][:, E:E + 1],
-                                residual.astype(mx.float32), rows)
+            want = mb.reference(f32[0], f32[1], K, True, experts, f32[1],
+                                residual.astype(mx.float32), rows, shared_gate_col=E)
             err = max(err, _err_past_bf16(got, want))
     return err
 
@@ -327,7 +335,8 @@ def check_gated_rms_norm(backend: str) -> float:
 
 def check_attention_prep(backend: str) -> float:
     """bf16 views of one joined projection row (q with its gate per head), pools written at
-    out-of-order rows; against the unrounded float32 result past the outputs' rounding."""
+    out-of-order rows, with q/k norms and without; against the unrounded float32 result
+    past the outputs' rounding."""
     B, Hq, Hkv, D, rd, R = 3, 4, 2, 64, 16, 9
     heads = (Hq, Hkv, D, 2 * D)
     ks = mx.random.split(mx.random.key(11), 4)
@@ -341,12 +350,18 @@ def check_attention_prep(backend: str) -> float:
     mx.eval(k_pool, v_pool)
     f32 = [a.astype(mx.float32) for a in (q, k, v, qw, kw)]
     pools32 = [mx.zeros((1, Hkv, D), mx.float32)] * 2
-    want = ap.reference(*f32[:5], 1e-6, offsets, slots, *pools32, heads, rd, 1e7)
-    mx.eval(want)
-    got = ap.kernel(q, k, v, qw, kw, 1e-6, offsets, slots, k_pool, v_pool, heads, rd, 1e7,
-                    backend=backend)
-    mx.eval(got)
-    return max(_err_past_bf16(g, w) for g, w in zip((got, k_pool[slots], v_pool[slots]), want))
+    err = 0.0
+    # with q/k norms (Qwen3.5's gated attention), then without (NORM=0: the llama family)
+    for norms, norms32 in (((qw, kw), f32[3:5]), ((None, None), (None, None))):
+        want = ap.reference(*f32[:3], *norms32, 1e-6, offsets, slots, *pools32, heads, rd,
+                            1e7)
+        mx.eval(want)
+        got = ap.kernel(q, k, v, *norms, 1e-6, offsets, slots, k_pool, v_pool, heads, rd,
+                        1e7, backend=backend)
+        mx.eval(got)
+        err = max(err, *(_err_past_bf16(g, w)
+                         for g, w in zip((got, k_pool[slots], v_pool[slots]), want)))
+    return err
 
 
 def check_top_p_cut(backend: str) -> float:
