@@ -9,7 +9,8 @@ follows its q, as in Qwen3.5's q_proj), k, v [B, Hkv*D]:
     v_h                                            -> v_pool[s, h]   (in place)
 
 Without q/k norms (q_norm = k_norm = None: NORM=0, the llama family's attention) the
-heads are only roped.
+heads are only roped. With kv_columns (KC, VC), k and v are the joined projection itself
+(q at its column 0), their heads read from those columns: no Split node before the launch.
 
 rope is MLX's non-traditional rotary embedding of the first RD dims (pairs i, i + RD/2
 rotated by p * base**(-2i/RD), computed as mx.fast.rope computes it on CUDA: the angle's
@@ -53,7 +54,7 @@ _CUDA_SOURCE = """
   const int64_t slot = slots[b * slots_strides[0]];
   if (h >= Hq + Hkv) {                         // v: copied into its pool row
     const int hv = h - Hq - Hkv;
-    const auto* src = v + b * v_strides[0] + int64_t(hv) * D * v_strides[1];
+    const auto* src = v + b * v_strides[0] + (VC + int64_t(hv) * D) * v_strides[1];
     auto* dst = const_cast<PoolT*>(v_pool) + slot * v_pool_strides[0] + hv * v_pool_strides[1];
     for (int i = lane; i < D; i += 32) {
       dst[i * v_pool_strides[2]] = static_cast<PoolT>(src[i * v_strides[1]]);
@@ -63,7 +64,7 @@ _CUDA_SOURCE = """
   const bool is_q = h < Hq;
   const int hh = is_q ? h : h - Hq;
   const auto* src = is_q ? q + b * q_strides[0] + int64_t(hh) * QH * q_strides[1]
-                         : k + b * k_strides[0] + int64_t(hh) * D * k_strides[1];
+                         : k + b * k_strides[0] + (KC + int64_t(hh) * D) * k_strides[1];
   const int64_t es = is_q ? q_strides[1] : k_strides[1];
   const auto* w = is_q ? q_norm : k_norm;
   const int64_t ws = is_q ? q_norm_strides[0] : k_norm_strides[0];
@@ -113,7 +114,7 @@ _METAL_SOURCE = """
   const int64_t slot = slots[b * slots_strides[0]];
   if (h >= Hq + Hkv) {
     const int hv = h - Hq - Hkv;
-    auto src = v + b * v_strides[0] + int64_t(hv) * D * v_strides[1];
+    auto src = v + b * v_strides[0] + (VC + int64_t(hv) * D) * v_strides[1];
     auto dst = const_cast<device PoolT*>(v_pool) + slot * v_pool_strides[0]
                + hv * v_pool_strides[1];
     for (int i = lane; i < D; i += 32) {
@@ -124,7 +125,7 @@ _METAL_SOURCE = """
   const bool is_q = h < Hq;
   const int hh = is_q ? h : h - Hq;
   auto src = is_q ? q + b * q_strides[0] + int64_t(hh) * QH * q_strides[1]
-                  : k + b * k_strides[0] + int64_t(hh) * D * k_strides[1];
+                  : k + b * k_strides[0] + (KC + int64_t(hh) * D) * k_strides[1];
   const int64_t es = is_q ? q_strides[1] : k_strides[1];
   auto w = is_q ? q_norm : k_norm;
   const int64_t ws = is_q ? q_norm_strides[0] : k_norm_strides[0];
@@ -201,11 +202,16 @@ def rope(x: mx.array, pos: mx.array, rotary_dim: int, base: float) -> mx.array:
 
 
 def reference(q, k, v, q_norm, k_norm, eps: float, offsets, slots, k_pool, v_pool,
-              heads: tuple[int, int, int, int], rotary_dim: int, base: float):
+              heads: tuple[int, int, int, int], rotary_dim: int, base: float,
+              kv_columns: tuple[int, int] | None = None):
     """Plain-mx float32. heads (Hq, Hkv, D, QH); q_norm = k_norm = None: no norms.
     Returns (q [B, Hq, D] in q's dtype, k rows, v rows [B, Hkv, D] in the pools' dtype:
-    what the kernel writes at slots)."""
+    what the kernel writes at slots). kv_columns: as `kernel`."""
     Hq, Hkv, D, QH = heads
+    q = q[:, :Hq * QH]                             # q may be the start of a wider row
+    if kv_columns is not None:
+        kc, vc = kv_columns
+        k, v = k[:, kc:kc + Hkv * D], v[:, vc:vc + Hkv * D]
 
     def normed(x, w):
         x = x.astype(mx.float32)
@@ -220,13 +226,19 @@ def reference(q, k, v, q_norm, k_norm, eps: float, offsets, slots, k_pool, v_poo
 
 
 def applies(q, k, v, q_norm, k_norm, k_pool, v_pool, heads: tuple[int, int, int, int],
-            rotary_dim: int) -> bool:
+            rotary_dim: int, kv_columns: tuple[int, int] | None = None) -> bool:
     Hq, Hkv, D, QH = heads
+    if kv_columns is None:
+        kv_ok = k.shape[-1] == v.shape[-1] == Hkv * D
+    else:                           # k, v: the joined projection, their heads at columns
+        kc, vc = kv_columns
+        kv_ok = (min(kv_columns) >= Hq * QH and k.shape[-1] >= kc + Hkv * D
+                 and v.shape[-1] >= vc + Hkv * D)
     norms_ok = (q_norm is None and k_norm is None) or (
         q_norm is not None and k_norm is not None and q_norm.dtype == k_norm.dtype
         and q_norm.shape == k_norm.shape == (D,))
     return (q.ndim == k.ndim == v.ndim == 2 and q.shape[0] == k.shape[0] == v.shape[0]
-            and q.shape[1] >= Hq * QH and QH >= D and k.shape[1] == v.shape[1] == Hkv * D
+            and q.shape[1] >= Hq * QH and QH >= D and kv_ok
             and q.dtype == k.dtype == v.dtype and norms_ok
             and k_pool.ndim == 3 and k_pool.shape[1:] == (Hkv, D)
             and v_pool.shape == k_pool.shape and k_pool.dtype == v_pool.dtype
@@ -234,11 +246,14 @@ def applies(q, k, v, q_norm, k_norm, k_pool, v_pool, heads: tuple[int, int, int,
 
 
 def kernel(q, k, v, q_norm, k_norm, eps: float, offsets, slots, k_pool, v_pool,
-           heads: tuple[int, int, int, int], rotary_dim: int, base: float, *, backend: str):
+           heads: tuple[int, int, int, int], rotary_dim: int, base: float, *, backend: str,
+           kv_columns: tuple[int, int] | None = None):
     """Launch: q [B, Hq, D] as `reference`; the new K/V rows are written into the pools at
     slots in place when evaluated (module contract). q_norm = k_norm = None: no norms
-    (NORM=0; the kernel reads a placeholder it never uses)."""
+    (NORM=0; the kernel reads a placeholder it never uses). kv_columns (KC, VC): k and v
+    are the joined projection, read from those columns."""
     Hq, Hkv, D, QH = heads
+    kc, vc = kv_columns or (0, 0)
     B = q.shape[0]
     norm = q_norm is not None
     if not norm:
@@ -247,7 +262,8 @@ def kernel(q, k, v, q_norm, k_norm, eps: float, offsets, slots, k_pool, v_pool,
         inputs=[q, k, v, q_norm, k_norm, offsets.astype(mx.int32), slots.astype(mx.int32),
                 k_pool, v_pool, scalar(float(eps)), scalar(math.log2(base))],
         template=[("OutT", q.dtype), ("PoolT", k_pool.dtype), ("Hq", Hq), ("Hkv", Hkv),
-                  ("D", D), ("QH", QH), ("RD", rotary_dim), ("NORM", int(norm))],
+                  ("D", D), ("QH", QH), ("RD", rotary_dim), ("NORM", int(norm)),
+                  ("KC", kc), ("VC", vc)],
         grid=(B * (Hq + 2 * Hkv) * 32, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(B, Hq, D)], output_dtypes=[q.dtype])
     return q_out

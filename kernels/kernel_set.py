@@ -208,21 +208,23 @@ class KernelSet:
         return tuple(arn.kernel(x, r, weight, eps, backend=backend))
 
     def attention_prep(self, q, k, v, q_norm, k_norm, eps: float, offsets, slots, k_pool,
-                       v_pool, heads, rotary_dim: int, base: float):
+                       v_pool, heads, rotary_dim: int, base: float, kv_columns=None):
         """(q [B, Hq, D], (k_pool, v_pool)) of kernels.attention_prep: decode's q/k norms and
         rotary, the new K/V written into the pools at slots in place. q [B, Hq*QH],
-        k, v [B, Hkv*D]; heads (Hq, Hkv, D, QH)."""
-        backend = self.prep_launches(q, k, v, q_norm, k_norm, k_pool, v_pool, heads, rotary_dim)
+        k, v [B, Hkv*D], or with kv_columns (k's, v's) the joined projection q is the start
+        of (no Split node); heads (Hq, Hkv, D, QH); q_norm = k_norm = None: no norms."""
+        backend = self.prep_launches(q, k, v, q_norm, k_norm, k_pool, v_pool, heads, rotary_dim,
+                                     kv_columns)
         if backend is None:
             return None
         out = ap.kernel(q, k, v, q_norm, k_norm, eps, offsets, slots, k_pool, v_pool, heads,
-                        rotary_dim, base, backend=backend)
+                        rotary_dim, base, backend=backend, kv_columns=kv_columns)
         # keep the returned pools (MLX schedules their users after the write; on the GPU
         # the paged kernel's q orders its reads: prep_launches)
         return out, tuple(after_write([k_pool, v_pool], [out]))
 
     def prep_launches(self, q, k, v, q_norm, k_norm, k_pool, v_pool, heads,
-                      rotary_dim: int) -> str | None:
+                      rotary_dim: int, kv_columns=None) -> str | None:
         """The backend attention_prep launches on for this call, or None. Besides its own
         contract, the paged kernel must read the pools it writes: they are written in
         place, and MLX's GPU backends order work by declared outputs only, so the one
@@ -234,7 +236,7 @@ class KernelSet:
         GPU")."""
         backend = self.launches(ap.NAME)
         if backend is None or not ap.applies(q, k, v, q_norm, k_norm, k_pool, v_pool, heads,
-                                             rotary_dim):
+                                             rotary_dim, kv_columns):
             return None
         Hq, _, D, _ = heads
         q_shape = (q.shape[0], Hq, D)

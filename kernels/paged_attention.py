@@ -86,11 +86,12 @@ def reference(q, k_pool, v_pool, block_tables, context_lens, page_size: int, sca
 
 
 def gate_heads(gate, q_shape):
-    """The gate as [B, Hq, D]: itself, or from the joined q+gate projection [B, Hq*2D]
-    (each head's q then its gate) the columns pass 2 reads with GATED=2."""
+    """The gate as [B, Hq, D]: itself, or from the joined q+gate projection [B, >= Hq*2D]
+    (each head's q then its gate; k and v may follow) the columns pass 2 reads with
+    GATED=2."""
     B, Hq, D = q_shape
-    if tuple(gate.shape) == (B, Hq * 2 * D):
-        return gate.reshape(B, Hq, 2 * D)[..., D:]
+    if gate.ndim == 2:
+        return gate[:, :Hq * 2 * D].reshape(B, Hq, 2 * D)[..., D:]
     return gate
 
 
@@ -100,11 +101,12 @@ def applies(q, k_pool, v_pool, gate=None) -> bool:
 
 def applies_to(q_shape, k_pool, v_pool, gate_shape=None) -> bool:
     """applies() from the shape q [B, Hq, D] will have (before it is computed); a gate
-    [B, Hq, D] or the joined q+gate projection [B, Hq*2D]."""
+    [B, Hq, D] or the joined q+gate projection [B, >= Hq*2D] (k, v may follow)."""
     B, Hq, D = q_shape
     Hkv = k_pool.shape[1]
-    return ((gate_shape is None or tuple(gate_shape) in (tuple(q_shape), (B, Hq * 2 * D)))
-            and Hq % Hkv == 0
+    gate_ok = gate_shape is None or tuple(gate_shape) == tuple(q_shape) or (
+        len(gate_shape) == 2 and gate_shape[0] == B and gate_shape[1] >= Hq * 2 * D)
+    return (gate_ok and Hq % Hkv == 0
             and D % 32 == 0 and D <= 1024 and k_pool.shape == v_pool.shape
             and k_pool.dtype == v_pool.dtype and (Hq // Hkv) * D * 4 <= 32768
             and k_pool.shape[2] == D)

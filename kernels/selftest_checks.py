@@ -351,13 +351,15 @@ def check_attention_prep(backend: str) -> float:
     f32 = [a.astype(mx.float32) for a in (q, k, v, qw, kw)]
     pools32 = [mx.zeros((1, Hkv, D), mx.float32)] * 2
     err = 0.0
-    # with q/k norms (Qwen3.5's gated attention), then without (NORM=0: the llama family)
+    # with q/k norms (Qwen3.5's gated attention), then without (NORM=0: the llama family);
+    # k and v read as columns of the joined row, as the models launch it
+    columns = (Hq * 2 * D, Hq * 2 * D + Hkv * D)
     for norms, norms32 in (((qw, kw), f32[3:5]), ((None, None), (None, None))):
         want = ap.reference(*f32[:3], *norms32, 1e-6, offsets, slots, *pools32, heads, rd,
                             1e7)
         mx.eval(want)
-        got = ap.kernel(q, k, v, *norms, 1e-6, offsets, slots, k_pool, v_pool, heads, rd,
-                        1e7, backend=backend)
+        got = ap.kernel(joined, joined, joined, *norms, 1e-6, offsets, slots, k_pool, v_pool,
+                        heads, rd, 1e7, backend=backend, kv_columns=columns)
         mx.eval(got)
         err = max(err, *(_err_past_bf16(g, w)
                          for g, w in zip((got, k_pool[slots], v_pool[slots]), want)))

@@ -89,11 +89,19 @@ class Attention(nn.Module):
     def __call__(self, x: mx.array, rows: RowGroups, kv: list[mx.array]) -> mx.array:
         """x [N, H] (every group's tokens) -> [N, H]: the projections run once on all
         tokens, the attention per group with its own view."""
-        if "qkv_proj" in self:
-            q, k, v = self.qkv_proj(x)                        # [N, Hq*D], [N, Hkv*D] x2
+        joined = self.qkv_proj.joined_output(x) if "qkv_proj" in self else None
+        if joined is not None and rows.single_decode:
+            # the prep kernel reads q, k and v as columns of the joined output (no Split)
+            q_width, kv_width = self.n_heads * self.head_dim, self.n_kv * self.head_dim
+            out = self._kernel_decode(joined, joined, joined, rows.views[0], kv,
+                                      (q_width, q_width + kv_width))
+            if out is not None:
+                return self.o_proj(out)                       # [B, H]
+        if joined is not None:
+            q, k, v = self.qkv_proj.split(joined)             # [N, Hq*D], [N, Hkv*D] x2
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        if rows.single_decode:
+        if rows.single_decode and joined is None:
             out = self._kernel_decode(q, k, v, rows.views[0], kv)
             if out is not None:
                 return self.o_proj(out)                       # [B, H]
@@ -102,14 +110,16 @@ class Attention(nn.Module):
         out = grouped_paged_attention(qkv, kv, rows.views, self.scale, self.kernel_set)
         return self.o_proj(rows.join([merge_heads(o) for o in out]))  # [N, H]
 
-    def _kernel_decode(self, q, k, v, view: BatchView, kv: list[mx.array]) -> mx.array | None:
+    def _kernel_decode(self, q, k, v, view: BatchView, kv: list[mx.array],
+                       kv_columns: tuple[int, int] | None = None) -> mx.array | None:
         """Decode of one group through the kernel set, as Qwen3.5's gated attention runs
         it: the q/k norms (where the family has them), rotary and the K/V pool writes in
         one launch (kernels/attention_prep.py, NORM=0 without norms), then the paged
         attention, its output declared [B, Hq*D]. The general path builds ~30 graph
         nodes a layer around the same work (views to [B, H, T, D] and back, two ropes,
         two scatters), each replayed by MLX's host every step. q [B, Hq*D], k, v
-        [B, Hkv*D] -> [B, Hq*D]; None: not for this call (nothing written)."""
+        [B, Hkv*D] (or all three the joined projection, k and v at kv_columns) ->
+        [B, Hq*D]; None: not for this call (nothing written)."""
         rope = self.rope
         if rope._freqs is not None or rope.scale != 1.0 or rope.traditional:
             return None                                       # the prep kernel's rope only
@@ -119,7 +129,8 @@ class Attention(nn.Module):
         ks = self.kernel_set
         out = ks.attention_prep(q, k, v, *norms, eps, view.offsets,
                                 reshaped(view.slot_mapping, -1), kv[0], kv[1],
-                                (self.n_heads, self.n_kv, D, D), rope.dims, rope.base)
+                                (self.n_heads, self.n_kv, D, D), rope.dims, rope.base,
+                                kv_columns)
         if out is None:
             return None
         q, (kv[0], kv[1]) = out                                              # [B, Hq, D]

@@ -55,11 +55,19 @@ class Attention(nn.Module):
     def __call__(self, x: mx.array, rows: RowGroups, kv: list[mx.array]) -> mx.array:
         """x [N, H] (every group's tokens) -> [N, H]: the projections run once on all
         tokens, the attention per group with its own view."""
-        if "qkv_proj" in self:
-            qg, k, v = self.qkv_proj(x)                              # [N, 2*Hq*D], [N, Hkv*D]
+        joined = self.qkv_proj.joined_output(x) if "qkv_proj" in self else None
+        if joined is not None and rows.single_decode:
+            # the kernels read q+gate, k and v as columns of the joined output (no Split)
+            qg_width, kv_width = 2 * self.hq * self.d, self.hkv * self.d
+            out = self._kernel_decode(joined, joined, joined, rows.views[0], kv,
+                                      (qg_width, qg_width + kv_width))      # [B, Hq*D]
+            if out is not None:
+                return project(self.kernel_set, self.o_proj, out)
+        if joined is not None:
+            qg, k, v = self.qkv_proj.split(joined)                   # [N, 2*Hq*D], [N, Hkv*D]
         else:
             qg, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        if len(rows.views) == 1 and rows.views[0].num_tokens == 1:
+        if rows.single_decode and joined is None:
             out = self._kernel_decode(qg, k, v, rows.views[0], kv)           # [B, Hq*D]
             if out is not None:
                 return project(self.kernel_set, self.o_proj, out)
@@ -71,7 +79,8 @@ class Attention(nn.Module):
                        rows.join([sigmoid_gate(merge_heads(o), gate)
                                   for o, (*_, gate) in zip(out, groups)]))      # [N, H]
 
-    def _kernel_decode(self, qg, k, v, view: BatchView, kv: list[mx.array]):
+    def _kernel_decode(self, qg, k, v, view: BatchView, kv: list[mx.array],
+                       kv_columns: tuple[int, int] | None = None):
         """Decode of one group through the kernel set: q/k norms, rotary and the K/V pool
         writes in one launch (kernels/attention_prep.py), then the paged attention with
         the output gate inside its second pass. qg [B, 2*Hq*D], k, v [B, Hkv*D] ->
@@ -80,7 +89,7 @@ class Attention(nn.Module):
         out = ks.attention_prep(qg, k, v, self.q_norm.weight, self.k_norm.weight,
                                 self.q_norm.eps, view.offsets, reshaped(view.slot_mapping, -1),
                                 kv[0], kv[1], (self.hq, self.hkv, self.d, 2 * self.d),
-                                self.rotary_dim, self.theta)
+                                self.rotary_dim, self.theta, kv_columns)
         if out is None:
             return None
         q, (kv[0], kv[1]) = out                                              # [B, Hq, D]

@@ -229,9 +229,10 @@ int main() {{
     return err
 
 
-def emulate_prep(B, heads, rd, R, seed, max_pos=64, norm=True):
+def emulate_prep(B, heads, rd, R, seed, max_pos=64, norm=True, kv_columns=False):
     """attention_prep on the joined projection's views (q with its gate per head), pool
-    rows out of order (norm=False: no q/k norms, NORM=0, as the llama family's); then the
+    rows out of order (norm=False: no q/k norms, NORM=0, as the llama family's; kv_columns:
+    k and v read as columns KC, VC of the whole joined row, as the models launch it); then the
     gated pass 2 of the paged attention on random partials.
     Past a few hundred positions one ulp of an inverse frequency (glibc's exp2f here,
     numpy's there, CUDA's on the GPU) moves the angle by ~p * 2**-24 rad."""
@@ -263,7 +264,9 @@ def emulate_prep(B, heads, rd, R, seed, max_pos=64, norm=True):
         " const int64_t* k_pool_strides, const float* v_pool, const int64_t* v_pool_strides,"
         " const float* eps, const float* log2_base, float* q_out",
         [("OutT", "float"), ("PoolT", "float"), ("Hq", Hq), ("Hkv", Hkv), ("D", D),
-         ("QH", 2 * D), ("RD", rd), ("NORM", int(norm))])
+         ("QH", 2 * D), ("RD", rd), ("NORM", int(norm)),
+         ("KC", Hq * 2 * D if kv_columns else 0),
+         ("VC", Hq * 2 * D + Hkv * D if kv_columns else 0)])
     src += "#define NEG_INF (-INFINITY)\n" + kfunc(
         "p2", pas._CUDA_PASS2,
         "const float* part_acc, const float* part_ml, const int* part_ml_shape,"
@@ -283,7 +286,8 @@ std::vector<int> OFF, SL;
 int QS[2] = {{{B}, {Hq * 2 * D}}}; int64_t QST[2] = {{{W}, 1}}, ONE[1] = {{1}};
 int64_t PST[3] = {{{Hkv * D}, {D}, 1}}; int MLS[4] = {{{B}, {Hq}, {S}, 2}};
 int64_t GST[3] = {{{W}, {2 * D}, 1}}, GSTJ[2] = {{{W}, 1}};
-''' + launch("pr", f"prep(J.data(), QS, QST, J.data() + {ko}, QST, J.data() + {vo}, QST,"
+''' + launch("pr", f"prep(J.data(), QS, QST, J.data() + {0 if kv_columns else ko}, QST,"
+                   f" J.data() + {0 if kv_columns else vo}, QST,"
                    " QW.data(), ONE, KW.data(), ONE, OFF.data(), ONE, SL.data(), ONE,"
                    " KP.data(), PST, VP.data(), PST, EPS.data(), LB.data(), QO.data())",
                    -(-(B * (Hq + 2 * Hkv) * 32) // 256)) \
@@ -344,7 +348,7 @@ int main() {{
     err = max(float(np.abs(g - w).max()) for g, w in
               ((got_q, want_q), (got_k, want_k), (got_v, want_v), (got_o, want_o),
                (got_oj, want_o)))
-    print(f"attention_prep norm={norm} B={B} heads={heads} rotary={rd} positions < {max_pos} "
+    print(f"attention_prep norm={norm} kv_columns={kv_columns} B={B} heads={heads} rotary={rd} positions < {max_pos} "
           f"(+ gated pass 2, GATED=1 and 2): max err {err:.2e}")
     return err
 
@@ -380,6 +384,8 @@ def main():
     for B, heads, rd, R in [(1, (16, 2, 256), 64, 7), (3, (4, 2, 64), 16, 9)]:
         assert emulate_prep(B, heads, rd, R, seed=6) < 1e-5
     assert emulate_prep(3, (9, 3, 64), 64, 9, seed=8, norm=False) < 1e-5   # SmolLM2's heads
+    for norm in (True, False):                                 # as the models launch it
+        assert emulate_prep(2, (4, 2, 64), 16, 9, seed=9, norm=norm, kv_columns=True) < 1e-5
     assert emulate_prep(2, (16, 2, 256), 64, 7, seed=7, max_pos=5000) < 2e-3
 
 

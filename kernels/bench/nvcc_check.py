@@ -83,11 +83,11 @@ def cases(dt: str):
     yield "attention_prep", wrap(
         "prep", "", ap._CUDA_SOURCE, prep_inputs, [("q_out", dt)],
         [("OutT", dt), ("PoolT", dt), ("Hq", 16), ("Hkv", 2), ("D", 256), ("QH", 512),
-         ("RD", 64), ("NORM", 1)])
+         ("RD", 64), ("NORM", 1), ("KC", 8192), ("VC", 8704)])
     yield "attention_prep NORM=0 (SmolLM2's heads)", wrap(
         "prep", "", ap._CUDA_SOURCE, prep_inputs, [("q_out", dt)],
         [("OutT", dt), ("PoolT", dt), ("Hq", 9), ("Hkv", 3), ("D", 64), ("QH", 64),
-         ("RD", 64), ("NORM", 0)])
+         ("RD", 64), ("NORM", 0), ("KC", 576), ("VC", 768)])
     for gated in (2, 1, 0):        # 2: the gate read from the joined q+gate projection
         yield f"paged_attention pass 2 GATED={gated}", wrap(
             "p2", pas._CUDA_HEADER, pas._CUDA_PASS2,

@@ -126,6 +126,37 @@ def test_without_norms_the_kernel_only_ropes(backend, dtype):
     assert _close((q, args[8][args[7]], args[9][args[7]]), want, dtype)
 
 
+def _joined_args(args):
+    """q, k, v as one joined row [B, Hq*QH + 2*Hkv*D + 5] (q first), with k's and v's
+    columns: the models' launch (no Split node)."""
+    q, k, v = args[:3]
+    joined = mx.concatenate([q, k, v, mx.zeros((q.shape[0], 5), q.dtype)], axis=1)
+    columns = (q.shape[1], q.shape[1] + k.shape[1])
+    return [joined, joined, joined, *args[3:]], columns
+
+
+def test_k_and_v_read_as_columns_of_the_joined_row_as_the_views(backend):
+    args = _make(1, *GRID[1], mx.bfloat16)
+    want = numpy_prep(*args)
+    joined, columns = _joined_args(args)
+    q = ap.kernel(*joined, backend=backend, kv_columns=columns)
+    mx.eval(q)
+    assert _close((q, args[8][args[7]], args[9][args[7]]), want, mx.bfloat16)
+
+
+def test_the_reference_reads_the_columns_as_the_views(cpu_stream):
+    args = _make(0, *GRID[1], mx.float32)
+    joined, columns = _joined_args(args)
+    got, want = ap.reference(*joined, kv_columns=columns), ap.reference(*args)
+    assert all(np.array_equal(to_np(g), to_np(w)) for g, w in zip(got, want))
+    q, k, v, qw, kw, _, _, _, k_pool, v_pool, heads, rd, _ = joined
+    assert ap.applies(q, k, v, qw, kw, k_pool, v_pool, heads, rd, columns)
+    past = (columns[0], q.shape[1] - heads[1] * heads[2] + 1)          # v past the end
+    assert not ap.applies(q, k, v, qw, kw, k_pool, v_pool, heads, rd, past)
+    inside_q = (columns[0] - 1, columns[1])                             # k inside q's columns
+    assert not ap.applies(q, k, v, qw, kw, k_pool, v_pool, heads, rd, inside_q)
+
+
 def test_norms_both_or_neither():
     q, k, v, qw, kw, _, _, _, k_pool, v_pool, heads, rd, _ = _make(0, *GRID[1], mx.float32)
     assert ap.applies(q, k, v, qw, kw, k_pool, v_pool, heads, rd)
@@ -209,13 +240,13 @@ class _AttentionByReference(KernelSet):
     calls = []
 
     def attention_prep(self, q, k, v, q_norm, k_norm, eps, offsets, slots, k_pool, v_pool,
-                       heads, rotary_dim, base):
+                       heads, rotary_dim, base, kv_columns=None):
         if self.prep_launches(q, k, v, q_norm, k_norm, k_pool, v_pool, heads,
-                              rotary_dim) is None:
+                              rotary_dim, kv_columns) is None:
             return None
         self.calls.append("prep")
         qh, krows, vrows = ap.reference(q, k, v, q_norm, k_norm, eps, offsets, slots,
-                                        k_pool, v_pool, heads, rotary_dim, base)
+                                        k_pool, v_pool, heads, rotary_dim, base, kv_columns)
         k_pool, v_pool = mx.array(k_pool), mx.array(v_pool)
         k_pool[slots] = krows
         v_pool[slots] = vrows
