@@ -272,20 +272,13 @@ def _model(model_type, head_dim):
     return model
 
 
-# head_dim 32: both kernels; 16: the paged kernel declines (D % 32), and so does the
-# prep (no reader of its in-place writes would be ordered after them on a GPU)
-@pytest.mark.parametrize("model_type,head_dim,used", [
-    ("qwen3_5_moe", 32, {"prep", "paged"}), ("qwen3_next", 32, {"prep", "paged"}),
-    ("qwen3_5_moe", 16, set())])
-def test_the_gated_attention_decodes_through_the_kernels_as_its_plain_path_does(
-        model_type, head_dim, used):
+def _through_the_kernels_as_the_plain_path(model, what: str, used: set) -> None:
     """Wiring: decode steps (rows at different positions, one of them new) through the
     kernels' contracts give the plain path's logits and K/V pools (float32 rounding)."""
     from float32_tolerance import assert_close, model_depth
     from qwen_fixtures import Rows
 
     from engine.models.base import use_kernels
-    model = _model(model_type, head_dim)
     _AttentionByReference.calls = []
     others = tuple((n, "test") for n in NAMES if n not in (ap.NAME, pa.NAME))
     runs = {}
@@ -306,41 +299,26 @@ def test_the_gated_attention_decodes_through_the_kernels_as_its_plain_path_does(
     assert set(_AttentionByReference.calls) == used
     depth = model_depth(model, 6 + 3)
     for i, (got, want) in enumerate(zip(runs["kernel"][0], runs["plain"][0])):
-        assert_close(got, want, depth, f"{model_type} logits of forward {i}")
+        assert_close(got, want, depth, f"{what} logits of forward {i}")
     for i, (got, want) in enumerate(zip(runs["kernel"][1], runs["plain"][1])):
-        assert_close(got, want, depth, f"{model_type} K/V pool {i}")
+        assert_close(got, want, depth, f"{what} K/V pool {i}")
     assert math.isfinite(float(np.abs(runs["kernel"][0][-1]).max()))
+
+
+# head_dim 32: both kernels; 16: the paged kernel declines (D % 32), and so does the
+# prep (no reader of its in-place writes would be ordered after them on a GPU)
+@pytest.mark.parametrize("model_type,head_dim,used", [
+    ("qwen3_5_moe", 32, {"prep", "paged"}), ("qwen3_next", 32, {"prep", "paged"}),
+    ("qwen3_5_moe", 16, set())])
+def test_the_gated_attention_decodes_through_the_kernels_as_its_plain_path_does(
+        model_type, head_dim, used):
+    _through_the_kernels_as_the_plain_path(_model(model_type, head_dim), model_type, used)
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen3"])
 def test_the_llama_family_decodes_through_the_kernels_as_its_plain_path_does(model_type):
-    """Wiring of the built-in model's family (no q/k norms: NORM=0) and Qwen3 (q/k norms,
-    no gate): decode steps through the prep and paged kernels' contracts give the plain
-    path's logits and K/V pools (float32 rounding)."""
-    from float32_tolerance import assert_close, model_depth
-    from qwen_fixtures import Rows
+    """The built-in model's family (no q/k norms: NORM=0) and Qwen3 (q/k norms, no gate)."""
     from tiny_models import tiny_llama, tiny_llama_config
-
-    from engine.models.base import use_kernels
     model = tiny_llama(tiny_llama_config(model_type, head_dim=32, hidden_size=128))
     model.fuse_projections()
-    _AttentionByReference.calls = []
-    others = tuple((n, "test") for n in NAMES if n not in (ap.NAME, pa.NAME))
-    runs = {}
-    for name, kernels in (("plain", NO_KERNELS), ("kernel", _AttentionByReference("cuda", others))):
-        use_kernels(model, kernels)
-        rows = Rows(model)
-        for s in (0, 1):
-            rows.start(s)
-        out = [rows.forward({0: [5, 6, 7, 8, 9, 10], 1: [9, 10]})]
-        rows.start(2)
-        for step in range(3):
-            out.append(rows.forward({0: [11 + step], 1: [20 + step], 2: [30 + step]}))
-        runs[name] = ([np.array(o) for o in out], [np.array(a[rows.page_size:])
-                                                   for pair in rows.cache.kv for a in pair])
-    assert set(_AttentionByReference.calls) == {"prep", "paged"}
-    depth = model_depth(model, 6 + 3)
-    for i, (got, want) in enumerate(zip(runs["kernel"][0], runs["plain"][0])):
-        assert_close(got, want, depth, f"{model_type} logits of forward {i}")
-    for i, (got, want) in enumerate(zip(runs["kernel"][1], runs["plain"][1])):
-        assert_close(got, want, depth, f"{model_type} K/V pool {i}")
+    _through_the_kernels_as_the_plain_path(model, model_type, {"prep", "paged"})
