@@ -30,8 +30,7 @@ _active = threading.local()
 class PoolOrder:
     """The pools one forward's launches wrote in place, to order after its last array."""
 
-    def __init__(self, deferred: bool):
-        self.deferred = deferred
+    def __init__(self):
         self.pools: list[mx.array] = []
 
     def settle(self, groups: list[list[mx.array]], after: mx.array) -> None:
@@ -57,7 +56,7 @@ class PoolOrder:
 def once(deferred: bool = True):
     """A forward whose in-place writes are ordered once, by its `settle` (deferred), or
     each by its own Depends as outside (not deferred: the order's settle does nothing)."""
-    order = PoolOrder(deferred)
+    order = PoolOrder()
     before = getattr(_active, "order", None)
     _active.order = order if deferred else None
     try:

@@ -38,6 +38,12 @@ class Parts:
     pad: int = 0
 
     @property
+    def starts(self) -> list[int]:
+        """Each part's first column in the joined output (where a kernel reading the
+        output unsplit finds it)."""
+        return [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+
+    @property
     def cuts(self) -> list[int]:
         """Split points of the joined output; with padding, its start too (dropped)."""
         ends = [sum(self.sizes[:i]) for i in range(1, len(self.sizes) + 1)]

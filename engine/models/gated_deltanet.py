@@ -114,8 +114,7 @@ class GatedDeltaNet(nn.Module):
 
     def _decode_projections(self, x: mx.array) -> list[mx.array] | mx.array:
         """A decode step's input projections: the joined one's output [B, *] unsplit where
-        the kernels read its parts as columns (this layout, joined: `_joined_columns`),
-        else the parts."""
+        the kernels read its parts as columns (this layout, joined), else the parts."""
         if "in_proj" in self and self._JOINED_DECODE:
             return self.in_proj.joined_output(x)
         return self._in_projections(x)
@@ -123,12 +122,6 @@ class GatedDeltaNet(nn.Module):
     # Qwen3.5's joined input projection is [qkv | z | b | a]: the decode kernels read each
     # part as columns of it (no Split node a layer). Qwen3-Next's grouped one is not.
     _JOINED_DECODE = True
-
-    def _joined_columns(self) -> tuple[int, int, int]:
-        """Where z, b and a start in the joined input projection (qkv at 0)."""
-        zc = self.conv_dim
-        bc = zc + self.hv * self.dv
-        return zc, bc, bc + self.hv
 
     def _decode_by_kernels(self, projections: list[mx.array] | mx.array, view: BatchView,
                            states: list[mx.array]) -> mx.array | None:
@@ -151,7 +144,8 @@ class GatedDeltaNet(nn.Module):
             return None
         (q, k, v), states[0] = conv                                          # [B, H, D]
         if joined:
-            y = self._kernel_step(q, k, v, a, b, view, states, z, self._joined_columns())
+            columns = tuple(self.in_proj.parts.starts[1:])                  # z's, b's, a's
+            y = self._kernel_step(q, k, v, a, b, view, states, z, columns)
             if y is not None:
                 return y                                                     # [B, Hv*Dv]
             _, z, b, a = self.unpack_rows(self.in_proj.split(projections))

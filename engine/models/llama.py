@@ -89,22 +89,18 @@ class Attention(nn.Module):
     def __call__(self, x: mx.array, rows: RowGroups, kv: list[mx.array]) -> mx.array:
         """x [N, H] (every group's tokens) -> [N, H]: the projections run once on all
         tokens, the attention per group with its own view."""
-        joined = self.qkv_proj.joined_output(x) if "qkv_proj" in self else None
-        if joined is not None and rows.single_decode:
-            # the prep kernel reads q, k and v as columns of the joined output (no Split)
-            q_width, kv_width = self.n_heads * self.head_dim, self.n_kv * self.head_dim
-            out = self._kernel_decode(joined, joined, joined, rows.views[0], kv,
-                                      (q_width, q_width + kv_width))
-            if out is not None:
-                return self.o_proj(out)                       # [B, H]
-        if joined is not None:
-            q, k, v = self.qkv_proj.split(joined)             # [N, Hq*D], [N, Hkv*D] x2
+        if "qkv_proj" in self:
+            # the decode kernels read q, k and v as columns of the joined output (no Split)
+            q = k = v = self.qkv_proj.joined_output(x)
+            kv_columns = tuple(self.qkv_proj.parts.starts[1:])
         else:
-            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        if rows.single_decode and joined is None:
-            out = self._kernel_decode(q, k, v, rows.views[0], kv)
+            q, k, v, kv_columns = self.q_proj(x), self.k_proj(x), self.v_proj(x), None
+        if rows.single_decode:
+            out = self._kernel_decode(q, k, v, rows.views[0], kv, kv_columns)
             if out is not None:
                 return self.o_proj(out)                       # [B, H]
+        if kv_columns is not None:
+            q, k, v = self.qkv_proj.split(q)                  # [N, Hq*D], [N, Hkv*D] x2
         qkv = [self._rotated(*p, view) for view, *p
                in zip(rows.views, rows.split(q), rows.split(k), rows.split(v))]
         out = grouped_paged_attention(qkv, kv, rows.views, self.scale, self.kernel_set)

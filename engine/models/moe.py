@@ -209,7 +209,7 @@ class SparseMoeBlock(nn.Module):
         experts = self._block_experts()
         if "gates" in self:      # the router's joined output: logits, then the shared gate
             logits = shared_gate = self.gates.joined_output(x)               # [N, E + 1 (+ pad)]
-            gate_col = self.gates.parts.sizes[0]
+            gate_col = self.gates.parts.starts[1]
         else:
             logits, shared_gate, gate_col = self.gate(x), self.shared_expert_gate(x), 0
         # Decode: the routing inside the experts' two launches (kernels/moe_block.py), which

@@ -55,22 +55,19 @@ class Attention(nn.Module):
     def __call__(self, x: mx.array, rows: RowGroups, kv: list[mx.array]) -> mx.array:
         """x [N, H] (every group's tokens) -> [N, H]: the projections run once on all
         tokens, the attention per group with its own view."""
-        joined = self.qkv_proj.joined_output(x) if "qkv_proj" in self else None
-        if joined is not None and rows.single_decode:
-            # the kernels read q+gate, k and v as columns of the joined output (no Split)
-            qg_width, kv_width = 2 * self.hq * self.d, self.hkv * self.d
-            out = self._kernel_decode(joined, joined, joined, rows.views[0], kv,
-                                      (qg_width, qg_width + kv_width))      # [B, Hq*D]
-            if out is not None:
-                return project(self.kernel_set, self.o_proj, out)
-        if joined is not None:
-            qg, k, v = self.qkv_proj.split(joined)                   # [N, 2*Hq*D], [N, Hkv*D]
+        if "qkv_proj" in self:
+            # the decode kernels read q+gate, k and v as columns of the joined output (no
+            # Split)
+            qg = k = v = self.qkv_proj.joined_output(x)
+            kv_columns = tuple(self.qkv_proj.parts.starts[1:])
         else:
-            qg, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        if rows.single_decode and joined is None:
-            out = self._kernel_decode(qg, k, v, rows.views[0], kv)           # [B, Hq*D]
+            qg, k, v, kv_columns = self.q_proj(x), self.k_proj(x), self.v_proj(x), None
+        if rows.single_decode:
+            out = self._kernel_decode(qg, k, v, rows.views[0], kv, kv_columns)  # [B, Hq*D]
             if out is not None:
                 return project(self.kernel_set, self.o_proj, out)
+        if kv_columns is not None:
+            qg, k, v = self.qkv_proj.split(qg)                       # [N, 2*Hq*D], [N, Hkv*D]
         groups = [self._rotated(*p, view) for view, *p
                   in zip(rows.views, rows.split(qg), rows.split(k), rows.split(v))]
         out = grouped_paged_attention([g[:3] for g in groups], kv, rows.views, self.scale,

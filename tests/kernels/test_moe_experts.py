@@ -10,7 +10,7 @@ import kernels.moe_experts as me
 from engine.loading import cuda_qmm_guard
 from kernels.backend import NAMES
 from kernels.kernel_set import NO_KERNELS, KernelSet
-from kernels.selftest_checks import random_experts
+from kernels.selftest_checks_moe import random_experts
 from kernels.stand_in import COUNT, gpu_graph
 
 # (N, E, K, D, I, group, pad rows): the real shapes (D 2048, I 512, top-8, group 64) at

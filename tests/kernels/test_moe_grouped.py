@@ -13,7 +13,7 @@ import kernels.moe_grouped as mg
 from engine.bench.profile_ops import ops_by_primitive
 from engine.models.base import use_kernels
 from kernels.kernel_set import NO_KERNELS, KernelSet
-from kernels.selftest_checks import random_experts
+from kernels.selftest_checks_moe import random_experts
 from kernels.stand_in import COUNT, gpu_graph
 
 ULP32 = 2.0 ** -24
