@@ -13,21 +13,29 @@ def _regenerate(pane, row, wait_until):
     wait_until(lambda: not pane.session.busy)
 
 
-def test_regenerate_keeps_answers_and_switches_between_them(make_window, wait_until):
-    window = make_window(max_tokens=6)
+def _sample_with(session, seed):
+    """Sample at temperature 1 with a fixed seed: a random seed can draw end-of-text
+    first (an empty answer, which the next prompt leaves out) or two equal answers."""
+    session.conversation = session.conversation.with_settings(temperature=1.0, seed=seed)
+
+
+def test_regenerate_keeps_answers_and_switches_between_them(make_window, wait_until,
+                                                           endless_model_path):
+    window = make_window(max_tokens=6, model=endless_model_path)
     pane = window.panes.panes()[0]
     session, model = pane.session, pane.session.model
-    session.conversation = session.conversation.with_settings(temperature=1.0, seed=None)
+    _sample_with(session, 1)
     session.send("hello")
     wait_until(lambda: not session.busy)
     first = model.message(1).content
+    _sample_with(session, 2)
     _regenerate(pane, 1, wait_until)
     widget = pane.view.message_widgets()[1]
     assert model.rowCount() == 2 and len(model.message(1).versions) == 2
     assert widget.versions.isVisible() and widget.versions.label.text() == "2/2"
     assert not widget.versions.next.isEnabled() and widget.versions.previous.isEnabled()
     second = model.message(1).content
-    assert second != first                      # sampled at temperature 1
+    assert first and second and second != first    # two seeds at temperature 1
     widget.versions.previous.click()
     assert model.message(1).content == first and widget.versions.label.text() == "1/2"
     stored = window.store.messages(session.conversation.id)[1]
@@ -35,13 +43,14 @@ def test_regenerate_keeps_answers_and_switches_between_them(make_window, wait_un
     assert [v["content"] for v in stored.versions] == [first, second]
 
 
-def test_the_next_turn_uses_the_selected_answer(make_window, wait_until):
-    window = make_window(max_tokens=6)
+def test_the_next_turn_uses_the_selected_answer(make_window, wait_until, endless_model_path):
+    window = make_window(max_tokens=6, model=endless_model_path)
     pane = window.panes.panes()[0]
     session, model = pane.session, pane.session.model
-    session.conversation = session.conversation.with_settings(temperature=1.0, seed=None)
+    _sample_with(session, 1)
     session.send("hello")
     wait_until(lambda: not session.busy)
+    _sample_with(session, 2)
     _regenerate(pane, 1, wait_until)
     pane.view.message_widgets()[1].versions.previous.click()
     prompts = []
@@ -51,7 +60,7 @@ def test_the_next_turn_uses_the_selected_answer(make_window, wait_until):
     session.send("and then?")
     wait_until(lambda: not session.busy)
     first, second = (v["content"] for v in model.message(1).versions)
-    assert first != second                      # sampled at temperature 1
+    assert first and second and first != second    # two seeds at temperature 1
     assert prompts[0][1:3] == [{"role": "user", "content": "hello"},
                               {"role": "assistant", "content": first}]
     assert model.message(1).version == 0 and model.rowCount() == 4
