@@ -158,10 +158,19 @@ class Block(nn.Module):
         self.post_attention_layernorm = nn.RMSNorm(a.hidden_size, eps=a.rms_norm_eps)
         self.kernel_set = NO_KERNELS        # the loaded model's own (engine/models/base.py)
 
-    def __call__(self, x: mx.array, rows: RowGroups, kv: list[mx.array]) -> mx.array:
-        mixed = self.self_attn(self.input_layernorm(x), rows, kv)      # [N, H]
+    def __call__(self, x: mx.array, rows: RowGroups, kv: list[mx.array],
+                 pending: mx.array | None = None) -> tuple[mx.array, mx.array]:
+        """x [N, H]: the residual stream; pending: the previous layer's MLP output, not yet
+        added (None in the first layer). -> (the stream before this layer's MLP output,
+        that output). The add is left to the next layer's input norm: with
+        kernels/add_rms_norm the add and the norm are one launch, not two."""
+        if pending is None:
+            normed = self.input_layernorm(x)
+        else:
+            x, normed = residual_norm(self.kernel_set, x, pending, self.input_layernorm)
+        mixed = self.self_attn(normed, rows, kv)                        # [N, H]
         h, normed = residual_norm(self.kernel_set, x, mixed, self.post_attention_layernorm)
-        return h + self.mlp(normed)
+        return h, self.mlp(normed)
 
 
 class LlamaModel(nn.Module):
@@ -191,8 +200,10 @@ class Model(nn.Module):
         rows = RowGroups([view for _, view in groups])
         h = self.model.embed_tokens(rows.join_tokens([t for t, _ in groups]))   # [N, D]
         with pool_order.once(rows.single_decode) as order:
+            pending = None
             for layer, kv in zip(self.model.layers, cache.kv):
-                h = layer(h, rows, kv)
+                h, pending = layer(h, rows, kv, pending)
+            h = h if pending is None else h + pending
             order.settle(cache.kv, h)
         h = self.model.norm(rows.select_logit_rows(h))                        # [M, D]
         if self.args.tie_word_embeddings:
