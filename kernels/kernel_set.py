@@ -31,6 +31,7 @@ import kernels.moe_grouped as mg
 import kernels.moe_route as mr
 import kernels.paged_attention as pa
 import kernels.qmm_rows as qr
+import kernels.swiglu_joined as sj
 import kernels.top_p_cut as tpc
 from kernels.backend import CUDA_ONLY, NAMES
 from kernels.pool_order import after_write
@@ -206,6 +207,14 @@ class KernelSet:
         if backend is None or not arn.applies(x, r, weight):
             return None
         return tuple(arn.kernel(x, r, weight, eps, backend=backend))
+
+    def swiglu_joined(self, a, up_col: int, width: int):
+        """y [N, width] of kernels.swiglu_joined: silu(gate) * up read from the joined gate_up
+        output a [N, W] (gate at column 0, up at up_col), unsplit."""
+        backend = self.launches(sj.NAME)
+        if backend is None or not sj.applies(a, up_col, width):
+            return None
+        return sj.kernel(a, up_col, width, backend=backend)
 
     def attention_prep(self, q, k, v, q_norm, k_norm, eps: float, offsets, slots, k_pool,
                        v_pool, heads, rotary_dim: int, base: float, kv_columns=None):

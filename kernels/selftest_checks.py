@@ -15,6 +15,7 @@ import kernels.gdn_conv_chunk as gcc
 import kernels.gdn_conv_step as gcs
 import kernels.paged_attention as pa
 import kernels.qmm_rows as qr
+import kernels.swiglu_joined as sj
 import kernels.top_p_cut as tpc
 from kernels.selftest_checks_moe import check_block, check_experts, check_grouped, check_route
 from kernels.selftest_errors import abs_err, err_past_bf16
@@ -205,6 +206,17 @@ def check_add_rms_norm(backend: str) -> float:
     return err
 
 
+def check_swiglu_joined(backend: str) -> float:
+    """bf16 rows of a joined gate_up output with padding after up (I=200: no block
+    divides it), and a float32 launch."""
+    a = mx.random.normal((3, 2 * 200 + 24), key=mx.random.key(14)) * 3
+    err = 0.0
+    for x in (a.astype(mx.bfloat16), a):
+        exact = sj.reference(x.astype(mx.float32), 200, 200)
+        err = max(err, err_past_bf16(sj.kernel(x, 200, 200, backend=backend), exact))
+    return err
+
+
 def check_gated_rms_norm(backend: str) -> float:
     """bf16 heads (z a strided view of a wider row, y dense; D=96: three lanes' loops),
     and a float32 launch."""
@@ -298,4 +310,5 @@ CHECKS = {"gated_delta_step": lambda b: max(check_step(b), check_step_raw_gates(
           "add_rms_norm": check_add_rms_norm, "gated_rms_norm": check_gated_rms_norm,
           "attention_prep": check_attention_prep, "top_p_cut": check_top_p_cut,
           "gated_delta_step_norm": check_step_norm, "qmm_rows": check_qmm_rows,
-          "moe_grouped": check_grouped, "gdn_conv_chunk": check_conv_chunk}
+          "moe_grouped": check_grouped, "gdn_conv_chunk": check_conv_chunk,
+          "swiglu_joined": check_swiglu_joined}

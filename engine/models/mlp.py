@@ -21,8 +21,11 @@ class MLP(nn.Module):
         fuse_linears(self, ("gate_proj", "up_proj"), "gate_up_proj")
 
     def __call__(self, x: mx.array) -> mx.array:
-        if "gate_up_proj" in self:
-            gate, up = self.gate_up_proj(x)
-        else:
-            gate, up = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(swiglu(gate, up))
+        if "gate_up_proj" not in self:
+            return self.down_proj(swiglu(self.gate_proj(x), self.up_proj(x)))
+        joined = self.gate_up_proj
+        out = joined.joined_output(x)
+        # one node where kernels/swiglu_joined launches, not a Split and the compiled swiglu
+        y = None if out.ndim != 2 else joined.kernel_set.swiglu_joined(
+            out, joined.parts.starts[1], joined.parts.sizes[0])
+        return self.down_proj(swiglu(*joined.split(out)) if y is None else y)

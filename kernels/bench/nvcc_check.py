@@ -31,6 +31,7 @@ import kernels.moe_route as mr
 import kernels.paged_attention_src as pas
 import kernels.qmm_rows as qr
 import kernels.qmm_rows_src as qrs
+import kernels.swiglu_joined as sj
 from kernels.cuda_jit_names import wrap_source
 
 wrap = wrap_source     # the source MLX JIT-compiles (kernels/cuda_jit_names.py)
@@ -73,6 +74,9 @@ def cases(dt: str):
         "addnorm", "", arn._CUDA_SOURCE,
         [("x", dt, 2), ("r", dt, 2), ("weight", dt, 1), ("eps", f32, 1)],
         [("h", dt), ("y", dt)], [("HT", dt), ("YT", dt)])
+    yield "swiglu_joined (SmolLM2's MLP)", wrap(
+        "swiglu", "", sj._CUDA_SOURCE, [("a", dt, 2)], [("y", dt)],
+        [("T", dt), ("I", 1536), ("UC", 1536)])
     yield "gated_rms_norm", wrap(
         "gnorm", "", grn._CUDA_SOURCE,
         [("y", dt, 4), ("z", dt, 4), ("weight", dt, 1), ("eps", f32, 1)], [("out", dt)],

@@ -19,6 +19,7 @@ from test_gated_delta_step_norm import _StepNormByReference
 from test_gated_rms_norm import _GatedNormByReference
 from test_gdn_conv_chunk import _ChunkConvByReference
 from test_gdn_conv_step import _ConvByReference
+from test_swiglu_joined import _SwigluByReference
 
 from engine.config import EngineConfig
 from engine.core.runner import Runner
@@ -33,7 +34,7 @@ STEPS = 5
 
 class _AllByReference(_StepByReference, _ConvByReference, _AddNormByReference,
                       _GatedNormByReference, _AttentionByReference, _StepNormByReference,
-                      _ChunkConvByReference):
+                      _ChunkConvByReference, _SwigluByReference):
     """Every contract above at once (moe_route and the chunk recurrence stay off; the
     prompts' conv is gdn_conv_chunk's)."""
 
