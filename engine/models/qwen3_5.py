@@ -135,14 +135,23 @@ class DecoderLayer(nn.Module):
             self.mlp = MLP(args.hidden_size, args.intermediate_size)
         self.kernel_set = NO_KERNELS        # the loaded model's own (engine/models/base.py)
 
-    def __call__(self, x: mx.array, rows: RowGroups, cache_entry: list[mx.array]) -> mx.array:
-        """x [N, H], every group's tokens: the mixer runs per group, the rest once."""
+    def __call__(self, x: mx.array, rows: RowGroups, cache_entry: list[mx.array],
+                 pending: mx.array | None = None) -> tuple[mx.array, mx.array | None]:
+        """x [N, H], every group's tokens: the mixer runs per group, the rest once.
+        pending: the previous layer's MLP output not yet added to x (a dense layer's), or
+        None. -> (the residual stream, this layer's pending output): a dense MLP's output
+        is added by the next layer's input norm (kernels/add_rms_norm: one launch, not an
+        Add and an RMSNorm); the MoE block adds its residual in its own last op."""
+        if pending is None:
+            normed = self.input_layernorm(x)
+        else:
+            x, normed = residual_norm(self.kernel_set, x, pending, self.input_layernorm)
         mixer = self.linear_attn if self.is_linear else self.self_attn
-        mixed = mixer(self.input_layernorm(x), rows, cache_entry)            # [N, H]
+        mixed = mixer(normed, rows, cache_entry)                             # [N, H]
         h, normed = residual_norm(self.kernel_set, x, mixed, self.post_attention_layernorm)
-        if isinstance(self.mlp, SparseMoeBlock):      # adds the residual in its last op
-            return self.mlp(normed, residual=h, route_rows=rows.route_rows)
-        return h + self.mlp(normed)
+        if isinstance(self.mlp, SparseMoeBlock):
+            return self.mlp(normed, residual=h, route_rows=rows.route_rows), None
+        return h, self.mlp(normed)
 
 
 class Backbone(nn.Module):
@@ -185,14 +194,16 @@ class Model(nn.Module):
         rows = RowGroups([view for _, view in groups])
         h = backbone.embed_tokens(rows.join_tokens([t for t, _ in groups]))  # [N, H]
         n_kv = n_state = 0
+        pending = None
         with pool_order.once(rows.single_decode) as order:
             for layer in backbone.layers:
                 if layer.is_linear:
-                    h = layer(h, rows, cache.states[n_state])
+                    h, pending = layer(h, rows, cache.states[n_state], pending)
                     n_state += 1
                 else:
-                    h = layer(h, rows, cache.kv[n_kv])
+                    h, pending = layer(h, rows, cache.kv[n_kv], pending)
                     n_kv += 1
+            h = h if pending is None else h + pending
             order.settle(cache.kv + cache.states, h)
         h = backbone.norm(rows.select_logit_rows(h))                         # [M, H]
         if self.args.tie_word_embeddings:

@@ -194,3 +194,16 @@ def test_the_built_in_models_decode_step_builds_no_view_round_trips():
     nodes = _decode_graph_nodes(profile_ops.llama_layout(2))
     assert nodes["Transpose"] == nodes["Scatter"] == nodes["Broadcast"] == 0
     assert nodes["Split"] == 0 and nodes["Add"] <= 2 and sum(nodes.values()) <= 42
+
+
+def test_a_dense_qwen3_5_decode_step_adds_its_residuals_in_the_norms():
+    """Qwen3.5's dense layers (num_experts 0): a layer's MLP output is added by the next
+    layer's input norm (kernels/add_rms_norm) and its SwiGLU reads the joined gate_up
+    output (kernels/swiglu_joined): no Add nor Split a layer (4 layers: 60 nodes)."""
+    config = profile_ops.qwen3_5_layout(4)
+    text = config["text_config"]
+    for key in [k for k in text if "expert" in k or k == "moe_intermediate_size"]:
+        del text[key]
+    text.update(num_experts=0, intermediate_size=128)
+    nodes = _decode_graph_nodes(config)
+    assert nodes["Split"] == 0 and nodes["Add"] <= 2 and sum(nodes.values()) <= 60

@@ -108,7 +108,7 @@ def _qwen(model_type):
     return _model(model_type)
 
 
-@pytest.mark.parametrize("family", ["qwen3_5_moe", "qwen3_next", "llama"])
+@pytest.mark.parametrize("family", ["qwen3_5_moe", "qwen3_5", "qwen3_next", "llama"])
 def test_the_layers_add_and_norm_through_the_kernel_as_their_plain_path_does(family):
     """Wiring: prefill and decode steps through the kernel's contract give the plain
     path's logits (within float32 rounding)."""

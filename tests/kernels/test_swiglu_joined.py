@@ -122,7 +122,7 @@ class _SwigluByReference(KernelSet):
         return sj.reference(a, up_col, width)
 
 
-@pytest.mark.parametrize("family", ["qwen3_5_moe", "llama"])
+@pytest.mark.parametrize("family", ["qwen3_5_moe", "qwen3_5", "llama"])
 def test_the_mlps_run_through_the_kernel_as_their_plain_path_does(family):
     """Wiring: prefill and decode steps through the kernel's contract give the plain
     path's logits (within float32 rounding): the llama layers' MLP, and Qwen3.5's
