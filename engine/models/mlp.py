@@ -26,6 +26,5 @@ class MLP(nn.Module):
         joined = self.gate_up_proj
         out = joined.joined_output(x)
         # one node where kernels/swiglu_joined launches, not a Split and the compiled swiglu
-        y = None if out.ndim != 2 else joined.kernel_set.swiglu_joined(
-            out, joined.parts.starts[1], joined.parts.sizes[0])
+        y = joined.kernel_set.swiglu_joined(out, joined.parts.starts[1], joined.parts.sizes[0])
         return self.down_proj(swiglu(*joined.split(out)) if y is None else y)
