@@ -76,3 +76,11 @@ def residual_norm(kernels, x: mx.array, r: mx.array, norm) -> tuple[mx.array, mx
         return out
     h = x + r
     return h, norm(h)
+
+
+def carried_norm(kernels, x: mx.array, pending: mx.array | None, norm) -> tuple[mx.array, mx.array]:
+    """A layer's input norm, adding the previous layer's carried MLP output first when there
+    is one (residual_norm: one launch with kernels/add_rms_norm) -> (stream, normed)."""
+    if pending is None:
+        return x, norm(x)
+    return residual_norm(kernels, x, pending, norm)

@@ -9,7 +9,7 @@ import mlx.nn as nn
 from engine.core.batch_view import BatchView
 from engine.models.attention import grouped_paged_attention, merge_heads
 from engine.models.base import CacheSpec, ModelCache
-from engine.models.elementwise import residual_norm
+from engine.models.elementwise import carried_norm, residual_norm
 from engine.models.fused import fuse_linears
 from engine.models.mlp import MLP
 from engine.models.rope import RoPE
@@ -164,10 +164,7 @@ class Block(nn.Module):
         added (None in the first layer). -> (the stream before this layer's MLP output,
         that output). The add is left to the next layer's input norm: with
         kernels/add_rms_norm the add and the norm are one launch, not two."""
-        if pending is None:
-            normed = self.input_layernorm(x)
-        else:
-            x, normed = residual_norm(self.kernel_set, x, pending, self.input_layernorm)
+        x, normed = carried_norm(self.kernel_set, x, pending, self.input_layernorm)
         mixed = self.self_attn(normed, rows, kv)                        # [N, H]
         h, normed = residual_norm(self.kernel_set, x, mixed, self.post_attention_layernorm)
         return h, self.mlp(normed)

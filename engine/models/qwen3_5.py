@@ -14,7 +14,7 @@ import mlx.nn as nn
 from engine.core.batch_view import BatchView
 from engine.models.attention import grouped_paged_attention, merge_heads
 from engine.models.base import CacheSpec, ModelCache
-from engine.models.elementwise import residual_norm, sigmoid_gate
+from engine.models.elementwise import carried_norm, residual_norm, sigmoid_gate
 from engine.models.fused import fuse_linears
 from engine.models.gated_deltanet import GatedDeltaNet, NextGatedDeltaNet
 from engine.models.mlp import MLP
@@ -142,10 +142,7 @@ class DecoderLayer(nn.Module):
         None. -> (the residual stream, this layer's pending output): a dense MLP's output
         is added by the next layer's input norm (kernels/add_rms_norm: one launch, not an
         Add and an RMSNorm); the MoE block adds its residual in its own last op."""
-        if pending is None:
-            normed = self.input_layernorm(x)
-        else:
-            x, normed = residual_norm(self.kernel_set, x, pending, self.input_layernorm)
+        x, normed = carried_norm(self.kernel_set, x, pending, self.input_layernorm)
         mixer = self.linear_attn if self.is_linear else self.self_attn
         mixed = mixer(normed, rows, cache_entry)                             # [N, H]
         h, normed = residual_norm(self.kernel_set, x, mixed, self.post_attention_layernorm)
