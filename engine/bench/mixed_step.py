@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python -m engine.bench.mixed_step [--model PATH | synthetic:NAME]
         [--decode 7] [--chunks 16,64,256] [--repeats 15] [--compile-chunks]
+        [--pieces 2,4]
 
 For each chunk length: the median seconds of a calm decode step (the decode rows
 alone), of the same step with the chunk as two forwards (Runner.decode then
@@ -10,6 +11,12 @@ alternating, after one untimed run of each shape. "extra" is the time beyond the
 step, what the prefill budget spends (engine/core/prefill_budget.py). The steps
 repeat the same rows and positions, so every repetition does the same work. It runs
 the model on this thread (no Engine): a tool, not the app.
+
+--pieces K: the chunk's forward also run in K layer ranges (engine/models/layer_pieces.py),
+each beside a decode step of its own, as a step loop reading a chunk over K steps would;
+a second table gives each way's longest step, its steps' sum, and the TTFT ratio a prompt
+read that way from start to end would have against the chunk read alone at the longest
+length (every step evaluated before the next: no pipelining, host and device add up).
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ from engine.core.runner import Runner
 from engine.core.scheduler import PrefillChunk
 from engine.core.sequence import Sequence
 from engine.loading.model_bundle import load_bundle
+from engine.models.layer_pieces import Carry, layer_bounds
 
 CONTEXT = 64        # tokens each decode row has in its cache
 
@@ -77,6 +85,59 @@ def measure(runner: Runner, streams, prompt: Sequence, n: int, repeats: int) -> 
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def measure_pieces(runner: Runner, streams, prompt: Sequence, n: int, pieces: int,
+                   repeats: int) -> list[float]:
+    """Median seconds of each of the `pieces` steps that read an n-token chunk a layer
+    range at a time beside a decode step of the streams (the chunk's inputs built once,
+    by its first step, as a step loop would keep them)."""
+    chunk = [PrefillChunk(prompt, 0, n)]
+    bounds = layer_bounds(len(runner.model.layers), pieces)
+
+    def run_all() -> list[float]:
+        inputs, carry, times = runner.prefill_inputs(chunk), None, []
+        for span in bounds:
+            t0 = time.perf_counter()
+            out = runner.prefill_piece(chunk, span, carry, inputs)
+            parts = [out.h] if isinstance(out, Carry) else [out]
+            mx.eval(runner.decode(streams), *parts, runner.cache_arrays())
+            times.append(time.perf_counter() - t0)
+            carry = out if isinstance(out, Carry) else None
+        return times
+
+    run_all()                                   # first touch of each piece, untimed
+    runs = [run_all() for _ in range(repeats)]
+    return [statistics.median(r[i] for r in runs) for i in range(pieces)]
+
+
+def pieces_table(runner: Runner, streams, prompt: Sequence, chunks: list[int],
+                 pieces: list[int], repeats: int, floor_s: float) -> None:
+    """Each way to read each chunk length beside the streams: whole (one step) or in K
+    layer pieces (K steps); TTFT ratio = the ways' seconds a token over the alone ones."""
+    alone = _median_alone(runner, prompt, max(chunks), repeats) / max(chunks)
+    calm = statistics.median(_timed(lambda: runner.decode(streams), runner)
+                             for _ in range(repeats))
+    print(f"\n# read alone at {max(chunks)} tokens: {1000 * alone:.3f} ms a token; calm step "
+          f"{1000 * calm:.1f} ms; floor {1000 * floor_s:.0f} ms")
+    print("| chunk | pieces | steps ms | longest step ms | within the floor | tokens/s "
+          "beside the streams | TTFT ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for n in chunks:
+        for k in [1] + [k for k in pieces if k > 1]:
+            steps = (measure_pieces(runner, streams, prompt, n, k, repeats) if k > 1 else
+                     [measure(runner, streams, prompt, n, repeats)["two forwards"]])
+            total = sum(steps)
+            print(f"| {n} | {k} | {', '.join(f'{1000 * t:.1f}' for t in steps)} | "
+                  f"{1000 * max(steps):.1f} | {'yes' if max(steps) <= floor_s else 'no'} | "
+                  f"{n / total:.0f} | {total / n / alone:.2f}x |", flush=True)
+
+
+def _median_alone(runner: Runner, prompt: Sequence, n: int, repeats: int) -> float:
+    chunk = [PrefillChunk(prompt, 0, n)]
+    _timed(lambda: runner.prefill(chunk), runner)
+    return statistics.median(_timed(lambda: runner.prefill(chunk), runner)
+                             for _ in range(repeats))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m engine.bench.mixed_step", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -86,6 +147,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--compile-chunks", action="store_true",
                    help="EngineConfig.compile_chunks: the chunk and mixed forwards compiled")
+    p.add_argument("--pieces", default="",
+                   help="also read each chunk in K layer pieces, one a step (e.g. 2,4)")
     add_moe_max_pairs_arg(p)
     args = p.parse_args()
     apply_moe_max_pairs(args)
@@ -103,6 +166,10 @@ def main() -> None:
         print(f"| {n} | {1000 * t['calm']:.1f} | {1000 * t['two forwards']:.1f} "
               f"({1000 * two:+.1f}) | {1000 * t['mixed']:.1f} ({1000 * one:+.1f}) | "
               f"{100 * (1 - one / two) if two > 0 else float('nan'):.0f}% |", flush=True)
+    pieces = [int(k) for k in args.pieces.split(",") if k]
+    if pieces:
+        pieces_table(runner, streams, prompt, chunks, pieces, args.repeats,
+                     1.0 / EngineConfig().min_stream_tok_s)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from engine.core.host_arrays import constant, upload
 from engine.core.sequence import Sequence
 from engine.core.shapes import MIN_TABLE_WIDTH, padded_batch, padded_chunk, table_width
 from engine.models.base import ModelCache
+from engine.models.layer_pieces import Carry
 
 PAGE_BUCKET = 8   # block tables are padded to a multiple of this many pages (fewer shapes)
 
@@ -122,6 +123,21 @@ class Runner:
             return self.compiled_chunks(_ids(tokens), view, self.cache)[:, -1, :]
         logits, _ = self.forward(*self._prefill_inputs(chunks))
         return logits[:, -1, :]
+
+    def prefill_piece(self, chunks, layers: tuple[int, int], carry: Carry | None = None,
+                      inputs: tuple | None = None) -> Carry | mx.array:
+        """The layers [start, stop) of prefill(chunks)'s forward (plain, never compiled;
+        engine/models/layer_pieces.py): the Carry for the next piece, or after the last
+        layer each row's last-token logits [B, V] as prefill returns them (lazy). inputs:
+        the (tokens, view) the first piece built (prefill_inputs), reused by the rest."""
+        tokens, view = inputs if inputs is not None else self.prefill_inputs(chunks)
+        out = self.model.forward_groups([(_ids(tokens), view)], self.cache, layers=layers,
+                                        carry=carry)
+        return out if isinstance(out, Carry) else out[0][:, -1, :]
+
+    def prefill_inputs(self, chunks) -> tuple:
+        """(tokens [B, T], view) of prefill(chunks)'s plain forward."""
+        return self._prefill_inputs(chunks)
 
     def mixed(self, seqs: list[Sequence], chunks) -> tuple[mx.array, mx.array]:
         """decode(seqs) and prefill(chunks) as ONE forward (a mixed forward: each weight

@@ -11,6 +11,7 @@ from engine.models.attention import grouped_paged_attention, merge_heads
 from engine.models.base import CacheSpec, ModelCache
 from engine.models.elementwise import carried_norm, residual_norm
 from engine.models.fused import fuse_linears
+from engine.models.layer_pieces import Carry, span_of
 from engine.models.mlp import MLP
 from engine.models.rope import RoPE
 from engine.models.row_groups import RowGroups
@@ -187,19 +188,33 @@ class Model(nn.Module):
         if not args.tie_word_embeddings:
             self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
 
+    @property
+    def layers(self) -> list[Block]:
+        return self.model.layers
+
     def __call__(self, tokens: mx.array, view: BatchView, cache: ModelCache) -> mx.array:
         return self.forward_groups([(tokens, view)], cache)[0]
 
-    def forward_groups(self, groups: list[tuple[mx.array, BatchView]],
-                       cache: ModelCache) -> list[mx.array]:
+    def forward_groups(self, groups: list[tuple[mx.array, BatchView]], cache: ModelCache,
+                       layers: tuple[int, int] | None = None,
+                       carry: Carry | None = None) -> list[mx.array] | Carry:
         """One forward over groups of rows (engine/models/row_groups.py): tokens
-        [B_g, T_g] with their view each -> each group's logits, as __call__ returns them."""
+        [B_g, T_g] with their view each -> each group's logits, as __call__ returns them.
+        layers: only [start, stop) of them, from the Carry the piece before left (none
+        for the first); a piece ending before the last layer returns its Carry
+        (engine/models/layer_pieces.py)."""
         rows = RowGroups([view for _, view in groups])
-        h = self.model.embed_tokens(rows.join_tokens([t for t, _ in groups]))   # [N, D]
+        start, stop = span_of(layers, len(self.model.layers), carry)
+        if carry is None:
+            h, pending = self.model.embed_tokens(rows.join_tokens([t for t, _ in groups])), None
+        else:
+            h, pending = carry.h, carry.pending                                # [N, D]
         with pool_order.once(rows.single_decode) as order:
-            pending = None
-            for layer, kv in zip(self.model.layers, cache.kv):
+            for layer, kv in zip(self.model.layers[start:stop], cache.kv[start:stop]):
                 h, pending = layer(h, rows, kv, pending)
+            if stop < len(self.model.layers):
+                order.settle(cache.kv, h)
+                return Carry(h, pending)
             h = h if pending is None else h + pending
             order.settle(cache.kv, h)
         h = self.model.norm(rows.select_logit_rows(h))                        # [M, D]

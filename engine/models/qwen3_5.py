@@ -17,6 +17,7 @@ from engine.models.base import CacheSpec, ModelCache
 from engine.models.elementwise import carried_norm, residual_norm, sigmoid_gate
 from engine.models.fused import fuse_linears
 from engine.models.gated_deltanet import GatedDeltaNet, NextGatedDeltaNet
+from engine.models.layer_pieces import Carry, span_of
 from engine.models.mlp import MLP
 from engine.models.moe import SparseMoeBlock
 from engine.models.projection import project
@@ -183,29 +184,40 @@ class Model(nn.Module):
     def __call__(self, tokens: mx.array, view: BatchView, cache: ModelCache) -> mx.array:
         return self.forward_groups([(tokens, view)], cache)[0]
 
-    def forward_groups(self, groups: list[tuple[mx.array, BatchView]],
-                       cache: ModelCache) -> list[mx.array]:
+    def forward_groups(self, groups: list[tuple[mx.array, BatchView]], cache: ModelCache,
+                       layers: tuple[int, int] | None = None,
+                       carry: Carry | None = None) -> list[mx.array] | Carry:
         """One forward over groups of rows (engine/models/row_groups.py): tokens
-        [B_g, T_g] with their view each -> each group's logits, as __call__ returns them."""
+        [B_g, T_g] with their view each -> each group's logits, as __call__ returns them.
+        layers: only [start, stop) of them, from the Carry the piece before left (none
+        for the first); a piece ending before the last layer returns its Carry
+        (engine/models/layer_pieces.py)."""
         backbone = self.body.model
         rows = RowGroups([view for _, view in groups])
-        h = backbone.embed_tokens(rows.join_tokens([t for t, _ in groups]))  # [N, H]
-        n_kv = n_state = 0
-        pending = None
+        start, stop = span_of(layers, len(backbone.layers), carry)
+        if carry is None:
+            h, pending = backbone.embed_tokens(rows.join_tokens([t for t, _ in groups])), None
+        else:
+            h, pending = carry.h, carry.pending                              # [N, H]
+        entries = self._cache_entries(cache)
         with pool_order.once(rows.single_decode) as order:
-            for layer in backbone.layers:
-                if layer.is_linear:
-                    h, pending = layer(h, rows, cache.states[n_state], pending)
-                    n_state += 1
-                else:
-                    h, pending = layer(h, rows, cache.kv[n_kv], pending)
-                    n_kv += 1
+            for layer, entry in zip(backbone.layers[start:stop], entries[start:stop]):
+                h, pending = layer(h, rows, entry, pending)
+            if stop < len(backbone.layers):
+                order.settle(cache.kv + cache.states, h)
+                return Carry(h, pending)
             h = h if pending is None else h + pending
             order.settle(cache.kv + cache.states, h)
         h = backbone.norm(rows.select_logit_rows(h))                         # [M, H]
         if self.args.tie_word_embeddings:
             return rows.split_logits(backbone.embed_tokens.as_linear(h))     # [B_g, *, V]
         return rows.split_logits(project(self.kernel_set, self.body.lm_head, h))  # [B_g, *, V]
+
+    def _cache_entries(self, cache: ModelCache) -> list[list[mx.array]]:
+        """Each layer's own cache lists, in layer order: a Gated DeltaNet layer's state
+        slots, an attention layer's K/V pools (the lists the layers change in place)."""
+        kv, states = iter(cache.kv), iter(cache.states)
+        return [next(states) if layer.is_linear else next(kv) for layer in self.layers]
 
     def fuse_projections(self) -> None:
         """Join projections that read the same input (engine/models/fused.py), one layer
