@@ -190,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="EngineConfig.mixed_forward=True")
     p.add_argument("--compile-chunks", action="store_true",
                    help="EngineConfig.compile_chunks: prompt chunks and mixed steps compiled")
+    p.add_argument("--chunk-pieces", type=int, default=1,
+                   help="EngineConfig.chunk_pieces: a chunk beside the streams read a layer "
+                   "range a step over this many steps (1, 2, 4, 8)")
     p.add_argument("--pipeline-steps", choices=("on", "off"), default=None,
                    help="EngineConfig.pipeline_steps (default: the engine's choice, GPU only)")
     p.add_argument("--max-decode-slowdown", type=float, default=None,
@@ -208,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                           max_context=max(lengths + [max(STREAM_PROMPTS)]) + 4096,
                           mixed_forward=mixed_forward_arg(args),
                           compile_chunks=args.compile_chunks,
+                          chunk_pieces=args.chunk_pieces,
                           pipeline_steps={"on": True, "off": False}.get(args.pipeline_steps),
                           **({} if args.max_decode_slowdown is None else
                              {"max_decode_slowdown": args.max_decode_slowdown}))

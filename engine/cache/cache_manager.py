@@ -256,6 +256,15 @@ class CacheManager:
             self.slots.free(victim.slot)
         return True
 
+    def drop_kept(self, slots: set[int]) -> None:
+        """Drop the kept turns whose state is in `slots` (snapshots whose state copy will
+        never come: engine/core/chunk_pieces.py), freeing their pages and slots."""
+        for entry in [e for e in (self.prefix.entries if self.prefix else [])
+                      if e.slot in slots]:
+            self.prefix.remove(entry)
+            self.pages.free(entry.pages)
+            self.slots.free(entry.slot)
+
     def clear(self) -> None:
         """Drop every kept turn."""
         while self.evict_lru():

@@ -42,9 +42,12 @@ def compiles_forward(setting: bool | None) -> bool:
 
 def runs_mixed_forwards(config) -> bool:
     """EngineConfig.mixed_forward, or when None: one mixed forward unless the decode rows
-    would leave their compiled forward for it (compiled decode, uncompiled chunks)."""
+    would leave their compiled forward for it (compiled decode, uncompiled chunks) or a
+    chunk is read in layer pieces (EngineConfig.chunk_pieces: a forward of its own)."""
     if config.mixed_forward is not None:
         return config.mixed_forward
+    if config.chunk_pieces > 1:
+        return False
     return config.compile_chunks or not compiles_forward(config.compile_decode)
 
 

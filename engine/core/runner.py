@@ -124,6 +124,10 @@ class Runner:
         logits, _ = self.forward(*self._prefill_inputs(chunks))
         return logits[:, -1, :]
 
+    # A chunk's layers may run over several steps (prefill_piece); the distributed
+    # leader's forwards are broadcast whole, so it cannot.
+    reads_in_pieces = True
+
     def prefill_piece(self, chunks, layers: tuple[int, int], carry: Carry | None = None,
                       inputs: tuple | None = None) -> Carry | mx.array:
         """The layers [start, stop) of prefill(chunks)'s forward (plain, never compiled;

@@ -68,9 +68,16 @@ class StepPlan:
     # Set by the step loop where decode rows ran: which rule of the budget chose the
     # prompt tokens beside them (Allowance.why; a calm step's too, while a prompt waits).
     chunk_reason: str = ""
+    # Set by the step loop where the step runs a layer range of a chunk forward
+    # (EngineConfig.chunk_pieces, engine/core/chunk_pieces.py): the layers, and the
+    # prompt tokens the step counts as reading (its share of the chunk's).
+    span: tuple[int, int] | None = None
+    span_tokens: int = 0
 
     @property
     def prefill_tokens(self) -> int:
+        if self.span is not None:
+            return self.span_tokens
         return sum(c.num_tokens for c in self.prefills)
 
     @property

@@ -36,6 +36,8 @@ class ClusterError(RuntimeError):
 
 
 class LeaderRunner(Runner):
+    reads_in_pieces = False     # forwards go to the followers whole (wire.py)
+
     def __init__(self, model, config, num_pages: int | None, wire: Wire):
         super().__init__(model, config, num_pages)
         self.wire = wire

@@ -1,0 +1,113 @@
+"""A prompt read beside streams a layer range a step (EngineConfig.chunk_pieces,
+engine/core/chunk_pieces.py): the same replies as whole chunks, the budget told a step's
+share, turn snapshots taken only once the whole chunk is read, and a chain that ends early
+(its request cancelled) leaving no kept turn of a state half read."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from engine_harness import Harness
+from qwen_fixtures import build_model, random_weights, tiny_config
+from tiny_models import tiny_llama, tiny_llama_config
+
+from engine.config import EngineConfig
+from engine.core.chunk_pieces import effective
+from engine.core.compiled_forward import runs_mixed_forwards
+from engine.events import FinishedEvent
+
+RNG = np.random.default_rng(31)
+STREAMS = [RNG.integers(0, 320, n).tolist() for n in (9, 5, 13)]
+LATER = RNG.integers(0, 320, 21).tolist()       # three chunks of 8 beside the streams
+NEXT_TURN = LATER + RNG.integers(0, 320, 4).tolist()   # starts with LATER: its kept turn
+MODELS = ["llama", "qwen3_5_moe", "qwen3_5"]
+
+
+def _model(kind: str):
+    if kind == "llama":
+        return tiny_llama(tiny_llama_config(num_hidden_layers=4))
+    config = tiny_config(kind)
+    model = build_model(config, random_weights(config, seed=4))
+    if kind == "qwen3_5_moe":
+        model.fuse_projections()
+    return model
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def model(request):
+    return _model(request.param)
+
+
+def _harness(model, pieces: int) -> Harness:
+    return Harness(model, max_num_seqs=4, prefill_chunk=8, chunk_pieces=pieces,
+                   mixed_forward=False)
+
+
+def _replies(h: Harness) -> dict[int, tuple]:
+    return {e.request_id: e.token_ids for e in h.events if isinstance(e, FinishedEvent)}
+
+
+def _run(model, pieces: int) -> Harness:
+    """Three streams, a 21-token prompt arriving at step 4 (read beside them), then at
+    step 40 the conversation's next turn, which reuses the first turn's kept state."""
+    joins = {0: [(i, p, 12) for i, p in enumerate(STREAMS)], 4: [(3, LATER, 6)],
+             40: [(4, NEXT_TURN, 5)]}
+    return _harness(model, pieces).run(joins)
+
+
+@pytest.mark.parametrize("pieces", [2, 4])
+def test_a_prompt_read_in_pieces_beside_streams_gives_the_same_replies(model, pieces):
+    whole, split = _run(model, 1), _run(model, pieces)
+    assert _replies(split) == _replies(whole) and len(_replies(whole)) == 5
+    reasons = [e.chunk_reason for e in split.steps if e.chunk_reason.startswith("piece")]
+    # pieces 2..K of each of LATER's chunks are steps of their own, beside the streams
+    assert reasons.count(f"piece {pieces}/{pieces}") >= 2, reasons
+    # each such step tells the budget a K-th of the chunk it reads
+    mixed = [e for e in split.steps if e.kind == "mixed" and e.batch_size]
+    assert mixed and all(e.prefill_tokens <= effective(8, pieces) for e in mixed)
+    assert split.loop.chain is None and not split.loop._held
+
+
+def test_the_next_turn_reuses_the_state_kept_after_the_whole_chunk(model):
+    """NEXT_TURN matches LATER's kept turn only where the state was snapshotted (a
+    recurrent model's) or its pages kept: its reply equals the one read whole."""
+    whole, split = _run(model, 1), _run(model, 4)
+    assert _replies(split)[4] == _replies(whole)[4]
+
+
+def test_a_chain_whose_request_is_cancelled_keeps_no_half_read_turn():
+    """LATER (its last chunk read in pieces) is cancelled between two pieces: its turn
+    snapshot, taken when that chunk was planned, is dropped with its copy, and the next
+    prompt with LATER's ids reads them itself (the same reply as on a fresh engine)."""
+    model = _model("qwen3_5")
+    h = _harness(model, 4)
+    streams = [h.add(i, p, 40) for i, p in enumerate(STREAMS)]
+    while not all(s.output_ids for s in streams):        # all three streaming
+        h.loop.step()
+    h.add(3, LATER, 6)
+    while not (h.loop.chain and h.loop.chain.chunks[0].is_last and h.loop.chain.next == 2):
+        h.loop.step()
+        h.loop.cache.check_invariants()
+    kept = len(h.loop.cache.prefix.entries)
+    h.loop.cancel(3)
+    h.loop.step()
+    assert h.loop.chain is None
+    assert len(h.loop.cache.prefix.entries) < kept        # the snapshot is gone
+    h.add(4, NEXT_TURN, 5)
+    h.run()
+    fresh = _harness(model, 1)
+    fresh.add(4, NEXT_TURN, 5)
+    fresh.run()
+    assert _replies(h)[4] == _replies(fresh)[4]
+
+
+def test_pieces_are_a_power_of_two_and_need_two_forwards_of_plain_chunks():
+    for bad in (0, 3, 16):
+        with pytest.raises(ValueError, match="chunk_pieces"):
+            EngineConfig(chunk_pieces=bad)
+    with pytest.raises(ValueError, match="two forwards"):
+        EngineConfig(chunk_pieces=4, mixed_forward=True)
+    with pytest.raises(ValueError, match="plain chunks"):
+        EngineConfig(chunk_pieces=4, compile_chunks=True)
+    with pytest.raises(ValueError, match="multiple of chunk_pieces"):
+        EngineConfig(chunk_pieces=8, prefill_chunk=12)
+    assert not runs_mixed_forwards(EngineConfig(chunk_pieces=2, compile_decode=False))
