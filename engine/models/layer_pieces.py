@@ -18,9 +18,12 @@ chunk, run in order, leave the cache and the logits a whole forward leaves.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import mlx.core as mx
+
+from kernels import pool_order
 
 
 @dataclass
@@ -52,3 +55,22 @@ def span_of(layers: tuple[int, int] | None, num_layers: int,
         raise ValueError("a piece after the first takes the Carry of the one before it, "
                          "the first none")
     return start, stop
+
+
+def run_layers(layers: list, entries: list, rows, embed: Callable[[], mx.array],
+               pools: list[list[mx.array]], span: tuple[int, int] | None = None,
+               carry: Carry | None = None) -> mx.array | Carry:
+    """A model's layers [start, stop) of `span` (all by default) over `rows` (RowGroups),
+    each with its own cache lists (`entries`, in layer order): from the tokens' embedding
+    (`embed()`) or the Carry the piece before left. -> the residual stream after the last
+    layer, its pending MLP output added, or a piece's Carry. The pools the layers wrote in
+    place (`pools`: the cache's lists) are ordered after it (kernels/pool_order.py)."""
+    start, stop = span_of(span, len(layers), carry)
+    h, pending = (embed(), None) if carry is None else (carry.h, carry.pending)   # [N, H]
+    with pool_order.once(rows.single_decode) as order:
+        for layer, entry in zip(layers[start:stop], entries[start:stop]):
+            h, pending = layer(h, rows, entry, pending)
+        out = Carry(h, pending) if stop < len(layers) else (
+            h if pending is None else h + pending)
+        order.settle(pools, out.h if isinstance(out, Carry) else out)
+    return out

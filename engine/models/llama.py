@@ -11,12 +11,11 @@ from engine.models.attention import grouped_paged_attention, merge_heads
 from engine.models.base import CacheSpec, ModelCache
 from engine.models.elementwise import carried_norm, residual_norm
 from engine.models.fused import fuse_linears
-from engine.models.layer_pieces import Carry, span_of
+from engine.models.layer_pieces import Carry, run_layers
 from engine.models.mlp import MLP
 from engine.models.rope import RoPE
 from engine.models.row_groups import RowGroups
 from engine.models.shapes import reshaped
-from kernels import pool_order
 from kernels.kernel_set import NO_KERNELS
 
 MODEL_TYPES = ("llama", "smollm", "smollm2", "mistral", "qwen2", "qwen3")
@@ -204,19 +203,11 @@ class Model(nn.Module):
         for the first); a piece ending before the last layer returns its Carry
         (engine/models/layer_pieces.py)."""
         rows = RowGroups([view for _, view in groups])
-        start, stop = span_of(layers, len(self.model.layers), carry)
-        if carry is None:
-            h, pending = self.model.embed_tokens(rows.join_tokens([t for t, _ in groups])), None
-        else:
-            h, pending = carry.h, carry.pending                                # [N, D]
-        with pool_order.once(rows.single_decode) as order:
-            for layer, kv in zip(self.model.layers[start:stop], cache.kv[start:stop]):
-                h, pending = layer(h, rows, kv, pending)
-            if stop < len(self.model.layers):
-                order.settle(cache.kv, h)
-                return Carry(h, pending)
-            h = h if pending is None else h + pending
-            order.settle(cache.kv, h)
+        h = run_layers(self.model.layers, cache.kv, rows,
+                       lambda: self.model.embed_tokens(rows.join_tokens([t for t, _ in groups])),
+                       cache.kv, layers, carry)
+        if isinstance(h, Carry):
+            return h
         h = self.model.norm(rows.select_logit_rows(h))                        # [M, D]
         if self.args.tie_word_embeddings:
             return rows.split_logits(self.model.embed_tokens.as_linear(h))

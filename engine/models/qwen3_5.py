@@ -17,7 +17,7 @@ from engine.models.base import CacheSpec, ModelCache
 from engine.models.elementwise import carried_norm, residual_norm, sigmoid_gate
 from engine.models.fused import fuse_linears
 from engine.models.gated_deltanet import GatedDeltaNet, NextGatedDeltaNet
-from engine.models.layer_pieces import Carry, span_of
+from engine.models.layer_pieces import Carry, run_layers
 from engine.models.mlp import MLP
 from engine.models.moe import SparseMoeBlock
 from engine.models.projection import project
@@ -25,7 +25,6 @@ from engine.models.qwen3_5_config import NEXT_TYPES, QWEN3_5_TYPES, ModelArgs
 from engine.models.qwen3_5_weights import quantize_predicate, sanitize_weights
 from engine.models.row_groups import RowGroups
 from engine.models.shapes import reshaped
-from kernels import pool_order
 from kernels.kernel_set import NO_KERNELS
 
 MODEL_TYPES = QWEN3_5_TYPES + NEXT_TYPES
@@ -194,20 +193,11 @@ class Model(nn.Module):
         (engine/models/layer_pieces.py)."""
         backbone = self.body.model
         rows = RowGroups([view for _, view in groups])
-        start, stop = span_of(layers, len(backbone.layers), carry)
-        if carry is None:
-            h, pending = backbone.embed_tokens(rows.join_tokens([t for t, _ in groups])), None
-        else:
-            h, pending = carry.h, carry.pending                              # [N, H]
-        entries = self._cache_entries(cache)
-        with pool_order.once(rows.single_decode) as order:
-            for layer, entry in zip(backbone.layers[start:stop], entries[start:stop]):
-                h, pending = layer(h, rows, entry, pending)
-            if stop < len(backbone.layers):
-                order.settle(cache.kv + cache.states, h)
-                return Carry(h, pending)
-            h = h if pending is None else h + pending
-            order.settle(cache.kv + cache.states, h)
+        h = run_layers(backbone.layers, self._cache_entries(cache), rows,
+                       lambda: backbone.embed_tokens(rows.join_tokens([t for t, _ in groups])),
+                       cache.kv + cache.states, layers, carry)
+        if isinstance(h, Carry):
+            return h
         h = backbone.norm(rows.select_logit_rows(h))                         # [M, H]
         if self.args.tie_word_embeddings:
             return rows.split_logits(backbone.embed_tokens.as_linear(h))     # [B_g, *, V]

@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from engine_harness import Harness
-from qwen_fixtures import build_model, random_weights, tiny_config
-from tiny_models import tiny_llama, tiny_llama_config
+from tiny_models import tiny_model
 
 from engine.config import EngineConfig
 from engine.core.chunk_pieces import effective
@@ -23,13 +22,7 @@ MODELS = ["llama", "qwen3_5_moe", "qwen3_5"]
 
 
 def _model(kind: str):
-    if kind == "llama":
-        return tiny_llama(tiny_llama_config(num_hidden_layers=4))
-    config = tiny_config(kind)
-    model = build_model(config, random_weights(config, seed=4))
-    if kind == "qwen3_5_moe":
-        model.fuse_projections()
-    return model
+    return tiny_model(kind, qwen_seed=4, llama_layers=4)
 
 
 @pytest.fixture(scope="module", params=MODELS)

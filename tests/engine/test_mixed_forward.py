@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from engine_harness import Harness
 from float32_tolerance import assert_close, model_depth
-from qwen_fixtures import build_model, random_weights, tiny_config
-from tiny_models import tiny_llama
+from tiny_models import tiny_llama, tiny_model
 
 from engine.config import EngineConfig
 from engine.core.runner import Runner
@@ -25,13 +24,7 @@ MODELS = ["llama", "qwen3_5_moe", "qwen3_5", "qwen3_next"]
 
 
 def _model(kind: str):
-    if kind == "llama":
-        return tiny_llama()
-    config = tiny_config(kind)
-    model = build_model(config, random_weights(config, seed=5))
-    if kind == "qwen3_5_moe":
-        model.fuse_projections()      # the shipped layout: joined projections
-    return model
+    return tiny_model(kind, qwen_seed=5, llama_layers=2)
 
 
 @pytest.fixture(scope="module", params=MODELS)

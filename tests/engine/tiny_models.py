@@ -7,7 +7,7 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
-from qwen_fixtures import write_tokenizer
+from qwen_fixtures import build_model, random_weights, tiny_config, write_tokenizer
 
 from engine.models import llama
 
@@ -19,6 +19,19 @@ def tiny_llama_config(model_type: str = "llama", **over) -> dict:
             "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
             "vocab_size": VOCAB, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
             "tie_word_embeddings": model_type != "qwen2", **over}
+
+
+def tiny_model(kind: str, qwen_seed: int = 0, llama_layers: int = 2):
+    """A tiny random model of a family the engine runs: "llama" (tiny_llama's, of
+    llama_layers layers), or a Qwen3.5 / Qwen3-Next type of qwen_fixtures.tiny_config
+    (random weights of qwen_seed), the MoE one with its projections joined as shipped."""
+    if kind == "llama":
+        return tiny_llama(tiny_llama_config(num_hidden_layers=llama_layers))
+    config = tiny_config(kind)
+    model = build_model(config, random_weights(config, seed=qwen_seed))
+    if kind == "qwen3_5_moe":
+        model.fuse_projections()
+    return model
 
 
 def tiny_llama(config: dict | None = None, seed: int = 0) -> llama.Model:
