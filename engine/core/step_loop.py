@@ -196,8 +196,11 @@ class StepLoop:
         chain = self.chain
         if not chain.alive(self.requests):
             self._drop_chain()
-            plan.copies, self._held = merged(self._held, plan.copies), DeviceCopies()
-            return None if not plan.decode else plan
+            self._held = merged(self._held, plan.copies)
+            if not plan.decode:
+                return None     # planned afresh, the held copies with it
+            plan.copies, self._held = self._held, DeviceCopies()
+            return plan
         # Held until the last piece is queued: a snapshot taken now would copy a state
         # some of whose layers have not read the chunk yet.
         self._held, plan.copies = merged(self._held, plan.copies), DeviceCopies()

@@ -104,3 +104,26 @@ def test_pieces_are_a_power_of_two_and_need_two_forwards_of_plain_chunks():
     with pytest.raises(ValueError, match="multiple of chunk_pieces"):
         EngineConfig(chunk_pieces=8, prefill_chunk=12)
     assert not runs_mixed_forwards(EngineConfig(chunk_pieces=2, compile_decode=False))
+
+
+def test_a_chain_whose_sequence_is_preempted_ends_and_its_prompt_is_read_again(model):
+    """The scheduler preempts LATER between two pieces of its chunk (as when the streams
+    outgrow the pool): the chain ends, no piece writes its freed pages or slot, and
+    LATER, read again from its ids, replies as it does read whole."""
+    want = _replies(_run(model, 1))
+    h = _harness(model, 4)
+    streams = [h.add(i, p, 12) for i, p in enumerate(STREAMS)]
+    while not all(s.output_ids for s in streams):        # all three streaming
+        h.loop.step()
+    later = h.add(3, LATER, 6)
+    while not (h.loop.chain and h.loop.chain.chunks[0].seq is later
+               and h.loop.chain.chunks[0].start > 0 and h.loop.chain.next == 2):
+        h.loop.step()
+    h.loop.flush()                      # preempting needs every token on the host
+    h.loop.scheduler.preempt(later)
+    h.loop.step()
+    assert h.loop.chain is None and later.num_computed == 0
+    h.add(4, NEXT_TURN, 5)
+    h.run()
+    got = _replies(h)
+    assert got[3] == want[3] and all(got[i] == want[i] for i in range(3))
