@@ -152,7 +152,9 @@ def _step_record(e: StepEvent, t0: float) -> dict:
             "predicted_ms": round(1000 * e.predicted_s, 2), "why": e.chunk_reason}
 
 
-def _summary(length: int, rounds: list[dict], floor_ms: float) -> str:
+def _summary(length: int, rounds: list[dict], floor_ms: float, pieces: int = 1) -> str:
+    """pieces: EngineConfig.chunk_pieces (K > 1: a mixed step's tokens are its share, a
+    K-th, of the chunk it runs a layer range of)."""
     med = statistics.median
     alone = med(r["alone_s"] for r in rounds)
     loaded = med(r["loaded_s"] for r in rounds)
@@ -170,7 +172,7 @@ def _summary(length: int, rounds: list[dict], floor_ms: float) -> str:
             f"max {max(during):.0f} ms, {sum(g > 2 * floor_ms for g in during)}/{len(during)} "
             f"over 2x the floor "
             f"(floor {floor_ms:.0f} ms, {med(during) / med(before):.2f}x calm) | "
-            f"chunks {chunks}, {sum(r.get('banked', 0) for r in rounds)} calm steps between | degraded "
+            f"chunks {chunks}{f' (tokens a step reads of {pieces}-piece chunks)' if pieces > 1 else ''}, {sum(r.get('banked', 0) for r in rounds)} calm steps between | degraded "
             f"{sum(r['degraded'] for r in rounds)}/{sum(r['mixed'] for r in rounds)} mixed steps"
             f" | rules {', '.join(f'{why} x{n}' for why, n in rules.most_common())}")
 
@@ -226,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         for length in lengths:
             rounds = [measure_round(engine, vocab, args.streams, length, 17 * r + length,
                                     sampling, floor_ms) for r in range(args.rounds)]
-            print(_summary(length, rounds, floor_ms), flush=True)
+            print(_summary(length, rounds, floor_ms, config.chunk_pieces), flush=True)
             if args.steps_log:
                 with open(args.steps_log, "a") as f:
                     for r, result in enumerate(rounds):
