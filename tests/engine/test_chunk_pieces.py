@@ -30,21 +30,21 @@ def model(request):
     return _model(request.param)
 
 
-def _harness(model, pieces: int) -> Harness:
-    return Harness(model, max_num_seqs=4, prefill_chunk=8, chunk_pieces=pieces,
-                   mixed_forward=False)
+def _harness(model, pieces: int, **config) -> Harness:
+    return Harness(model, **{"max_num_seqs": 4, "prefill_chunk": 8, "chunk_pieces": pieces,
+                             "mixed_forward": False, **config})
 
 
 def _replies(h: Harness) -> dict[int, tuple]:
     return {e.request_id: e.token_ids for e in h.events if isinstance(e, FinishedEvent)}
 
 
-def _run(model, pieces: int) -> Harness:
+def _run(model, pieces: int, **config) -> Harness:
     """Three streams, a 21-token prompt arriving at step 4 (read beside them), then at
     step 40 the conversation's next turn, which reuses the first turn's kept state."""
     joins = {0: [(i, p, 12) for i, p in enumerate(STREAMS)], 4: [(3, LATER, 6)],
              40: [(4, NEXT_TURN, 5)]}
-    return _harness(model, pieces).run(joins)
+    return _harness(model, pieces, **config).run(joins)
 
 
 @pytest.mark.parametrize("pieces", [2, 4])
@@ -127,3 +127,17 @@ def test_a_chain_whose_sequence_is_preempted_ends_and_its_prompt_is_read_again(m
     h.run()
     got = _replies(h)
     assert got[3] == want[3] and all(got[i] == want[i] for i in range(3))
+
+
+def test_prompts_sent_to_every_pane_at_once_are_read_in_one_chunk_in_pieces(model):
+    """Two prompts arriving together beside the streams (the broadcast box): one chunk
+    forward of both rows, padded to the fixed lengths, run in pieces; the replies are
+    those of whole chunks."""
+    joins = {0: [(i, p, 12) for i, p in enumerate(STREAMS)],
+             4: [(3, LATER, 6), (4, NEXT_TURN[:13], 6)]}
+    whole = _harness(model, 1, max_num_seqs=6, fixed_shapes=True).run(joins)
+    split = _harness(model, 4, max_num_seqs=6, fixed_shapes=True).run(joins)
+    assert _replies(split) == _replies(whole) and len(_replies(whole)) == 5
+    both = [e for e in split.steps if len(e.prefill_request_ids) == 2]
+    assert any(e.chunk_reason.startswith("piece") for e in both), [
+        (e.prefill_request_ids, e.chunk_reason) for e in split.steps]
