@@ -12,7 +12,7 @@ from tiny_models import tiny_model
 from engine.config import EngineConfig
 from engine.core.chunk_pieces import effective
 from engine.core.compiled_forward import runs_mixed_forwards
-from engine.events import FinishedEvent
+from engine.events import FinishedEvent, StepEvent
 
 RNG = np.random.default_rng(31)
 STREAMS = [RNG.integers(0, 320, n).tolist() for n in (9, 5, 13)]
@@ -141,3 +141,43 @@ def test_prompts_sent_to_every_pane_at_once_are_read_in_one_chunk_in_pieces(mode
     both = [e for e in split.steps if len(e.prefill_request_ids) == 2]
     assert any(e.chunk_reason.startswith("piece") for e in both), [
         (e.prefill_request_ids, e.chunk_reason) for e in split.steps]
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3_5_moe"])
+def test_through_the_public_engine_pieces_give_the_replies_and_kept_turns_of_whole_chunks(
+        kind, tmp_path):
+    """Engine.load with chunk_pieces=4 and a disk cache: prompts of different lengths sent
+    together (the long ones read in pieces beside the short ones' decode), then a new
+    Engine resuming the longest conversation from the disk: the replies and the reuse of
+    whole chunks."""
+    from qwen_fixtures import random_weights, tiny_config, write_mlx_folder
+    from tiny_models import write_tiny_llama
+
+    from engine import Engine, SamplingParams
+    if kind == "llama":
+        folder = write_tiny_llama(tmp_path / "model")
+    else:
+        config = tiny_config(kind)
+        folder = write_mlx_folder(tmp_path / "model", config, random_weights(config, seed=4))
+    greedy = SamplingParams(max_tokens=6, temperature=0.0)
+    prompts = [STREAMS[1], LATER + STREAMS[0], LATER * 3]
+
+    def conversation(pieces: int) -> tuple[list, list]:
+        # no floor: whole chunks of 16 either way, the same plan on any machine
+        cfg = dict(num_pages=96, page_size=4, prefill_chunk=16, chunk_pieces=pieces,
+                   mixed_forward=False, min_stream_tok_s=0.0,
+                   cache_dir=str(tmp_path / f"cache{pieces}"))
+        with Engine.load(folder, EngineConfig(**cfg)) as engine:
+            engine.add_listener(lambda ev: isinstance(ev, StepEvent) and steps.append(ev))
+            first = engine.generate(prompts, greedy)
+        follow = prompts[2] + list(first[2].token_ids) + [11, 12, 13]
+        with Engine.load(folder, EngineConfig(**cfg)) as engine:
+            resumed = engine.generate([follow], greedy)[0]
+        return ([r.token_ids for r in first] + [resumed.token_ids],
+                [resumed.stats.cached_tokens])
+
+    steps: list[StepEvent] = []
+    whole = conversation(1)
+    assert not any(e.chunk_reason.startswith("piece") for e in steps)
+    assert conversation(4) == whole
+    assert any(e.chunk_reason.startswith("piece") for e in steps)     # read in pieces
