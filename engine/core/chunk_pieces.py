@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import mlx.core as mx
+
 from engine.arith import ceil_div
 from engine.cache.cache_manager import DeviceCopies
 from engine.core.sequence import Status
@@ -90,3 +92,81 @@ def merged(first: DeviceCopies, then: DeviceCopies) -> DeviceCopies:
     """Both plans' copies, `first`'s before `then`'s (held copies, then a new plan's)."""
     return DeviceCopies(first.pages + then.pages, first.states + then.states,
                         first.loads + then.loads, first.saves + then.saves)
+
+
+class ChunkPieces:
+    """The step loop's side of it: the chain running (if any), the copies held while it
+    runs, and the Carry arrays of the piece just queued (evaluated with its step)."""
+
+    def __init__(self, pieces: int, num_layers: int):
+        self.k = pieces
+        self.num_layers = num_layers
+        self.chain: PieceChain | None = None
+        self.held = DeviceCopies()
+        self.carried: list[mx.array] = []
+
+    def budget_share(self, tokens: int, decoding: bool) -> int:
+        """What the budget is asked about for a prompt of `tokens` left: a step's share."""
+        return effective(tokens, self.k) if decoding and tokens else tokens
+
+    def release(self, plan) -> None:
+        """A plan after a chain: the copies held while it ran go first."""
+        if self.held:
+            plan.copies, self.held = merged(self.held, plan.copies), DeviceCopies()
+
+    def begin(self, plan, inputs_of) -> None:
+        """A plan with decode rows and prompt chunks starts a chain (K > 1): its first
+        step runs the first layer range. inputs_of(chunks): the chunk forward's inputs."""
+        if self.k > 1 and plan.decode and plan.prefills:
+            self.chain = PieceChain.start(plan.prefills, self.num_layers, self.k,
+                                          inputs_of(plan.prefills))
+            plan.span = self.chain.span(alone=False)
+            plan.span_tokens = effective(self.chain.tokens, len(self.chain.bounds))
+            self.chain.degraded = plan.degraded
+
+    def go_on(self, plan, requests, cache):
+        """The chain's next step on `plan` (the scheduler's, decode rows only): its next
+        layer range, every layer left when no row is decoding. None when a sequence of
+        it was preempted, cancelled or finished and no row decodes: the chain is dropped
+        and the step is planned afresh (the held copies with it)."""
+        chain = self.chain
+        if not chain.alive(requests):
+            self.drop(cache)
+            self.held = merged(self.held, plan.copies)
+            if not plan.decode:
+                return None
+            plan.copies, self.held = self.held, DeviceCopies()
+            return plan
+        # Held until the last piece is queued: a snapshot taken now would copy a state
+        # some of whose layers have not read the chunk yet.
+        self.held, plan.copies = merged(self.held, plan.copies), DeviceCopies()
+        plan.prefills = chain.chunks
+        plan.span = chain.span(alone=not plan.decode)
+        runs = sum(1 for b in chain.bounds[chain.next:] if b[1] <= plan.span[1])
+        plan.span_tokens = effective(chain.tokens, len(chain.bounds)) * runs
+        if plan.decode:
+            plan.degraded = chain.degraded
+            plan.chunk_reason = f"piece {chain.next + 1}/{len(chain.bounds)}"
+        return plan
+
+    def run(self, runner, plan) -> mx.array | None:
+        """Queue the chain's layers `plan.span`: the chunks' logits after the last layer
+        (the chain ends), else None, its Carry kept for the next step (its arrays in
+        `carried`, to evaluate with this step)."""
+        chain = self.chain
+        out = runner.prefill_piece(chain.chunks, plan.span, chain.carry, chain.inputs)
+        chain.ran(plan.span, out)
+        if chain.done:
+            self.chain, self.carried = None, []
+            return out
+        self.carried = [a for a in (out.h, out.pending) if a is not None]
+        return None
+
+    def drop(self, cache) -> None:
+        """The chain ends before its last piece (its sequences preempted, cancelled or
+        finished, or a step failed): the turn snapshots its first plan took would copy a
+        state half read, so they are dropped with their kept turns."""
+        chain, self.chain, self.carried = self.chain, None, []
+        if chain is not None:
+            self.held, dropped = without_snapshots_of(self.held, chain.slots)
+            cache.drop_kept(dropped)

@@ -12,7 +12,7 @@ import mlx.core as mx
 from engine.cache.cache_manager import CacheManager, DeviceCopies
 from engine.config import EngineConfig
 from engine.core.alone_prefill_cost import MIXED_FORWARD_SHARE, OWN_FORWARD_SHARE
-from engine.core.chunk_pieces import PieceChain, effective, merged, without_snapshots_of
+from engine.core.chunk_pieces import ChunkPieces, merged
 from engine.core.compiled_forward import runs_mixed_forwards
 from engine.core.disk_transfer import HostCopies, schema
 from engine.core.output_stream import OutputStream
@@ -85,15 +85,12 @@ class StepLoop:
         self._completing: StepPlan | None = None # the plan being read back (step_failed)
         # A chunk read beside decode rows a layer range a step (engine/core/chunk_pieces.py):
         # the budget prices one step's share of it, of at most prefill_chunk / K tokens.
-        self.pieces = config.chunk_pieces
-        if self.pieces > 1 and not self.runner.reads_in_pieces:
+        if config.chunk_pieces > 1 and not self.runner.reads_in_pieces:
             raise ValueError("EngineConfig.chunk_pieces > 1: this runner cannot read a "
                              "chunk in layer pieces (the distributed engine)")
-        self.chain: PieceChain | None = None
-        self._carried: list[mx.array] = []     # the queued piece's Carry, to evaluate
-        self._held = DeviceCopies()     # copies planned while a chain runs, for after it
+        self.pieces = ChunkPieces(config.chunk_pieces, len(self.runner.model.layers))
         self.budget = PrefillBudget(
-            config.prefill_chunk // self.pieces, config.min_stream_tok_s,
+            config.prefill_chunk // config.chunk_pieces, config.min_stream_tok_s,
             config.max_decode_slowdown,
             MIXED_FORWARD_SHARE if self.mixed_forwards else OWN_FORWARD_SHARE,
             pads_to_fixed_shapes(config))
@@ -102,7 +99,7 @@ class StepLoop:
     def has_work(self) -> bool:
         """Requests to run, or kept turns still to gather or copy for the disk cache."""
         return (self.scheduler.has_work or self.cache.has_pending_saves
-                or bool(self.host_copies) or bool(self._held))
+                or bool(self.host_copies) or bool(self.pieces.held))
 
     def add(self, request: Request) -> None:
         self.requests[request.seq.request_id] = request
@@ -150,30 +147,24 @@ class StepLoop:
         """The scheduler's plan; when it must preempt while step n-1's tokens are still
         on the device, it plans nothing and asks for them first (StepPlan.resolve_first):
         planning never calls back into this loop."""
-        if self.chain is not None:
-            plan = self._chain_plan()
+        if self.pieces.chain is not None:
+            plan = self.pieces.go_on(self._schedule(0), self.requests, self.cache)
             if plan is not None:
+                if plan.decode:
+                    plan.predicted_s = self.budget.predicted_s(plan.span_tokens)
                 return plan
         decoding = any(not s.is_prefilling for s in self.scheduler.running)
         prompt_left = self.scheduler.prompt_tokens_left()
         # With pieces the budget prices one step's share of a chunk (chunk_pieces.py).
-        pieces = self.pieces if decoding else 1
-        allowance = self.budget.allowance(
-            decoding, effective(prompt_left, pieces) if prompt_left else prompt_left)
-        tokens = (allowance.tokens * pieces if decoding
+        allowance = self.budget.allowance(decoding,
+                                          self.pieces.budget_share(prompt_left, decoding))
+        tokens = (allowance.tokens * self.pieces.k if decoding
                   else self.config.prefill_chunk if allowance.why == "alone" else allowance.tokens)
         plan = self._schedule(tokens)
-        if self._held:                  # a chain's held copies, now that it has ended
-            plan.copies, self._held = merged(self._held, plan.copies), DeviceCopies()
-        if pieces > 1 and plan.decode and plan.prefills:
-            self.chain = PieceChain.start(plan.prefills, len(self.runner.model.layers),
-                                          pieces, self.runner.prefill_inputs(plan.prefills))
-            plan.span = self.chain.span(alone=False)
-            plan.span_tokens = effective(self.chain.tokens, pieces)
+        self.pieces.release(plan)
         # Degraded only matters where a prompt was read beside a decode.
         plan.degraded = allowance.degraded and bool(plan.decode and plan.prefills)
-        if self.chain is not None:
-            self.chain.degraded = plan.degraded
+        self.pieces.begin(plan, self.runner.prefill_inputs)
         if plan.decode and plan.prefills:
             plan.predicted_s = self.budget.predicted_s(plan.prefill_tokens)
         if plan.decode and (plan.prefills or prompt_left):
@@ -187,41 +178,6 @@ class StepLoop:
             plan = self.scheduler.schedule(tokens)
             assert not plan.resolve_first, "nothing is in flight after a flush"
         return plan
-
-    def _chain_plan(self) -> StepPlan | None:
-        """The next step of the chunk being read in pieces: decode rows (no other prompt)
-        and its next layer range, every layer left when no row is decoding; None when a
-        sequence of it was preempted, cancelled or finished (the chain is dropped)."""
-        plan = self._schedule(0)
-        chain = self.chain
-        if not chain.alive(self.requests):
-            self._drop_chain()
-            self._held = merged(self._held, plan.copies)
-            if not plan.decode:
-                return None     # planned afresh, the held copies with it
-            plan.copies, self._held = self._held, DeviceCopies()
-            return plan
-        # Held until the last piece is queued: a snapshot taken now would copy a state
-        # some of whose layers have not read the chunk yet.
-        self._held, plan.copies = merged(self._held, plan.copies), DeviceCopies()
-        plan.prefills = chain.chunks
-        plan.span = chain.span(alone=not plan.decode)
-        runs = sum(1 for b in chain.bounds[chain.next:] if b[1] <= plan.span[1])
-        plan.span_tokens = effective(chain.tokens, len(chain.bounds)) * runs
-        if plan.decode:
-            plan.degraded = chain.degraded
-            plan.chunk_reason = f"piece {chain.next + 1}/{len(chain.bounds)}"
-            plan.predicted_s = self.budget.predicted_s(plan.span_tokens)
-        return plan
-
-    def _drop_chain(self) -> None:
-        """The chunk being read in pieces ends before its last: its sequences were
-        preempted, cancelled or finished, or a step failed. The turn snapshots its first
-        plan took would copy a state half read: they are dropped with their kept turns."""
-        chain, self.chain, self._carried = self.chain, None, []
-        if chain is not None:
-            self._held, dropped = without_snapshots_of(self._held, chain.slots)
-            self.cache.drop_kept(dropped)
 
     def flush(self) -> None:
         """Read back the step still in flight (before going idle, or before a cancel)."""
@@ -237,8 +193,9 @@ class StepLoop:
     def save_kept_turns(self) -> None:
         """Gather kept turns not yet written and hand them to the disk cache (closing)."""
         self.flush()
-        self._drop_chain()              # its requests were cancelled (closing)
-        copies, self._held = merged(self._held, self.cache.take_copies()), DeviceCopies()
+        self.pieces.drop(self.cache)    # its requests were cancelled (closing)
+        copies, self.pieces.held = (merged(self.pieces.held, self.cache.take_copies()),
+                                    DeviceCopies())
         self._hand_to_disk(self.runner.copy(copies))
         self.host_copies.pump(float("inf"))
 
@@ -276,7 +233,7 @@ class StepLoop:
             now = time.perf_counter()
             for c in plan.prefills:
                 c.seq.t_prefill_start = c.seq.t_prefill_start or now
-            extra = extra + self._carried
+            extra = extra + self.pieces.carried
         for s in plan.decode:
             s.num_computed = s.num_tokens
         for req, ids, row in out:
@@ -299,21 +256,8 @@ class StepLoop:
             # the decode is committed before any of the chunk's work.
             mx.async_eval(decode, self.runner.cache_arrays())
         if plan.span is not None:
-            return decode, self._piece(plan)
+            return decode, self.pieces.run(self.runner, plan)
         return decode, (self.runner.prefill(plan.prefills) if plan.prefills else None)
-
-    def _piece(self, plan: StepPlan) -> mx.array | None:
-        """Queue the chain's layers `plan.span`: the chunks' logits after the last layer
-        (the chain ends), else None, its Carry kept for the next step (and its arrays in
-        `_carried`, evaluated with this step)."""
-        chain = self.chain
-        out = self.runner.prefill_piece(chain.chunks, plan.span, chain.carry, chain.inputs)
-        chain.ran(plan.span, out)
-        if chain.done:
-            self.chain, self._carried = None, []
-            return out
-        self._carried = [a for a in (out.h, out.pending) if a is not None]
-        return None
 
     def _sample_prefill(self, chunks, logits: mx.array) -> list[tuple[Request, mx.array, int]]:
         """Sample where a prompt's last chunk ends (logits [B, V]: each chunk's last)."""
@@ -379,7 +323,7 @@ class StepLoop:
 
     def fail_all(self, message: str) -> None:
         self._inflight = self._current = self._completing = None
-        self._drop_chain()
+        self.pieces.drop(self.cache)
         self.budget.drop_queued()
         for req in list(self.requests.values()):
             self._fail(req, message)
@@ -395,7 +339,7 @@ class StepLoop:
         plans = [p for p in (self._current, self._completing,
                              self._inflight and self._inflight[0]) if p]
         self._inflight = self._current = self._completing = None
-        self._drop_chain()
+        self.pieces.drop(self.cache)
         self.budget.drop_queued()
         reading = {c.seq.request_id for p in plans for c in p.prefills}
         involved = {s.request_id for p in plans for s in p.decode} | reading

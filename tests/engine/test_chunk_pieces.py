@@ -57,7 +57,7 @@ def test_a_prompt_read_in_pieces_beside_streams_gives_the_same_replies(model, pi
     # each such step tells the budget a K-th of the chunk it reads
     mixed = [e for e in split.steps if e.kind == "mixed" and e.batch_size]
     assert mixed and all(e.prefill_tokens <= effective(8, pieces) for e in mixed)
-    assert split.loop.chain is None and not split.loop._held
+    assert split.loop.pieces.chain is None and not split.loop.pieces.held
 
 
 def test_the_next_turn_reuses_the_state_kept_after_the_whole_chunk(model):
@@ -77,13 +77,13 @@ def test_a_chain_whose_request_is_cancelled_keeps_no_half_read_turn():
     while not all(s.output_ids for s in streams):        # all three streaming
         h.loop.step()
     h.add(3, LATER, 6)
-    while not (h.loop.chain and h.loop.chain.chunks[0].is_last and h.loop.chain.next == 2):
+    while not (h.loop.pieces.chain and h.loop.pieces.chain.chunks[0].is_last and h.loop.pieces.chain.next == 2):
         h.loop.step()
         h.loop.cache.check_invariants()
     kept = len(h.loop.cache.prefix.entries)
     h.loop.cancel(3)
     h.loop.step()
-    assert h.loop.chain is None
+    assert h.loop.pieces.chain is None
     assert len(h.loop.cache.prefix.entries) < kept        # the snapshot is gone
     h.add(4, NEXT_TURN, 5)
     h.run()
@@ -116,13 +116,13 @@ def test_a_chain_whose_sequence_is_preempted_ends_and_its_prompt_is_read_again(m
     while not all(s.output_ids for s in streams):        # all three streaming
         h.loop.step()
     later = h.add(3, LATER, 6)
-    while not (h.loop.chain and h.loop.chain.chunks[0].seq is later
-               and h.loop.chain.chunks[0].start > 0 and h.loop.chain.next == 2):
+    while not (h.loop.pieces.chain and h.loop.pieces.chain.chunks[0].seq is later
+               and h.loop.pieces.chain.chunks[0].start > 0 and h.loop.pieces.chain.next == 2):
         h.loop.step()
     h.loop.flush()                      # preempting needs every token on the host
     h.loop.scheduler.preempt(later)
     h.loop.step()
-    assert h.loop.chain is None and later.num_computed == 0
+    assert h.loop.pieces.chain is None and later.num_computed == 0
     h.add(4, NEXT_TURN, 5)
     h.run()
     got = _replies(h)
