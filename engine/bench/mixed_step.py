@@ -109,13 +109,14 @@ def measure_pieces(runner: Runner, streams, prompt: Sequence, n: int, pieces: in
     return [statistics.median(r[i] for r in runs) for i in range(pieces)]
 
 
-def pieces_table(runner: Runner, streams, prompt: Sequence, chunks: list[int],
+def pieces_table(runner: Runner, streams, prompt: Sequence, whole: dict[int, dict],
                  pieces: list[int], repeats: int, floor_s: float) -> None:
-    """Each way to read each chunk length beside the streams: whole (one step) or in K
-    layer pieces (K steps); TTFT ratio = the ways' seconds a token over the alone ones."""
+    """Each way to read each chunk length beside the streams: whole (one step, as the
+    first table measured it: `whole`, measure()'s times by length) or in K layer pieces
+    (K steps); TTFT ratio = the ways' seconds a token over the alone ones."""
+    chunks = list(whole)
     alone = _median_alone(runner, prompt, max(chunks), repeats) / max(chunks)
-    calm = statistics.median(_timed(lambda: runner.decode(streams), runner)
-                             for _ in range(repeats))
+    calm = statistics.median(t["calm"] for t in whole.values())
     print(f"\n# read alone at {max(chunks)} tokens: {1000 * alone:.3f} ms a token; calm step "
           f"{1000 * calm:.1f} ms; floor {1000 * floor_s:.0f} ms")
     print("| chunk | pieces | steps ms | longest step ms | within the floor | tokens/s "
@@ -124,7 +125,7 @@ def pieces_table(runner: Runner, streams, prompt: Sequence, chunks: list[int],
     for n in chunks:
         for k in [1] + [k for k in pieces if k > 1]:
             steps = (measure_pieces(runner, streams, prompt, n, k, repeats) if k > 1 else
-                     [measure(runner, streams, prompt, n, repeats)["two forwards"]])
+                     [whole[n]["two forwards"]])
             total = sum(steps)
             print(f"| {n} | {k} | {', '.join(f'{1000 * t:.1f}' for t in steps)} | "
                   f"{1000 * max(steps):.1f} | {'yes' if max(steps) <= floor_s else 'no'} | "
@@ -160,15 +161,16 @@ def main() -> None:
           f"{runner.compiled_chunks is not None}; medians of {args.repeats}, alternating")
     print("| chunk | calm ms | two forwards ms (extra) | mixed ms (extra) | extra saved |")
     print("|---|---|---|---|---|")
+    whole = {}
     for n in chunks:
-        t = measure(runner, streams, prompt, n, args.repeats)
+        t = whole[n] = measure(runner, streams, prompt, n, args.repeats)
         two, one = t["two forwards"] - t["calm"], t["mixed"] - t["calm"]
         print(f"| {n} | {1000 * t['calm']:.1f} | {1000 * t['two forwards']:.1f} "
               f"({1000 * two:+.1f}) | {1000 * t['mixed']:.1f} ({1000 * one:+.1f}) | "
               f"{100 * (1 - one / two) if two > 0 else float('nan'):.0f}% |", flush=True)
     pieces = [int(k) for k in args.pieces.split(",") if k]
     if pieces:
-        pieces_table(runner, streams, prompt, chunks, pieces, args.repeats,
+        pieces_table(runner, streams, prompt, whole, pieces, args.repeats,
                      1.0 / EngineConfig().min_stream_tok_s)
 
 

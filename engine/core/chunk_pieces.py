@@ -105,9 +105,10 @@ class ChunkPieces:
         self.held = DeviceCopies()
         self.carried: list[mx.array] = []
 
-    def budget_share(self, tokens: int, decoding: bool) -> int:
-        """What the budget is asked about for a prompt of `tokens` left: a step's share."""
-        return effective(tokens, self.k) if decoding and tokens else tokens
+    def budget_share(self, tokens: int) -> int:
+        """What the budget is asked about for a prompt of `tokens` left (0: none): a
+        step's share."""
+        return effective(tokens, self.k) if tokens else 0
 
     def release(self, plan) -> None:
         """A plan after a chain: the copies held while it ran go first."""

@@ -155,12 +155,10 @@ class StepLoop:
                 return plan
         decoding = any(not s.is_prefilling for s in self.scheduler.running)
         prompt_left = self.scheduler.prompt_tokens_left()
-        # With pieces the budget prices one step's share of a chunk (chunk_pieces.py).
-        allowance = self.budget.allowance(decoding,
-                                          self.pieces.budget_share(prompt_left, decoding))
-        tokens = (allowance.tokens * self.pieces.k if decoding
-                  else self.config.prefill_chunk if allowance.why == "alone" else allowance.tokens)
-        plan = self._schedule(tokens)
+        # The budget prices one step's share, a K-th, of a chunk (chunk_pieces.py); alone
+        # its whole chunk (prefill_chunk / K) times K is the whole prefill_chunk.
+        allowance = self.budget.allowance(decoding, self.pieces.budget_share(prompt_left))
+        plan = self._schedule(allowance.tokens * self.pieces.k)
         self.pieces.release(plan)
         # Degraded only matters where a prompt was read beside a decode.
         plan.degraded = allowance.degraded and bool(plan.decode and plan.prefills)

@@ -7,9 +7,8 @@ nearly every expert's weights once a chunk: on session 29's H100 a 128-token chu
 floor f caps each step, so short chunks pay F over few tokens. Run over k steps, a layer
 range each, a chunk of k n tokens costs each step about c + (F + k n p) / k: the same
 step length reads k times the tokens at a per-token cost nearer the alone one.
-`python -m engine.bench.mixed_step --pieces K` measures what such steps cost; the
-engine does not read prompts in pieces (its step loop, scheduler and prefill budget
-would have to carry a chunk over steps: docs/ENGINE.md).
+The step loop reads a chunk so with EngineConfig.chunk_pieces (engine/core/chunk_pieces.py);
+`python -m engine.bench.mixed_step --pieces K` times such steps one by one.
 
 A piece runs the layers [start, stop) on the Carry the piece before it left; the first
 embeds the tokens, the last ends the forward as a whole one does (norm, head). Every
