@@ -25,6 +25,7 @@ from collections import Counter
 from engine import Engine, EngineConfig, SamplingParams
 from engine.bench.engine_start import open_engine
 from engine.bench.runs import add_moe_max_pairs_arg, apply_moe_max_pairs, mixed_forward_arg
+from engine.core.chunk_pieces import pieces_of
 from engine.core.compiled_forward import runs_mixed_forwards
 from engine.core.step_loop import pipelines_steps
 from engine.events import StepEvent, TokenEvent
@@ -192,9 +193,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="EngineConfig.mixed_forward=True")
     p.add_argument("--compile-chunks", action="store_true",
                    help="EngineConfig.compile_chunks: prompt chunks and mixed steps compiled")
-    p.add_argument("--chunk-pieces", type=int, default=1,
+    p.add_argument("--chunk-pieces", type=int, default=None,
                    help="EngineConfig.chunk_pieces: a chunk beside the streams read a layer "
-                   "range a step over this many steps (1, 2, 4, 8)")
+                   "range a step over this many steps (1, 2, 4, 8; default: the engine's "
+                   "choice, 4 on a CUDA GPU, else 1)")
     p.add_argument("--pipeline-steps", choices=("on", "off"), default=None,
                    help="EngineConfig.pipeline_steps (default: the engine's choice, GPU only)")
     p.add_argument("--max-decode-slowdown", type=float, default=None,
@@ -228,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         for length in lengths:
             rounds = [measure_round(engine, vocab, args.streams, length, 17 * r + length,
                                     sampling, floor_ms) for r in range(args.rounds)]
-            print(_summary(length, rounds, floor_ms, config.chunk_pieces), flush=True)
+            print(_summary(length, rounds, floor_ms, pieces_of(config)), flush=True)
             if args.steps_log:
                 with open(args.steps_log, "a") as f:
                     for r, result in enumerate(rounds):

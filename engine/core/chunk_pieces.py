@@ -25,6 +25,30 @@ from engine.cache.cache_manager import DeviceCopies
 from engine.core.sequence import Status
 from engine.models.layer_pieces import Carry, layer_bounds
 
+# EngineConfig.chunk_pieces=None on a CUDA GPU: measured there (H200, session 30,
+# docs/PERFORMANCE.md); 2 left gaps over twice the floor, 8 was measured beside another
+# job on the same GPU only.
+AUTO_PIECES = 4
+
+
+def on_cuda() -> bool:
+    """The default device is a CUDA GPU (not Metal, not the CPU)."""
+    cuda = getattr(mx, "cuda", None)
+    return (mx.default_device().type == mx.DeviceType.gpu and cuda is not None
+            and cuda.is_available())
+
+
+def pieces_of(config, num_layers: int | None = None, reads_in_pieces: bool = True) -> int:
+    """EngineConfig.chunk_pieces, or when None: AUTO_PIECES on a CUDA GPU where a chunk can
+    be read so (two forwards of plain chunks, prefill_chunk a multiple, a model of at least
+    that many layers, a runner that reads pieces: not the distributed engine), else 1."""
+    if config.chunk_pieces is not None:
+        return config.chunk_pieces
+    fits = (not config.mixed_forward and not config.compile_chunks
+            and config.prefill_chunk % AUTO_PIECES == 0 and reads_in_pieces
+            and (num_layers is None or num_layers >= AUTO_PIECES))
+    return AUTO_PIECES if fits and on_cuda() else 1
+
 
 def effective(tokens: int, pieces: int) -> int:
     """The tokens a step of a K-piece chain reads, for the budget (at least 1)."""

@@ -24,6 +24,7 @@ import warnings
 import mlx.core as mx
 
 from engine.core.batch_view import BatchView
+from engine.core.chunk_pieces import pieces_of
 from engine.models.base import ModelCache
 
 # BatchView's array fields, in the order the compiled function takes them.
@@ -46,7 +47,7 @@ def runs_mixed_forwards(config) -> bool:
     chunk is read in layer pieces (EngineConfig.chunk_pieces: a forward of its own)."""
     if config.mixed_forward is not None:
         return config.mixed_forward
-    if config.chunk_pieces > 1:
+    if pieces_of(config) > 1:
         return False
     return config.compile_chunks or not compiles_forward(config.compile_decode)
 

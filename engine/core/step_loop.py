@@ -12,7 +12,7 @@ import mlx.core as mx
 from engine.cache.cache_manager import CacheManager, DeviceCopies
 from engine.config import EngineConfig
 from engine.core.alone_prefill_cost import MIXED_FORWARD_SHARE, OWN_FORWARD_SHARE
-from engine.core.chunk_pieces import ChunkPieces, merged
+from engine.core.chunk_pieces import ChunkPieces, merged, pieces_of
 from engine.core.compiled_forward import runs_mixed_forwards
 from engine.core.disk_transfer import HostCopies, schema
 from engine.core.output_stream import OutputStream
@@ -85,12 +85,13 @@ class StepLoop:
         self._completing: StepPlan | None = None # the plan being read back (step_failed)
         # A chunk read beside decode rows a layer range a step (engine/core/chunk_pieces.py):
         # the budget prices one step's share of it, of at most prefill_chunk / K tokens.
-        if config.chunk_pieces > 1 and not self.runner.reads_in_pieces:
+        if (config.chunk_pieces or 1) > 1 and not self.runner.reads_in_pieces:
             raise ValueError("EngineConfig.chunk_pieces > 1: this runner cannot read a "
                              "chunk in layer pieces (the distributed engine)")
-        self.pieces = ChunkPieces(config.chunk_pieces, len(self.runner.model.layers))
+        layers = len(self.runner.model.layers)
+        self.pieces = ChunkPieces(pieces_of(config, layers, self.runner.reads_in_pieces), layers)
         self.budget = PrefillBudget(
-            config.prefill_chunk // config.chunk_pieces, config.min_stream_tok_s,
+            config.prefill_chunk // self.pieces.k, config.min_stream_tok_s,
             config.max_decode_slowdown,
             MIXED_FORWARD_SHARE if self.mixed_forwards else OWN_FORWARD_SHARE,
             pads_to_fixed_shapes(config))
@@ -150,7 +151,9 @@ class StepLoop:
         if self.pieces.chain is not None:
             plan = self.pieces.go_on(self._schedule(0), self.requests, self.cache)
             if plan is not None:
-                if plan.decode:
+                # A chain that ended under a decode step leaves it decode only: no chunk
+                # to price (a 0-token chunk has no padded length).
+                if plan.decode and plan.prefills:
                     plan.predicted_s = self.budget.predicted_s(plan.span_tokens)
                 return plan
         decoding = any(not s.is_prefilling for s in self.scheduler.running)

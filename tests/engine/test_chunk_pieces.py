@@ -9,8 +9,9 @@ import pytest
 from engine_harness import Harness
 from tiny_models import tiny_model
 
+import engine.core.chunk_pieces as chunk_pieces
 from engine.config import EngineConfig
-from engine.core.chunk_pieces import effective
+from engine.core.chunk_pieces import effective, pieces_of
 from engine.core.compiled_forward import runs_mixed_forwards
 from engine.events import FinishedEvent, StepEvent
 
@@ -106,12 +107,17 @@ def test_pieces_are_a_power_of_two_and_need_two_forwards_of_plain_chunks():
     assert not runs_mixed_forwards(EngineConfig(chunk_pieces=2, compile_decode=False))
 
 
-def test_a_chain_whose_sequence_is_preempted_ends_and_its_prompt_is_read_again(model):
+@pytest.mark.parametrize("gpu_like", [False, True])
+def test_a_chain_whose_sequence_is_preempted_ends_and_its_prompt_is_read_again(model, gpu_like):
     """The scheduler preempts LATER between two pieces of its chunk (as when the streams
     outgrow the pool): the chain ends, no piece writes its freed pages or slot, and
-    LATER, read again from its ids, replies as it does read whole."""
-    want = _replies(_run(model, 1))
-    h = _harness(model, 4)
+    LATER, read again from its ids, replies as it does read whole. gpu_like: a GPU's
+    defaults (fixed shapes, pipelined steps), where the step the chain ended under is
+    decode only and must be priced as such: on the H200 it asked the budget for a
+    0-token chunk's padded length and raised (session 30)."""
+    config = {"fixed_shapes": True, "pipeline_steps": True} if gpu_like else {}
+    want = _replies(_run(model, 1, **config))
+    h = _harness(model, 4, **config)
     streams = [h.add(i, p, 12) for i, p in enumerate(STREAMS)]
     while not all(s.output_ids for s in streams):        # all three streaming
         h.loop.step()
@@ -181,3 +187,35 @@ def test_through_the_public_engine_pieces_give_the_replies_and_kept_turns_of_who
     assert not any(e.chunk_reason.startswith("piece") for e in steps)
     assert conversation(4) == whole
     assert any(e.chunk_reason.startswith("piece") for e in steps)     # read in pieces
+
+
+def test_the_default_reads_in_four_pieces_on_a_cuda_gpu_where_it_can(monkeypatch):
+    """chunk_pieces=None: 4 on a CUDA GPU (measured there), 1 on the CPU and Metal, and 1
+    wherever pieces cannot run (a mixed forward, compiled chunks, a chunk length not a
+    multiple, fewer layers, the distributed engine's runner); a set value stands."""
+    assert pieces_of(EngineConfig()) == (4 if chunk_pieces.on_cuda() else 1)
+    monkeypatch.setattr(chunk_pieces, "on_cuda", lambda: True)
+    assert pieces_of(EngineConfig()) == 4
+    assert not runs_mixed_forwards(EngineConfig(compile_decode=False))
+    for config in (EngineConfig(mixed_forward=True), EngineConfig(compile_chunks=True),
+                   EngineConfig(prefill_chunk=18)):
+        assert pieces_of(config) == 1
+    assert pieces_of(EngineConfig(), num_layers=2) == 1
+    assert pieces_of(EngineConfig(), reads_in_pieces=False) == 1
+    assert pieces_of(EngineConfig(chunk_pieces=2)) == 2
+    monkeypatch.setattr(chunk_pieces, "on_cuda", lambda: False)
+    assert pieces_of(EngineConfig()) == 1
+
+
+def test_a_cuda_gpu_default_engine_reads_in_pieces_and_replies_as_whole_chunks(monkeypatch,
+                                                                               model):
+    """The step loop on a CUDA GPU's defaults (pieces chosen, fixed shapes, pipelined
+    steps), run here: the prompt beside the streams is read in 4 pieces, and every reply
+    is the one whole chunks give."""
+    gpu = {"fixed_shapes": True, "pipeline_steps": True}
+    whole = _run(model, 1, **gpu)
+    monkeypatch.setattr(chunk_pieces, "on_cuda", lambda: True)
+    auto = _run(model, None, **gpu)
+    assert auto.loop.pieces.k == 4
+    assert any(e.chunk_reason == "piece 4/4" for e in auto.steps)
+    assert _replies(auto) == _replies(whole)

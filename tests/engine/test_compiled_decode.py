@@ -5,6 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
+from cache_outside_scratch import cache_outside_scratch
 from fakes import IdTokenizer
 from float32_tolerance import assert_close, model_depth, tolerance
 from qwen_fixtures import build_model, random_weights, tiny_config
@@ -84,23 +85,12 @@ def test_compiled_decode_writes_the_cache_the_plain_forward_writes():
     for compiled in (False, True):
         runner = _runner(model, compiled)
         _decode_steps(runner, next_ids)
-        runs[compiled] = _without_scratch(runner)
+        runs[compiled] = cache_outside_scratch(runner)
     # Not bit-equal on CUDA: a compiled forward fuses elementwise chains, whose kernels
     # evaluate exp/sigmoid apart from the separate ones; the logits test bounds the effect.
     depth = model_depth(model, max(map(len, PROMPTS)) + STEPS)
     for i, (plain, compiled) in enumerate(zip(runs[False], runs[True])):
         assert_close(compiled, plain, depth, f"cache array {i}")
-
-
-def _without_scratch(runner: Runner) -> list[np.ndarray]:
-    """The cache's arrays without the scratch page 0 and the scratch state slot: every
-    padding token writes there (the ragged prefill's padding tokens of all rows to the
-    same few slots), and which duplicate write lands is unspecified on a GPU. On the
-    H200 the plain and compiled caches differed there and nowhere else (session 6,
-    docs/bench/h200-session6-2026-12-02.txt, "diag")."""
-    kv = [np.array(a[runner.page_size:]) for pair in runner.cache.kv for a in pair]
-    states = [np.array(a[:runner.scratch_slot]) for layer in runner.cache.states for a in layer]
-    return kv + states
 
 
 def test_traces_stay_few_as_the_context_grows():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
+from cache_outside_scratch import cache_outside_scratch
 from float32_tolerance import assert_close, model_depth
 from tiny_models import tiny_model
 
@@ -51,10 +52,6 @@ def _setup(model):
     for s in streams:
         s.num_computed = s.prefill_target
     return runner, streams, [PrefillChunk(prompt, 0, len(PROMPT))]
-
-
-def _cache(runner: Runner) -> list[np.ndarray]:
-    return [np.array(a) for a in runner.cache_arrays()]
 
 
 def _decode_step(runner: Runner, streams) -> list[tuple[list[int], np.ndarray]]:
@@ -118,14 +115,14 @@ def test_pieces_leave_the_logits_and_cache_of_the_whole_forward(model, pieces):
     """The same ops in the same order, split at layer boundaries and evaluated apart:
     the same numbers, bit for bit."""
     runner, _, chunks = _setup(model)
-    before = _cache(runner)
+    before = [np.array(a) for a in runner.cache_arrays()]
     whole = runner.prefill(chunks)
     mx.eval(whole, runner.cache_arrays())
-    want_cache = _cache(runner)
+    want_cache = cache_outside_scratch(runner)
     runner.cache.set_arrays([mx.array(a) for a in before])
     got, _ = _in_pieces(runner, chunks, min(pieces, _num_layers(model)))
     np.testing.assert_array_equal(np.array(got), np.array(whole))
-    for a, b in zip(_cache(runner), want_cache):
+    for a, b in zip(cache_outside_scratch(runner), want_cache):
         np.testing.assert_array_equal(a, b)
 
 
