@@ -47,6 +47,8 @@ def open_engine(model: str | None, config: EngineConfig, quiet: bool = False) ->
               f"{self_test_s(steps):.1f} s, {len(compiling)} warm-up steps "
               f"{at_load:.1f} s), background warm-up {t_warm - t_ready:.1f} s more",
               flush=True)
+        if compiling:
+            print(f"# load-time warm-up steps: {warm_up_steps(steps, t_ready)}", flush=True)
         for line in filter(None, engine.bundle.experts_note.split("\n")):
             print(f"# {line}", flush=True)
         if SEEDER.state != "off":
@@ -62,3 +64,13 @@ def self_test_s(steps: list[tuple[float, str]]) -> float:
         if message == "Checking kernels":
             return t_next - t
     return 0.0
+
+
+def warm_up_steps(steps: list[tuple[float, str]], t_ready: float) -> str:
+    """Each load-time warm-up step's shape and seconds (until the next progress message,
+    the last until Ready): where a first start on a cold kernel cache spends its minutes
+    (issue 23, item 5)."""
+    times = [t for t, _ in steps] + [t_ready]
+    return ", ".join(f"{message.removeprefix('Compiling kernels: ')} {times[i + 1] - t:.1f} s"
+                     for i, (t, message) in enumerate(steps)
+                     if message.startswith("Compiling kernels"))

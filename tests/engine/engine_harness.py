@@ -9,6 +9,7 @@ from engine.core.sampler import RowSampler
 from engine.core.sequence import Sequence
 from engine.core.step_loop import Request, StepLoop
 from engine.events import StepEvent
+from engine.models.layer_pieces import Carry
 from engine.sampling_params import SamplingParams
 
 
@@ -59,6 +60,13 @@ class Harness:
             self.num_mixed += 1
             d, p = mixed(seqs, chunks)
             return keep_decode(seqs, d), keep_prefill(chunks, p)
+        piece = runner.prefill_piece
+
+        def keep_piece(chunks, layers, carry=None, inputs=None):
+            """A chunk read in layer pieces (chunk_pieces.py): its logits after the last."""
+            out = piece(chunks, layers, carry, inputs)
+            return out if isinstance(out, Carry) else keep_prefill(chunks, out)
+        runner.prefill_piece = keep_piece
         runner.decode = lambda seqs: keep_decode(seqs, decode(seqs))
         runner.prefill = lambda chunks: keep_prefill(chunks, prefill(chunks))
         runner.mixed = rec_mixed

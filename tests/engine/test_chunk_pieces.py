@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from engine_harness import Harness
+from float32_tolerance import assert_close, model_depth
 from tiny_models import tiny_model
 
 import engine.core.chunk_pieces as chunk_pieces
@@ -20,6 +21,7 @@ STREAMS = [RNG.integers(0, 320, n).tolist() for n in (9, 5, 13)]
 LATER = RNG.integers(0, 320, 21).tolist()       # three chunks of 8 beside the streams
 NEXT_TURN = LATER + RNG.integers(0, 320, 4).tolist()   # starts with LATER: its kept turn
 MODELS = ["llama", "qwen3_5_moe", "qwen3_5"]
+GPU_LIKE = {"fixed_shapes": True, "pipeline_steps": True}    # a GPU's defaults, run here
 
 
 def _model(kind: str):
@@ -48,10 +50,17 @@ def _run(model, pieces: int, **config) -> Harness:
     return _harness(model, pieces, **config).run(joins)
 
 
-@pytest.mark.parametrize("pieces", [2, 4])
-def test_a_prompt_read_in_pieces_beside_streams_gives_the_same_replies(model, pieces):
-    whole, split = _run(model, 1), _run(model, pieces)
+@pytest.mark.parametrize("pieces,config", [(2, {}), (4, {}), (4, GPU_LIKE)])
+def test_a_prompt_read_in_pieces_beside_streams_gives_the_same_replies(model, pieces, config):
+    whole, split = _run(model, 1, **config), _run(model, pieces, **config)
     assert _replies(split) == _replies(whole) and len(_replies(whole)) == 5
+    # every logits row too, the chunk's last piece's included (the same ops in the same
+    # order a layer range at a time; the steps' batches may differ: float32 reordering)
+    depth = model_depth(model, len(NEXT_TURN) + 12)
+    for rid, rows in whole.logits.items():
+        assert len(split.logits[rid]) == len(rows), rid
+        for a, b in zip(split.logits[rid], rows):
+            assert_close(a, b, depth, f"request {rid}")
     reasons = [e.chunk_reason for e in split.steps if e.chunk_reason.startswith("piece")]
     # pieces 2..K of each of LATER's chunks are steps of their own, beside the streams
     assert reasons.count(f"piece {pieces}/{pieces}") >= 2, reasons
@@ -68,12 +77,13 @@ def test_the_next_turn_reuses_the_state_kept_after_the_whole_chunk(model):
     assert _replies(split)[4] == _replies(whole)[4]
 
 
-def test_a_chain_whose_request_is_cancelled_keeps_no_half_read_turn():
+@pytest.mark.parametrize("config", [{}, GPU_LIKE])
+def test_a_chain_whose_request_is_cancelled_keeps_no_half_read_turn(config):
     """LATER (its last chunk read in pieces) is cancelled between two pieces: its turn
     snapshot, taken when that chunk was planned, is dropped with its copy, and the next
     prompt with LATER's ids reads them itself (the same reply as on a fresh engine)."""
     model = _model("qwen3_5")
-    h = _harness(model, 4)
+    h = _harness(model, 4, **config)
     streams = [h.add(i, p, 40) for i, p in enumerate(STREAMS)]
     while not all(s.output_ids for s in streams):        # all three streaming
         h.loop.step()
@@ -88,7 +98,7 @@ def test_a_chain_whose_request_is_cancelled_keeps_no_half_read_turn():
     assert len(h.loop.cache.prefix.entries) < kept        # the snapshot is gone
     h.add(4, NEXT_TURN, 5)
     h.run()
-    fresh = _harness(model, 1)
+    fresh = _harness(model, 1, **config)
     fresh.add(4, NEXT_TURN, 5)
     fresh.run()
     assert _replies(h)[4] == _replies(fresh)[4]
@@ -115,7 +125,7 @@ def test_a_chain_whose_sequence_is_preempted_ends_and_its_prompt_is_read_again(m
     defaults (fixed shapes, pipelined steps), where the step the chain ended under is
     decode only and must be priced as such: on the H200 it asked the budget for a
     0-token chunk's padded length and raised (session 30)."""
-    config = {"fixed_shapes": True, "pipeline_steps": True} if gpu_like else {}
+    config = GPU_LIKE if gpu_like else {}
     want = _replies(_run(model, 1, **config))
     h = _harness(model, 4, **config)
     streams = [h.add(i, p, 12) for i, p in enumerate(STREAMS)]
@@ -212,10 +222,9 @@ def test_a_cuda_gpu_default_engine_reads_in_pieces_and_replies_as_whole_chunks(m
     """The step loop on a CUDA GPU's defaults (pieces chosen, fixed shapes, pipelined
     steps), run here: the prompt beside the streams is read in 4 pieces, and every reply
     is the one whole chunks give."""
-    gpu = {"fixed_shapes": True, "pipeline_steps": True}
-    whole = _run(model, 1, **gpu)
+    whole = _run(model, 1, **GPU_LIKE)
     monkeypatch.setattr(chunk_pieces, "on_cuda", lambda: True)
-    auto = _run(model, None, **gpu)
+    auto = _run(model, None, **GPU_LIKE)
     assert auto.loop.pieces.k == 4
     assert any(e.chunk_reason == "piece 4/4" for e in auto.steps)
     assert _replies(auto) == _replies(whole)

@@ -50,7 +50,9 @@ def test_sequence_in_a_batch_of_8_with_joins_and_leaves_equals_alone(model):
     joins = {0: [(0, target, 12)] + [(i, PROMPTS[i], 10) for i in (1, 2, 3)],
              3: [(i, PROMPTS[i], 6) for i in (4, 5)],
              6: [(i, PROMPTS[i], 9) for i in (6, 7)]}
-    h = Harness(model, max_num_seqs=8, prefill_chunk=64).run(joins)
+    # whole chunks (a CUDA GPU reads chunks beside decode rows in layer pieces by default:
+    # the same replies, test_chunk_pieces.py, but fewer rows together at a time)
+    h = Harness(model, max_num_seqs=8, prefill_chunk=64, chunk_pieces=1).run(joins)
     assert max(ev.batch_size for ev in h.steps) == 8
     assert h.seqs[0].output_ids == ref.seqs[0].output_ids
     assert_same(ref, h)
@@ -63,7 +65,8 @@ def test_padded_and_unpadded_shapes_give_the_tokens_of_one_sequence_alone(model,
     target = PROMPTS[0]
     ref = alone(model, target, 8, fixed_shapes=False, prefill_chunk=512)
     joins = {0: [(0, target, 8)] + [(i, PROMPTS[i], 6) for i in (1, 2, 3, 4)]}
-    h = Harness(model, max_num_seqs=8, prefill_chunk=16, fixed_shapes=fixed_shapes).run(joins)
+    h = Harness(model, max_num_seqs=8, prefill_chunk=16, fixed_shapes=fixed_shapes,
+                chunk_pieces=1).run(joins)                # whole chunks, as above
     assert h.loop.runner.fixed_shapes is fixed_shapes
     assert max(ev.batch_size for ev in h.steps) == 5
     assert h.seqs[0].output_ids == ref.seqs[0].output_ids

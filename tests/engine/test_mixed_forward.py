@@ -155,11 +155,14 @@ def test_mixed_forward_must_be_a_bool_or_none():
 
 def test_by_default_a_mixed_step_keeps_compiled_decode_rows_compiled():
     """None: one mixed forward, except where the decode rows would leave their compiled
-    forward for an uncompiled one (the H200 measured that dearer than two forwards)."""
+    forward for an uncompiled one (the H200 measured that dearer than two forwards) or a
+    chunk is read in layer pieces."""
     from engine.core.compiled_forward import runs_mixed_forwards
-    assert runs_mixed_forwards(EngineConfig(compile_decode=False))
-    assert not runs_mixed_forwards(EngineConfig(compile_decode=True))
+    assert runs_mixed_forwards(EngineConfig(compile_decode=False, chunk_pieces=1))
+    assert not runs_mixed_forwards(EngineConfig(compile_decode=True, chunk_pieces=1))
     assert runs_mixed_forwards(EngineConfig(compile_decode=True, compile_chunks=True))
+    # a chunk read in layer pieces is a forward of its own
+    assert not runs_mixed_forwards(EngineConfig(compile_decode=False, chunk_pieces=4))
     assert not runs_mixed_forwards(EngineConfig(compile_decode=False, mixed_forward=False))
     assert runs_mixed_forwards(EngineConfig(compile_decode=True, mixed_forward=True))
 

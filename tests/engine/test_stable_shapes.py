@@ -61,7 +61,7 @@ def _runner(model, max_num_seqs: int = 8) -> Runner:
     # a traced forward sees placeholders: tests/engine/test_compiled_decode.py covers it.)
     config = EngineConfig(max_num_seqs=max_num_seqs, page_size=PAGE, num_pages=64,
                           prefix_cache=False, prefill_chunk=16, fixed_shapes=True,
-                          compile_decode=False)
+                          compile_decode=False, chunk_pieces=1)   # whole chunks: mixed forwards
     return Runner(model, config)
 
 
@@ -189,6 +189,16 @@ def test_the_warm_up_runs_every_shape_and_writes_only_scratch():
         np.testing.assert_array_equal(a, b)
 
 
+def test_with_chunks_read_in_pieces_the_warm_up_runs_no_mixed_forward():
+    """A chunk read in layer pieces (a CUDA GPU's default) runs beside the decode rows as
+    a forward of its own: its shapes are the prefill ones, and no mixed forward runs."""
+    config = EngineConfig(max_num_seqs=4, page_size=PAGE, num_pages=64, prefix_cache=False,
+                          prefill_chunk=16, fixed_shapes=True, compile_decode=False,
+                          chunk_pieces=4)
+    assert warm_up_shapes(config) == [("decode", 1), ("decode", 2), ("decode", 4),
+                                      ("prefill", 16), ("padded prefill", 16)]
+
+
 def test_a_compiled_warm_up_runs_every_width_and_writes_only_scratch():
     """Compiled decode: every decode size at every block-table width up to max_context
     (40 tokens: 10 pages of 4, widths 8 and 16), and still nothing outside scratch."""
@@ -220,7 +230,7 @@ def test_an_engine_that_warms_up_reports_it_then_serves(tmp_path, background, at
     # fixed shapes as on a GPU; decode not compiled, so the one width and the counts above
     # hold on every machine (a GPU compiles decode by default: 8 more widths, 18 at load)
     config = EngineConfig(max_num_seqs=2, prefill_chunk=32, warm_up=True, kv_budget_mb=8,
-                          fixed_shapes=True, compile_decode=False,
+                          fixed_shapes=True, compile_decode=False, chunk_pieces=1,
                           warm_up_in_background=background)
     with Engine.load(folder, config, on_progress=reports.append) as engine:
         out = engine.generate([[5, 6, 7]], SamplingParams(max_tokens=3, temperature=0.0))

@@ -1,6 +1,6 @@
 """The benches' start line: the kernels' self-test timed apart (it compiled for ~62 s of
 every H200 start until its verdict was kept: kernels/selftest_verdict.py)."""
-from engine.bench.engine_start import self_test_s
+from engine.bench.engine_start import self_test_s, warm_up_steps
 
 
 def test_the_self_test_is_timed_from_its_message_to_the_next():
@@ -12,3 +12,11 @@ def test_the_self_test_is_timed_from_its_message_to_the_next():
 def test_a_load_without_the_message_reports_no_self_test():
     assert self_test_s([(0.0, "Ready")]) == 0.0
     assert self_test_s([(0.0, "Checking kernels")]) == 0.0     # nothing after it
+
+
+def test_each_load_time_warm_up_step_is_named_with_its_seconds():
+    steps = [(0.0, "Checking kernels"), (10.0, "Compiling kernels: decode 1 (1/3)"),
+             (40.5, "Compiling kernels: prefill 16 (2/3)"),
+             (41.0, "Compiling kernels: the sampler")]
+    assert warm_up_steps(steps, 43.0) == ("decode 1 (1/3) 30.5 s, prefill 16 (2/3) 0.5 s, "
+                                          "the sampler 2.0 s")
