@@ -62,8 +62,9 @@ def _scripted(h: Harness, clock: Clock) -> None:
     h.loop.step = new_step
 
 
-def _ttft_and_gaps(pieces: int, streams: int, monkeypatch) -> tuple[float, list[float], int]:
-    """A 2,048-token prompt's time to first token on the scripted clock, beside
+def _ttft_and_gaps(pieces: int, streams: int, monkeypatch,
+                   prompt_len: int = PROMPT) -> tuple[float, list[float], int]:
+    """A prompt's (2,048 tokens by default) time to first token on the scripted clock, beside
     `streams` decoding conversations (none: alone), the streams' gaps while it was read,
     and how many steps were flagged degraded."""
     clock = Clock()
@@ -79,7 +80,7 @@ def _ttft_and_gaps(pieces: int, streams: int, monkeypatch) -> tuple[float, list[
     for _ in range(4):                              # calm steps: the budget learns c
         h.loop.step()
     start = clock.now
-    prompt = h.add(99, [(7 * i) % 300 for i in range(PROMPT)], 1)
+    prompt = h.add(99, [(7 * i) % 300 for i in range(prompt_len)], 1)
     while not prompt.output_ids:
         h.loop.step()
     ttft = clock.now - start
@@ -102,3 +103,16 @@ def test_h100_costs_read_a_prompt_beside_streams_within_the_floor(pieces, monkey
         # a 512-token chunk over 4 steps of c + (F + 512 p) / 4 ~ 62 ms: ~1.4x alone
         assert ratio < 1.6, ratio
 
+
+def test_h100_costs_a_short_prompt_read_in_pieces_is_no_slower_than_whole(monkeypatch):
+    """A 200-token prompt, one chunk: in pieces K steps of c + (F + n p) / K, so
+    K c + F + n p = 52 + 31 + 64 = 147 ms against F + n a = 86 ms alone (1.71x); whole,
+    the floor holds 64 tokens a step beside the streams (~2.8x). Pieces cost a short
+    prompt K calm steps, and still read it sooner than the floor's short whole chunks."""
+    ratios = {}
+    for pieces in (1, 4):
+        alone, _, _ = _ttft_and_gaps(pieces, 0, monkeypatch, prompt_len=200)
+        loaded, gaps, degraded = _ttft_and_gaps(pieces, 3, monkeypatch, prompt_len=200)
+        assert degraded == 0 and max(gaps) <= FLOOR_S * 1.05, gaps
+        ratios[pieces] = loaded / alone
+    assert ratios[4] < 1.8 < 2.5 < ratios[1], ratios
