@@ -117,15 +117,14 @@ def test_pieces_are_a_power_of_two_and_need_two_forwards_of_plain_chunks():
     assert not runs_mixed_forwards(EngineConfig(chunk_pieces=2, compile_decode=False))
 
 
-@pytest.mark.parametrize("gpu_like", [False, True])
-def test_a_chain_whose_sequence_is_preempted_ends_and_its_prompt_is_read_again(model, gpu_like):
+@pytest.mark.parametrize("config", [{}, GPU_LIKE])
+def test_a_chain_whose_sequence_is_preempted_ends_and_its_prompt_is_read_again(model, config):
     """The scheduler preempts LATER between two pieces of its chunk (as when the streams
     outgrow the pool): the chain ends, no piece writes its freed pages or slot, and
-    LATER, read again from its ids, replies as it does read whole. gpu_like: a GPU's
+    LATER, read again from its ids, replies as it does read whole. GPU_LIKE: a GPU's
     defaults (fixed shapes, pipelined steps), where the step the chain ended under is
     decode only and must be priced as such: on the H200 it asked the budget for a
     0-token chunk's padded length and raised (session 30)."""
-    config = GPU_LIKE if gpu_like else {}
     want = _replies(_run(model, 1, **config))
     h = _harness(model, 4, **config)
     streams = [h.add(i, p, 12) for i, p in enumerate(STREAMS)]

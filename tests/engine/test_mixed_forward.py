@@ -5,6 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
+from cache_outside_scratch import cache_outside_scratch
 from engine_harness import Harness
 from float32_tolerance import assert_close, model_depth
 from tiny_models import tiny_llama, tiny_model
@@ -94,14 +95,6 @@ def test_mixed_logits_equal_each_sequence_alone_and_its_cache_serves_the_next_st
         assert_close(row, _alone(runner, s.all_ids), depth, f"next step {s.request_id}")
 
 
-def _cache(runner: Runner) -> list[np.ndarray]:
-    """Every cache array less the scratch page 0 (KV) and the scratch slot (states)."""
-    n_kv = 2 * len(runner.cache.kv)
-    arrays = [np.array(a) for a in runner.cache_arrays()]
-    return ([a[runner.page_size:] for a in arrays[:n_kv]]
-            + [np.delete(a, runner.scratch_slot, axis=0) for a in arrays[n_kv:]])
-
-
 def test_mixed_equals_the_two_forwards_it_replaces_and_writes_the_same_cache(model):
     """The same inputs through decode() then prefill() (each its own forward), from the
     same cache: the same logits, and the same K/V and states outside the scratch."""
@@ -110,7 +103,7 @@ def test_mixed_equals_the_two_forwards_it_replaces_and_writes_the_same_cache(mod
     before = [np.array(a) for a in runner.cache_arrays()]
     mixed = runner.mixed(streams, chunks)
     mx.eval(mixed, runner.cache_arrays())
-    after_mixed = _cache(runner)
+    after_mixed = cache_outside_scratch(runner)
     for pair in runner.cache.kv:          # back to the state before the mixed forward
         pair[0], pair[1] = mx.array(before.pop(0)), mx.array(before.pop(0))
     for layer in runner.cache.states:
@@ -121,7 +114,7 @@ def test_mixed_equals_the_two_forwards_it_replaces_and_writes_the_same_cache(mod
     depth = _depth(model)
     for a, b in zip(mixed, apart):
         assert_close(a, b, depth, "logits")
-    for i, (a, b) in enumerate(zip(after_mixed, _cache(runner))):
+    for i, (a, b) in enumerate(zip(after_mixed, cache_outside_scratch(runner))):
         assert_close(a, b, depth, f"cache array {i}")
 
 
