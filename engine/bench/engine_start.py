@@ -49,6 +49,8 @@ def open_engine(model: str | None, config: EngineConfig, quiet: bool = False) ->
               flush=True)
         if compiling:
             print(f"# load-time warm-up steps: {warm_up_steps(steps, t_ready)}", flush=True)
+        if engine.bundle.prewarm_note:
+            print(f"# {engine.bundle.prewarm_note}", flush=True)
         for line in filter(None, engine.bundle.experts_note.split("\n")):
             print(f"# {line}", flush=True)
         if SEEDER.state != "off":

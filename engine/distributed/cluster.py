@@ -282,9 +282,9 @@ def load_shard_bundle(model, config: EngineConfig, group,
     cuda_qmm_guard.apply(loaded.model)
     cpu_layout.arrange(loaded.model)
     report(LoadProgress(0.88, "Checking kernels"))
-    kernels, note = _give_kernels(loaded.model, config, report)
+    kernels, note, prewarmed = _give_kernels(loaded.model, config, report)
     return ModelBundle(loaded.model, tokenizer, loaded.config, path, path.name, kernels,
-                       weights.as_dict(), experts_note=note)
+                       weights.as_dict(), experts_note=note, prewarm_note=prewarmed)
 
 
 def run_follower(model, config: EngineConfig, cluster: Cluster) -> int:

@@ -13,6 +13,7 @@ from engine.loading import cpu_dense, cpu_layout, cuda_qmm_guard
 from engine.loading.default_model import default_model_path
 from engine.loading.grouped_tune import tune_experts_paths
 from engine.loading.loader import load_model
+from engine.loading.mlx_prewarm import Prewarm
 from engine.models.base import fuse_projections, use_kernels
 from engine.tokenization.tokenizer import Tokenizer
 from kernels import NO_KERNELS, KernelSet, gpu_backend, select_kernels
@@ -35,6 +36,7 @@ class ModelBundle:
     weights: dict = field(default_factory=dict)   # cpu_dense.WeightsChoice.as_dict()
     blas: dict = field(default_factory=lambda: blas_info().as_dict())   # CPU matmuls
     experts_note: str = ""     # what the experts paths' measure at load found (grouped_tune.py)
+    prewarm_note: str = ""     # MLX's kernels compiled in workers at load (mlx_prewarm.py)
 
 
 @dataclass(frozen=True)
@@ -81,10 +83,10 @@ def load_bundle(model: str | Path | InMemoryModel | None, config: EngineConfig,
     cuda_qmm_guard.apply(loaded.model)     # CUDA: no one-group quantized matmul (tiny models)
     cpu_layout.arrange(loaded.model)       # after joining: the joined weights' layout
     report(LoadProgress(0.88, "Checking kernels"))
-    kernels, note = _give_kernels(loaded.model, config, report)
+    kernels, note, prewarmed = _give_kernels(loaded.model, config, report)
     name = path.stem if path.is_file() else path.name
     return ModelBundle(loaded.model, tokenizer, loaded.config, path, name, kernels,
-                       loaded.weights.as_dict(), experts_note=note)
+                       loaded.weights.as_dict(), experts_note=note, prewarm_note=prewarmed)
 
 
 def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
@@ -96,9 +98,9 @@ def _in_memory_bundle(m: InMemoryModel, config: EngineConfig,
     cuda_qmm_guard.apply(m.model)
     cpu_layout.arrange(m.model)
     report(LoadProgress(0.88, "Checking kernels"))
-    kernels, note = _give_kernels(m.model, config, report)
+    kernels, note, prewarmed = _give_kernels(m.model, config, report)
     return ModelBundle(m.model, m.tokenizer, m.config, Path(m.name), m.name, kernels,
-                       weights.as_dict(), experts_note=note)
+                       weights.as_dict(), experts_note=note, prewarm_note=prewarmed)
 
 
 def start_kernel_seeding() -> None:
@@ -108,15 +110,20 @@ def start_kernel_seeding() -> None:
 
 
 def _give_kernels(model, config: EngineConfig,
-                  report: Callable[[LoadProgress], None]) -> tuple[KernelSet, str]:
+                  report: Callable[[LoadProgress], None]) -> tuple[KernelSet, str, str]:
     """Self-test the kernels here (unless turned off) and give the model the ones that
     passed: its own set, so another engine in this process cannot change it. On CUDA,
-    also which kernels beat the model's own path at a prompt chunk's experts (grouped_tune.py)."""
+    also which kernels beat the model's own path at a prompt chunk's experts (grouped_tune.py).
+    MLX's own kernels for the model's matmuls compile in workers meanwhile (mlx_prewarm.py):
+    the experts' measure and the warm-up after it meet them."""
+    prewarm = Prewarm()
+    prewarm.start(model, max(config.prefill_chunk, config.max_num_seqs), gpu_backend())
     SEEDER.check()          # CUDA: from here on, kernels met are compiled in workers too
     kernels = select_kernels(config.use_kernels, selftest_verdict_dir())
     use_kernels(model, kernels)
+    prewarmed = prewarm.wait()
     tuned, note = tune_experts_paths(
         model, kernels, lambda: report(LoadProgress(0.89, "Measuring the experts kernels")))
     if tuned is not kernels:
         use_kernels(model, tuned)
-    return tuned, note
+    return tuned, note, prewarmed

@@ -1,0 +1,197 @@
+"""MLX's own CUDA kernels for this model, compiled in worker processes at once (issue 23, item 5).
+
+Why: on an empty kernel cache, a first start on CUDA waited minutes in its warm-up (210 s
+for the built-in model's shape on an H200, docs/PERFORMANCE.md "First start on CUDA"):
+MLX compiles each of its kernel modules with NVRTC the first time the process meets it,
+one at a time, and the quantized matmul's tiles (qmm_sm80_*, CUTLASS templates) are the
+slow ones. Splitting the warm-up's shapes over processes did not help (session 17: every
+shape needs nearly every module). Here each worker meets *different* modules: one op per
+module, chosen from the model itself (its quantized layers' dtype, bits, group size and
+mode) and the row counts the engine will run (MLX picks a module per row tile). Each
+worker is a plain MLX process (mlx_prewarm_worker.py) that writes into the same
+MLX_PTX_CACHE_DIR; the engine waits for them before it measures the experts' paths and
+warms up, and then loads those modules instead of compiling them.
+
+Only a speed-up: a module no worker made (another MLX picks other modules, a worker
+failed or timed out) is compiled by MLX in the engine as before. Checked once per
+machine: a marker in the cache folder names the ops done for this MLX and GPU, so a
+warm start starts no worker. `TANDEM_MLX_PREWARM=0` turns it off. CUDA only.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+
+from kernels.kernel_seeding import mlx_cache_dir
+
+log = logging.getLogger(__name__)
+ENV_VAR = "TANDEM_MLX_PREWARM"
+MAX_WORKERS = 6
+MARKER = "tandem-mlx-prewarm.json"
+_WORKER = Path(__file__).with_name("mlx_prewarm_worker.py")
+
+
+@dataclass(frozen=True)
+class QuantizedShape:
+    dtype: str          # the activations' (= the scales') dtype
+    bits: int
+    group_size: int
+    mode: str
+    k: int              # input features
+    n: int              # output features
+
+
+def quantized_shapes(model) -> list[QuantizedShape]:
+    """Every distinct quantized matmul shape of the model's layers (plain, joined, experts'
+    weights [E, N, K] as [N, K]), in the order first met."""
+    seen: dict[QuantizedShape, None] = {}
+    for _, m in model.named_modules():
+        bits, group = getattr(m, "bits", None), getattr(m, "group_size", None)
+        w, scales = getattr(m, "weight", None), getattr(m, "scales", None)
+        if not (isinstance(bits, int) and isinstance(group, int) and isinstance(w, mx.array)
+                and isinstance(scales, mx.array) and w.dtype == mx.uint32 and w.ndim >= 2):
+            continue
+        shape = QuantizedShape(str(scales.dtype).rsplit(".", 1)[-1], bits, group,
+                               str(getattr(m, "mode", "affine")), w.shape[-1] * 32 // bits,
+                               w.shape[-2])
+        seen.setdefault(shape, None)
+    return list(seen)
+
+
+def row_tiles(max_rows: int) -> list[int]:
+    """One row count per quantized-matmul module MLX 0.32 compiles on CUDA for up to max_rows
+    rows: fewer than 8 rows take its precompiled matrix-vector kernel; from 8 the tile is
+    the next power of two clamped to 16..64 (quantized.cpp, qmm_sm80.cu make_cta_tiler)."""
+    return [t for t, least in ((16, 8), (32, 17), (64, 33)) if max_rows >= least]
+
+
+def _key(op: dict) -> tuple:
+    return op["dtype"], op["bits"], op["group_size"], op["mode"], op["rows"]
+
+
+def prewarm_ops(shapes: list[QuantizedShape], max_rows: int) -> list[dict]:
+    """One op per quantized shape and row tile: the first of each (dtype, bits, group, mode,
+    tile) compiles its module; the same key at the model's other shapes loads it from the
+    cache (unless that shape takes another of MLX's paths, which then compiles there)."""
+    return [{"op": "qmm", "dtype": s.dtype, "bits": s.bits, "group_size": s.group_size,
+             "mode": s.mode, "rows": tile, "k": s.k, "n": s.n}
+            for tile in row_tiles(max_rows) for s in shapes]
+
+
+def split_among(ops: list[dict], workers: int) -> list[list[dict]]:
+    """Each key's ops to one worker, in order (so a module is compiled once), the keys
+    dealt round-robin: the distinct modules compile in different processes at once."""
+    by_key: dict[tuple, list[dict]] = {}
+    for op in ops:
+        by_key.setdefault(_key(op), []).append(op)
+    shares: list[list[dict]] = [[] for _ in range(workers)]
+    for i, group in enumerate(by_key.values()):
+        shares[i % workers].extend(group)
+    return [s for s in shares if s]
+
+
+def identity() -> str:
+    info = mx.device_info()
+    return (f"mlx {mx.__version__} | {info.get('device_name', '?')} | "
+            f"sm {info.get('compute_capability_major', '?')}{info.get('compute_capability_minor', '?')}")
+
+
+class Prewarm:
+    """One per load: start() on the engine thread once the model's layers are final,
+    wait() before the first forward that meets MLX's quantized matmuls."""
+
+    def __init__(self):
+        self.procs: list[subprocess.Popen] = []
+        self.ops: list[dict] = []
+        self.started = 0.0
+        self.cache = Path()
+        self.before: set[str] = set()
+        self.note = ""
+
+    def start(self, model, max_rows: int, backend: str | None) -> None:
+        if backend != "cuda" or os.environ.get(ENV_VAR, "1") == "0" or getattr(sys, "frozen", False):
+            return
+        self.cache = mlx_cache_dir()
+        ops = prewarm_ops(quantized_shapes(model), max_rows)
+        if not ops or _marker_covers(self.cache, identity(), ops):
+            return
+        keys = len({_key(o) for o in ops})
+        workers = min(keys, MAX_WORKERS, max(1, ((os.cpu_count() or 2) - 1) // 2))
+        self.ops, self.started, self.before = ops, time.perf_counter(), _modules(self.cache)
+        env = {**os.environ, "MLX_PTX_CACHE_DIR": str(self.cache)}
+        for share in split_among(ops, workers):
+            try:
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, "-I", str(_WORKER), json.dumps(share)], env=env,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            except OSError as e:
+                log.info("MLX prewarm: could not start a worker (%s)", e)
+
+    def wait(self, timeout: float = 600.0) -> str:
+        """Wait for the workers (then stop any still running: the engine compiles what they
+        did not); the summary line for the bench, '' when none ran."""
+        if not self.procs:
+            return self.note
+        t_wait = time.perf_counter()
+        ok = failed = 0
+        for p in self.procs:
+            try:
+                out, _ = p.communicate(timeout=max(0.0, timeout - (time.perf_counter() - t_wait)))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, _ = p.communicate()
+            lines = out.splitlines()
+            ok += sum(line.startswith("ok ") for line in lines)
+            failed += sum(line.startswith("failed ") for line in lines)
+            for line in lines:
+                if line.startswith("failed "):
+                    log.info("MLX prewarm: %s", line[:300])
+        done = time.perf_counter()
+        new = len(_modules(self.cache) - self.before)
+        if ok == len(self.ops):
+            _write_marker(self.cache, identity(), self.ops)
+        self.note = (f"MLX's kernels compiled ahead: {ok} of {len(self.ops)} ops in "
+                     f"{len(self.procs)} processes ({failed} failed), {new} modules new, "
+                     f"{done - self.started:.1f} s from the start, waited {done - t_wait:.1f} s")
+        self.procs = []
+        return self.note
+
+
+def _modules(cache: Path) -> set[str]:
+    try:
+        return {p.name for p in cache.rglob("*.ptx")}
+    except OSError:
+        return set()
+
+
+def _marker_covers(cache: Path, ident: str, ops: list[dict]) -> bool:
+    try:
+        done = json.loads((cache / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    have = {json.dumps(o, sort_keys=True) for o in done.get("ops", [])}
+    return done.get("identity") == ident and all(json.dumps(o, sort_keys=True) in have
+                                                 for o in ops)
+
+
+def _write_marker(cache: Path, ident: str, ops: list[dict]) -> None:
+    try:
+        old = json.loads((cache / MARKER).read_text())
+        kept = old.get("ops", []) if old.get("identity") == ident else []
+    except (OSError, ValueError):
+        kept = []
+    have = {json.dumps(o, sort_keys=True) for o in kept}
+    merged = kept + [o for o in ops if json.dumps(o, sort_keys=True) not in have]
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / MARKER).write_text(json.dumps({"identity": ident, "ops": merged}))
+    except OSError as e:
+        log.info("MLX prewarm: could not write its marker (%s)", e)

@@ -1,0 +1,100 @@
+"""MLX's quantized-matmul modules compiled in worker processes at load (engine/loading/mlx_prewarm.py).
+
+The speed-up itself is measured on the GPU machine (docs/PERFORMANCE.md, "First start on
+CUDA"); here: which ops a model asks for, that each module is compiled by one worker, and
+the worker processes' plumbing, run for real on the CPU (a quantized matmul runs there too,
+compiling nothing), with the backend forced to "cuda".
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.bench.synthetic import synthetic_model
+from engine.loading import mlx_prewarm
+from engine.loading.mlx_prewarm import (
+    MARKER,
+    Prewarm,
+    prewarm_ops,
+    quantized_shapes,
+    row_tiles,
+    split_among,
+)
+from engine.models.base import fuse_projections
+
+
+@pytest.fixture(scope="module")
+def toy_model():
+    model, _ = synthetic_model("qwen3.5-toy")
+    fuse_projections(model)
+    return model
+
+
+def test_the_shapes_are_the_models_quantized_layers_after_joining(toy_model):
+    shapes = quantized_shapes(toy_model)
+    assert len(shapes) == len(set(shapes))
+    assert {(s.bits, s.group_size) for s in shapes} == {(4, 64), (8, 64)}  # experts, router
+    assert all(s.k % s.group_size == 0 and s.dtype == "bfloat16" for s in shapes)
+    assert any(s.n == 1024 for s in shapes)    # the output head (the toy's vocabulary)
+
+
+def test_a_tile_is_asked_for_only_where_the_engine_runs_that_many_rows():
+    assert row_tiles(7) == []                  # MLX's precompiled matrix-vector kernel
+    assert row_tiles(8) == [16]
+    assert row_tiles(32) == [16, 32]
+    assert row_tiles(512) == [16, 32, 64]
+
+
+def test_each_module_is_compiled_by_one_worker_and_distinct_ones_by_different_workers(toy_model):
+    ops = prewarm_ops(quantized_shapes(toy_model), 512)
+    keys = {mlx_prewarm._key(o) for o in ops}
+    shares = split_among(ops, len(keys))
+    assert sorted(map(json.dumps, sum(shares, []))) == sorted(map(json.dumps, ops))
+    owner = {}
+    for i, share in enumerate(shares):
+        for op in share:
+            assert owner.setdefault(mlx_prewarm._key(op), i) == i
+    assert len(shares) == len(keys)            # one key a worker when there are enough
+    assert len(split_among(ops, 2)) == 2
+
+
+def test_workers_run_every_op_once_and_a_second_start_starts_none(toy_model, tmp_path,
+                                                                  monkeypatch):
+    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path))
+    first = Prewarm()
+    first.start(toy_model, 32, "cuda")
+    assert first.procs
+    note = first.wait()
+    n = len(prewarm_ops(quantized_shapes(toy_model), 32))
+    assert f"{n} of {n} ops" in note and "(0 failed)" in note
+    assert json.loads((tmp_path / MARKER).read_text())["ops"]
+    again = Prewarm()
+    again.start(toy_model, 32, "cuda")
+    assert not again.procs and again.wait() == ""
+    wider = Prewarm()                           # a tile not done yet: workers again
+    wider.start(toy_model, 64, "cuda")
+    assert wider.procs
+    wider.wait()
+
+
+def test_a_failed_op_is_counted_and_leaves_no_marker(toy_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(mlx_prewarm, "prewarm_ops",
+                        lambda shapes, rows: [{"op": "nonsense", "dtype": "bfloat16", "bits": 4,
+                                               "group_size": 64, "mode": "affine", "rows": 16,
+                                               "k": 64, "n": 64}])
+    p = Prewarm()
+    p.start(toy_model, 32, "cuda")
+    assert "0 of 1 ops" in p.wait() and "(1 failed)" in p.note
+    assert not (tmp_path / MARKER).exists()
+
+
+@pytest.mark.parametrize("backend, env", [(None, "1"), ("metal", "1"), ("cuda", "0")])
+def test_nothing_starts_off_cuda_or_when_turned_off(toy_model, tmp_path, monkeypatch,
+                                                    backend, env):
+    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(mlx_prewarm.ENV_VAR, env)
+    p = Prewarm()
+    p.start(toy_model, 512, backend)
+    assert not p.procs and p.wait() == ""
