@@ -135,7 +135,7 @@ class Prewarm:
             except OSError as e:
                 log.info("MLX prewarm: could not start a worker (%s)", e)
 
-    def wait(self, timeout: float = 600.0) -> str:
+    def wait(self, timeout: float = 300.0) -> str:
         """Wait for the workers (then stop any still running: the engine compiles what they
         did not); the summary line for the bench, '' when none ran."""
         if not self.procs:
