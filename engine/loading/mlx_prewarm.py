@@ -8,9 +8,11 @@ slow ones. Splitting the warm-up's shapes over processes did not help (session 1
 shape needs nearly every module). Here each worker meets *different* modules: one op per
 module, chosen from the model itself (its quantized layers' dtype, bits, group size and
 mode) and the row counts the engine will run (MLX picks a module per row tile). Each
-worker is a plain MLX process (mlx_prewarm_worker.py) that writes into the same
-MLX_PTX_CACHE_DIR; the engine waits for them before it measures the experts' paths and
-warms up, and then loads those modules instead of compiling them.
+worker is a plain MLX process (mlx_prewarm_worker.py) whose MLX writes into a folder of
+its own; each module then moves into MLX_PTX_CACHE_DIR with a rename per file (MLX
+writes in place: a file seen half written would fail to load in every later start). The
+engine waits for them before it measures the experts' paths and warms up, and then
+loads those modules instead of compiling them.
 
 Only a speed-up: a module no worker made (another MLX picks other modules, a worker
 failed or timed out) is compiled by MLX in the engine as before. Checked once per
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -36,6 +39,7 @@ log = logging.getLogger(__name__)
 ENV_VAR = "TANDEM_MLX_PREWARM"
 MAX_WORKERS = 6
 MARKER = "tandem-mlx-prewarm.json"
+WORK_DIR = ".tandem-prewarm"     # the workers' own folders, inside the cache
 _WORKER = Path(__file__).with_name("mlx_prewarm_worker.py")
 
 
@@ -114,6 +118,7 @@ class Prewarm:
         self.started = 0.0
         self.cache = Path()
         self.before: set[str] = set()
+        self.own: list[Path] = []
         self.note = ""
 
     def start(self, model, max_rows: int, backend: str | None) -> None:
@@ -126,18 +131,24 @@ class Prewarm:
         keys = len({_key(o) for o in ops})
         workers = min(keys, MAX_WORKERS, max(1, ((os.cpu_count() or 2) - 1) // 2))
         self.ops, self.started, self.before = ops, time.perf_counter(), _modules(self.cache)
-        env = {**os.environ, "MLX_PTX_CACHE_DIR": str(self.cache)}
-        for share in split_among(ops, workers):
+        for i, share in enumerate(split_among(ops, workers)):
+            # Each worker's MLX writes in a folder of its own inside the cache (one file
+            # system: its modules then move in with a rename each; mlx_prewarm_worker.py).
+            own = self.cache / WORK_DIR / f"{os.getpid()}-{i}"
             try:
+                own.mkdir(parents=True, exist_ok=True)
                 self.procs.append(subprocess.Popen(
-                    [sys.executable, "-I", str(_WORKER), json.dumps(share)], env=env,
+                    [sys.executable, "-I", str(_WORKER), json.dumps(share), str(self.cache)],
+                    env={**os.environ, "MLX_PTX_CACHE_DIR": str(own)},
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+                self.own.append(own)
             except OSError as e:
                 log.info("MLX prewarm: could not start a worker (%s)", e)
 
     def wait(self, timeout: float = 300.0) -> str:
         """Wait for the workers (then stop any still running: the engine compiles what they
-        did not); the summary line for the bench, '' when none ran."""
+        did not publish; a stopped worker's half-written files stay in its own folder,
+        removed here); the summary line for the bench, '' when none ran."""
         if not self.procs:
             return self.note
         t_wait = time.perf_counter()
@@ -155,19 +166,22 @@ class Prewarm:
                 if line.startswith("failed "):
                     log.info("MLX prewarm: %s", line[:300])
         done = time.perf_counter()
+        for own in self.own:        # what a stopped worker left half written goes too
+            shutil.rmtree(own, ignore_errors=True)
         new = len(_modules(self.cache) - self.before)
         if ok == len(self.ops):
             _write_marker(self.cache, identity(), self.ops)
         self.note = (f"MLX's kernels compiled ahead: {ok} of {len(self.ops)} ops in "
                      f"{len(self.procs)} processes ({failed} failed), {new} modules new, "
                      f"{done - self.started:.1f} s from the start, waited {done - t_wait:.1f} s")
-        self.procs = []
+        self.procs, self.own = [], []
         return self.note
 
 
 def _modules(cache: Path) -> set[str]:
     try:
-        return {p.name for p in cache.rglob("*.ptx")}
+        return {str(p.relative_to(cache)) for p in cache.rglob("*.ptx")
+                if WORK_DIR not in p.parts}
     except OSError:
         return set()
 

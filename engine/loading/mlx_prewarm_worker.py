@@ -1,8 +1,13 @@
 """One worker of engine/loading/mlx_prewarm.py: runs each op it is given once, so that
 MLX compiles that op's CUDA kernel module into MLX_PTX_CACHE_DIR (the parent's).
 
-Run as a script (``python mlx_prewarm_worker.py JSON``), never imported by the engine:
-it imports only mlx, and its CUDA context is its own. JSON is a list of ops:
+Run as a script (``python mlx_prewarm_worker.py JSON SHARED``), never imported by the
+engine: it imports only mlx, and its CUDA context is its own. MLX_PTX_CACHE_DIR is a
+folder of this worker's own; after each op its new files move into SHARED (the engine's
+cache), each with one rename, the names file before the code: MLX writes its files in
+place, so a process reading SHARED must never see one half written (a worker stopped
+mid-write, or read while it writes, would leave a module that fails to load in every
+later start). JSON is a list of ops:
   {"op": "qmm", "dtype": "bfloat16", "bits": 4, "group_size": 64, "mode": "affine",
    "rows": 64, "k": 2048, "n": 512}
 Prints one line an op: its seconds, or the error (the parent only counts them: a failed
@@ -11,8 +16,10 @@ op costs nothing but the parent compiling that module itself, as without a worke
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
+from pathlib import Path
 
 
 def run_op(op: dict):
@@ -29,14 +36,35 @@ def run_op(op: dict):
                                group_size=group, bits=bits, mode=mode)
 
 
+_ORDER = {".txt": 0, ".cu": 1, ".ptx": 2}   # MLX reads .ptx first: it must come last
+
+
+def publish(own: Path, shared: Path) -> int:
+    """Move the modules written under `own` into `shared` (same relative paths; long
+    module names are folders there too), never replacing a file already there. Returns
+    the number of modules (.ptx files) moved."""
+    moved = 0
+    for src in sorted((p for p in own.rglob("*") if p.is_file()),
+                      key=lambda p: (str(p.with_suffix("")), _ORDER.get(p.suffix, 1))):
+        dst = shared / src.relative_to(own)
+        if dst.exists():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dst)                     # atomic: same file system (own is inside)
+        moved += src.suffix == ".ptx"
+    return moved
+
+
 def main(argv: list[str]) -> int:
     import mlx.core as mx
+    own, shared = Path(os.environ["MLX_PTX_CACHE_DIR"]), Path(argv[2])
     failed = 0
     for op in json.loads(argv[1]):
         t0 = time.perf_counter()
         try:
             mx.eval(run_op(op))
-            print(f"ok {time.perf_counter() - t0:.2f} {json.dumps(op)}", flush=True)
+            moved = publish(own, shared)
+            print(f"ok {time.perf_counter() - t0:.2f} {moved} {json.dumps(op)}", flush=True)
         except Exception as e:   # noqa: BLE001 -- any failure: the parent compiles it itself
             failed += 1
             print(f"failed {type(e).__name__}: {e} {json.dumps(op)}", flush=True)

@@ -98,3 +98,33 @@ def test_nothing_starts_off_cuda_or_when_turned_off(toy_model, tmp_path, monkeyp
     p = Prewarm()
     p.start(toy_model, 512, backend)
     assert not p.procs and p.wait() == ""
+
+
+def test_a_workers_modules_move_into_the_cache_names_first_and_never_over_a_file(tmp_path,
+                                                                              monkeypatch):
+    from engine.loading import mlx_prewarm_worker as worker
+    own, shared = tmp_path / "own", tmp_path / "shared"
+    for name in ("qmm_a", "long/name/part"):
+        for ext in (".ptx", ".cu", ".txt"):
+            (own / (name + ext)).parent.mkdir(parents=True, exist_ok=True)
+            (own / (name + ext)).write_text(name + ext)
+    (shared / "qmm_a.ptx").parent.mkdir(parents=True)
+    (shared / "qmm_a.ptx").write_text("MLX's own")
+    moves = []
+    real = worker.os.replace
+    monkeypatch.setattr(worker.os, "replace",
+                        lambda a, b: (moves.append(str(b.relative_to(shared))), real(a, b)))
+    assert worker.publish(own, shared) == 1             # qmm_a.ptx was there already
+    assert (shared / "qmm_a.ptx").read_text() == "MLX's own"
+    assert (shared / "long/name/part.ptx").read_text() == "long/name/part.ptx"
+    assert moves.index("long/name/part.txt") < moves.index("long/name/part.ptx")
+    assert moves.index("qmm_a.txt") < moves.index("qmm_a.cu")
+
+
+def test_the_workers_own_folders_are_gone_after_the_wait(toy_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path))
+    p = Prewarm()
+    p.start(toy_model, 16, "cuda")
+    assert (tmp_path / mlx_prewarm.WORK_DIR).exists()
+    p.wait()
+    assert not any((tmp_path / mlx_prewarm.WORK_DIR).iterdir())
