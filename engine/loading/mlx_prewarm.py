@@ -7,7 +7,8 @@ one at a time, and the quantized matmul's tiles (qmm_sm80_*, CUTLASS templates) 
 slow ones. Splitting the warm-up's shapes over processes did not help (session 17: every
 shape needs nearly every module). Here each worker meets *different* modules: one op per
 module, chosen from the model itself (its quantized layers' dtype, bits, group size and
-mode) and the row counts the engine will run (MLX picks a module per row tile). Each
+mode) and the row counts the engine will run (MLX picks a module per row tile), and the
+embedding's gathers. Each
 worker is a plain MLX process (mlx_prewarm_worker.py) whose MLX writes into a folder of
 its own; each module then moves into MLX_PTX_CACHE_DIR with a rename per file (MLX
 writes in place: a file seen half written would fail to load in every later start). The
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
+import mlx.nn as nn
 
 from kernels.kernel_seeding import mlx_cache_dir
 
@@ -70,6 +72,20 @@ def quantized_shapes(model) -> list[QuantizedShape]:
     return list(seen)
 
 
+def embedding_gathers(model) -> list[str]:
+    """The dtypes the model's embedding lookups gather (a quantized table: its packed
+    uint32 words, then its scales' dtype), by int32 token ids: MLX compiles one gather
+    module per (dtype, index dtype), every rank in it (indexing.cpp)."""
+    seen: dict[str, None] = {}
+    for _, m in model.named_modules():
+        if isinstance(m, (nn.Embedding, nn.QuantizedEmbedding)):
+            for name in ("weight", "scales"):
+                a = getattr(m, name, None)
+                if isinstance(a, mx.array):
+                    seen.setdefault(str(a.dtype).rsplit(".", 1)[-1], None)
+    return list(seen)
+
+
 def row_tiles(max_rows: int) -> list[int]:
     """One row count per quantized-matmul module MLX 0.32 compiles on CUDA for up to max_rows
     rows: fewer than 8 rows take its precompiled matrix-vector kernel; from 8 the tile is
@@ -78,16 +94,20 @@ def row_tiles(max_rows: int) -> list[int]:
 
 
 def _key(op: dict) -> tuple:
-    return op["dtype"], op["bits"], op["group_size"], op["mode"], op["rows"]
+    """The module an op makes MLX compile: everything but the matmul's sizes."""
+    return tuple((k, op[k]) for k in sorted(op) if k not in ("k", "n"))
 
 
-def prewarm_ops(shapes: list[QuantizedShape], max_rows: int) -> list[dict]:
+def prewarm_ops(shapes: list[QuantizedShape], max_rows: int,
+                gathers: list[str] = ()) -> list[dict]:
     """One op per quantized shape and row tile: the first of each (dtype, bits, group, mode,
     tile) compiles its module; the same key at the model's other shapes loads it from the
-    cache (unless that shape takes another of MLX's paths, which then compiles there)."""
-    return [{"op": "qmm", "dtype": s.dtype, "bits": s.bits, "group_size": s.group_size,
-             "mode": s.mode, "rows": tile, "k": s.k, "n": s.n}
-            for tile in row_tiles(max_rows) for s in shapes]
+    cache (unless that shape takes another of MLX's paths, which then compiles there).
+    Then one gather per embedding dtype."""
+    return ([{"op": "qmm", "dtype": s.dtype, "bits": s.bits, "group_size": s.group_size,
+              "mode": s.mode, "rows": tile, "k": s.k, "n": s.n}
+             for tile in row_tiles(max_rows) for s in shapes]
+            + [{"op": "gather", "dtype": d, "index": "int32"} for d in gathers])
 
 
 def split_among(ops: list[dict], workers: int) -> list[list[dict]]:
@@ -125,7 +145,7 @@ class Prewarm:
         if backend != "cuda" or os.environ.get(ENV_VAR, "1") == "0" or getattr(sys, "frozen", False):
             return
         self.cache = mlx_cache_dir()
-        ops = prewarm_ops(quantized_shapes(model), max_rows)
+        ops = prewarm_ops(quantized_shapes(model), max_rows, embedding_gathers(model))
         if not ops or _marker_covers(self.cache, identity(), ops):
             return
         keys = len({_key(o) for o in ops})

@@ -9,7 +9,7 @@ place, so a process reading SHARED must never see one half written (a worker sto
 mid-write, or read while it writes, would leave a module that fails to load in every
 later start). JSON is a list of ops:
   {"op": "qmm", "dtype": "bfloat16", "bits": 4, "group_size": 64, "mode": "affine",
-   "rows": 64, "k": 2048, "n": 512}
+   "rows": 64, "k": 2048, "n": 512}, {"op": "gather", "dtype": "uint32", "index": "int32"}
 Prints one line an op: its seconds, or the error (the parent only counts them: a failed
 op costs nothing but the parent compiling that module itself, as without a worker).
 """
@@ -24,9 +24,12 @@ from pathlib import Path
 
 def run_op(op: dict):
     import mlx.core as mx
+    dtype = getattr(mx, op["dtype"])
+    if op["op"] == "gather":        # an embedding's lookup: table[ids], ids [B, T]
+        ids = mx.array([[1, 2]], dtype=getattr(mx, op["index"]))
+        return mx.take(mx.zeros((64, 32), dtype=dtype), ids, axis=0)
     if op["op"] != "qmm":
         raise ValueError(f"unknown op {op['op']!r}")
-    dtype = getattr(mx, op["dtype"])
     bits, group, mode = op["bits"], op["group_size"], op.get("mode", "affine")
     packed = mx.zeros((op["n"], op["k"] * bits // 32), dtype=mx.uint32)
     scales = mx.ones((op["n"], op["k"] // group), dtype=dtype)

@@ -16,6 +16,7 @@ from engine.loading import mlx_prewarm
 from engine.loading.mlx_prewarm import (
     MARKER,
     Prewarm,
+    embedding_gathers,
     prewarm_ops,
     quantized_shapes,
     row_tiles,
@@ -39,6 +40,13 @@ def test_the_shapes_are_the_models_quantized_layers_after_joining(toy_model):
     assert any(s.n == 1024 for s in shapes)    # the output head (the toy's vocabulary)
 
 
+def test_the_embeddings_lookups_are_gathers_of_its_packed_words_and_its_scales(toy_model):
+    assert embedding_gathers(toy_model) == ["uint32", "bfloat16"]
+    ops = prewarm_ops(quantized_shapes(toy_model), 512, embedding_gathers(toy_model))
+    assert ops[-2:] == [{"op": "gather", "dtype": d, "index": "int32"}
+                        for d in ("uint32", "bfloat16")]
+
+
 def test_a_tile_is_asked_for_only_where_the_engine_runs_that_many_rows():
     assert row_tiles(7) == []                  # MLX's precompiled matrix-vector kernel
     assert row_tiles(8) == [16]
@@ -47,7 +55,7 @@ def test_a_tile_is_asked_for_only_where_the_engine_runs_that_many_rows():
 
 
 def test_each_module_is_compiled_by_one_worker_and_distinct_ones_by_different_workers(toy_model):
-    ops = prewarm_ops(quantized_shapes(toy_model), 512)
+    ops = prewarm_ops(quantized_shapes(toy_model), 512, embedding_gathers(toy_model))
     keys = {mlx_prewarm._key(o) for o in ops}
     shares = split_among(ops, len(keys))
     assert sorted(map(json.dumps, sum(shares, []))) == sorted(map(json.dumps, ops))
@@ -66,7 +74,7 @@ def test_workers_run_every_op_once_and_a_second_start_starts_none(toy_model, tmp
     first.start(toy_model, 32, "cuda")
     assert first.procs
     note = first.wait()
-    n = len(prewarm_ops(quantized_shapes(toy_model), 32))
+    n = len(prewarm_ops(quantized_shapes(toy_model), 32, embedding_gathers(toy_model)))
     assert f"{n} of {n} ops" in note and "(0 failed)" in note
     assert json.loads((tmp_path / MARKER).read_text())["ops"]
     again = Prewarm()
@@ -81,7 +89,7 @@ def test_workers_run_every_op_once_and_a_second_start_starts_none(toy_model, tmp
 def test_a_failed_op_is_counted_and_leaves_no_marker(toy_model, tmp_path, monkeypatch):
     monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(mlx_prewarm, "prewarm_ops",
-                        lambda shapes, rows: [{"op": "nonsense", "dtype": "bfloat16", "bits": 4,
+                        lambda *_: [{"op": "nonsense", "dtype": "bfloat16", "bits": 4,
                                                "group_size": 64, "mode": "affine", "rows": 16,
                                                "k": 64, "n": 64}])
     p = Prewarm()
