@@ -47,6 +47,15 @@ def test_the_embeddings_lookups_are_gathers_of_its_packed_words_and_its_scales(t
                         for d in ("uint32", "bfloat16")]
 
 
+def test_a_wide_head_is_asked_for_at_fewer_outputs_of_the_same_alignment():
+    from engine.loading.mlx_prewarm import QuantizedShape
+    head = QuantizedShape("bfloat16", 4, 64, "affine", 2048, 248320)
+    [op] = prewarm_ops([head], 8)
+    assert op["n"] < 8192 and op["n"] % 4096 == 248320 % 4096 and op["k"] == 2048
+    [small] = prewarm_ops([QuantizedShape("bfloat16", 8, 64, "affine", 2048, 257)], 8)
+    assert small["n"] == 257
+
+
 def test_a_tile_is_asked_for_only_where_the_engine_runs_that_many_rows():
     assert row_tiles(7) == []                  # MLX's precompiled matrix-vector kernel
     assert row_tiles(8) == [16]
