@@ -95,8 +95,14 @@ def row_tiles(max_rows: int) -> list[int]:
 
 
 def _key(op: dict) -> tuple:
-    """The module an op makes MLX compile: everything but the matmul's sizes."""
-    return tuple((k, op[k]) for k in sorted(op) if k not in ("k", "n"))
+    """The module an op makes MLX compile: everything but the matmul's sizes, except
+    whether they suit MLX 0.32's tiled kernel (outputs a multiple of 128, inputs of the
+    tile's 64 or the group: supports_qmm_sm80); otherwise MLX compiles its plain tiled
+    kernel (qmm_naive), another module (~15 s against ~28 s on the H100's host)."""
+    key = tuple((k, op[k]) for k in sorted(op) if k not in ("k", "n"))
+    if op["op"] == "qmm":
+        key += (("aligned", op["n"] % 128 == 0 and op["k"] % max(64, op["group_size"]) == 0),)
+    return key
 
 
 def prewarm_ops(shapes: list[QuantizedShape], max_rows: int,

@@ -56,6 +56,15 @@ def test_a_wide_head_is_asked_for_at_fewer_outputs_of_the_same_alignment():
     assert small["n"] == 257
 
 
+def test_shapes_mlx_tiles_and_shapes_it_does_not_are_two_modules_in_two_workers():
+    from engine.loading.mlx_prewarm import QuantizedShape
+    aligned = QuantizedShape("bfloat16", 4, 32, "affine", 576, 3072)    # 3072 = 24 * 128
+    plain = QuantizedShape("bfloat16", 4, 32, "affine", 576, 960)       # 960 = 7.5 * 128
+    ops = prewarm_ops([aligned, plain], 16)
+    assert mlx_prewarm._key(ops[0]) != mlx_prewarm._key(ops[1])
+    assert [len(share) for share in split_among(ops, 4)] == [1, 1]
+
+
 def test_a_tile_is_asked_for_only_where_the_engine_runs_that_many_rows():
     assert row_tiles(7) == []                  # MLX's precompiled matrix-vector kernel
     assert row_tiles(8) == [16]
