@@ -24,6 +24,7 @@ from engine.arith import ceil_div
 from engine.cache.cache_manager import DeviceCopies
 from engine.core.sequence import Status
 from engine.models.layer_pieces import Carry, layer_bounds
+from kernels.backend import gpu_backend
 
 # EngineConfig.chunk_pieces=None on a CUDA GPU: measured there (H200, session 30,
 # docs/PERFORMANCE.md); 2 left gaps over twice the floor, 8 was measured beside another
@@ -33,9 +34,7 @@ AUTO_PIECES = 4
 
 def on_cuda() -> bool:
     """The default device is a CUDA GPU (not Metal, not the CPU)."""
-    cuda = getattr(mx, "cuda", None)
-    return (mx.default_device().type == mx.DeviceType.gpu and cuda is not None
-            and cuda.is_available())
+    return gpu_backend() == "cuda"
 
 
 def pieces_of(config, num_layers: int | None = None, reads_in_pieces: bool = True) -> int:

@@ -35,7 +35,7 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 
-from kernels.kernel_seeding import mlx_cache_dir
+from kernels.kernel_seeding import dtype_name, mlx_cache_dir
 
 log = logging.getLogger(__name__)
 ENV_VAR = "TANDEM_MLX_PREWARM"
@@ -66,7 +66,7 @@ def quantized_shapes(model) -> list[QuantizedShape]:
         if not (isinstance(bits, int) and isinstance(group, int) and isinstance(w, mx.array)
                 and isinstance(scales, mx.array) and w.dtype == mx.uint32 and w.ndim >= 2):
             continue
-        shape = QuantizedShape(str(scales.dtype).rsplit(".", 1)[-1], bits, group,
+        shape = QuantizedShape(dtype_name(scales.dtype), bits, group,
                                str(getattr(m, "mode", "affine")), w.shape[-1] * 32 // bits,
                                w.shape[-2])
         seen.setdefault(shape, None)
@@ -83,7 +83,7 @@ def embedding_gathers(model) -> list[str]:
             for name in ("weight", "scales"):
                 a = getattr(m, name, None)
                 if isinstance(a, mx.array):
-                    seen.setdefault(str(a.dtype).rsplit(".", 1)[-1], None)
+                    seen.setdefault(dtype_name(a.dtype), None)
     return list(seen)
 
 
@@ -220,14 +220,17 @@ def _modules(cache: Path) -> set[str]:
         return set()
 
 
+def _op_id(op: dict) -> str:
+    return json.dumps(op, sort_keys=True)
+
+
 def _marker_covers(cache: Path, ident: str, ops: list[dict]) -> bool:
     try:
         done = json.loads((cache / MARKER).read_text())
     except (OSError, ValueError):
         return False
-    have = {json.dumps(o, sort_keys=True) for o in done.get("ops", [])}
-    return done.get("identity") == ident and all(json.dumps(o, sort_keys=True) in have
-                                                 for o in ops)
+    have = {_op_id(o) for o in done.get("ops", [])}
+    return done.get("identity") == ident and all(_op_id(o) in have for o in ops)
 
 
 def _write_marker(cache: Path, ident: str, ops: list[dict]) -> None:
@@ -236,8 +239,8 @@ def _write_marker(cache: Path, ident: str, ops: list[dict]) -> None:
         kept = old.get("ops", []) if old.get("identity") == ident else []
     except (OSError, ValueError):
         kept = []
-    have = {json.dumps(o, sort_keys=True) for o in kept}
-    merged = kept + [o for o in ops if json.dumps(o, sort_keys=True) not in have]
+    have = {_op_id(o) for o in kept}
+    merged = kept + [o for o in ops if _op_id(o) not in have]
     try:
         cache.mkdir(parents=True, exist_ok=True)
         (cache / MARKER).write_text(json.dumps({"identity": ident, "ops": merged}))
