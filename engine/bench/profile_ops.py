@@ -176,9 +176,10 @@ def main(argv=None) -> int:
     if args.by_primitive:
         for path in paths:
             _print_by_primitive(path, blocks[path, "tandem"], blocks[path, "mlx-lm"])
-    print(f"\nsampling a decode step of B={args.batch} after the forward (ops of sample_batch "
-          "uncompiled, an upper bound on its launches; its bisection is one mx.compile)")
-    print("| sampling | ops | GPU path (kernels/top_p_cut) |\n|---|---|---|")
+    print(f"\nsampling a decode step of B={args.batch} after the forward (ops of sample_batch: "
+          "the CPU's uncompiled, its bisection one mx.compile; a GPU's compiled, its fused "
+          "elementwise chains one launch each)")
+    print("| sampling | ops (CPU) | GPU path (compiled, kernels/top_p_cut) |\n|---|---|---|")
     for label, params in SAMPLINGS:
         print(f"| {label} | {sampler_ops(args.batch, params)} "
               f"| {sampler_ops(args.batch, params, gpu=True)} |", flush=True)
@@ -203,19 +204,20 @@ SAMPLINGS = (("greedy", dict(temperature=0.0)), ("temperature 0.7", dict(tempera
 
 
 def sampler_ops(batch: int, params: dict, vocab: int = 248320, gpu: bool = False) -> int:
-    """Ops `sample_batch` adds to a decode step of `batch` rows at `params`; gpu: with the
-    kernel set a GPU loads (kernels/top_p_cut as one counted launch)."""
+    """Ops `sample_batch` adds to a decode step of `batch` rows at `params`, as the CPU
+    runs it (uncompiled, bisection's steps counted one by one); gpu: as a GPU does, through
+    mx.compile with the kernel set it loads (kernels/top_p_cut as one counted launch)."""
     from engine.core.sampler import RowSampler, sample_batch
     from engine.sampling_params import SamplingParams
     logits = mx.zeros((batch, vocab))
     mx.eval(logits)
     states = [RowSampler(SamplingParams(**params)) for _ in range(batch)]
+    if gpu:
+        with gpu_graph():
+            return count_ops(sample_batch(logits, states, KernelSet(COUNT), compiled=True))
     mx.disable_compile()
     try:
-        if not gpu:
-            return count_ops(sample_batch(logits, states))
-        with gpu_graph():
-            return count_ops(sample_batch(logits, states, KernelSet(COUNT)))
+        return count_ops(sample_batch(logits, states, compiled=False))
     finally:
         mx.enable_compile()
 

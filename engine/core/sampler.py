@@ -21,8 +21,10 @@ rounding of the sums.
 from __future__ import annotations
 
 import random
+import weakref
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import mlx.core as mx
 
@@ -75,9 +77,11 @@ class RowSampler:
             self.tracker.confirm(int(token_id))
 
 
-def sample_batch(logits: mx.array, states: Sequence[RowSampler], kernels=None) -> mx.array:
+def sample_batch(logits: mx.array, states: Sequence[RowSampler], kernels=None,
+                 compiled: bool | None = None) -> mx.array:
     """Sample one id per row; advances each sampling row's key. Returns lazy [B] int32.
-    kernels: the model's KernelSet (top-p's cut in one launch where it runs), or None."""
+    kernels: the model's KernelSet (top-p's cut in one launch where it runs), or None.
+    compiled: as `sample`'s (None: on a GPU)."""
     params = [s.params for s in states]
     if logits.ndim == 3:
         logits = logits[:, -1, :]
@@ -92,7 +96,7 @@ def sample_batch(logits: mx.array, states: Sequence[RowSampler], kernels=None) -
     for s in grammar_rows:
         s.tracker.feed_early()
     logits = apply_constraints(apply_logit_bias(logits, params), params)
-    ids = _sample_batch(logits, states, params, kernels)
+    ids = _sample_batch(logits, states, params, kernels, compiled)
     _track_samples(model_logits, ids, states)
     return ids
 
@@ -114,7 +118,8 @@ def _track_samples(logits: mx.array, ids: mx.array, states: Sequence[RowSampler]
 
 
 def _sample_batch(logits: mx.array, states: Sequence[RowSampler],
-                  params: list[SamplingParams], kernels=None) -> mx.array:
+                  params: list[SamplingParams], kernels=None,
+                  compiled: bool | None = None) -> mx.array:
     keys = None
     if not all(p.greedy for p in params):
         split = _split_keys(mx.stack([s.key for s in states]))         # [B, 2, 2]
@@ -123,14 +128,15 @@ def _sample_batch(logits: mx.array, states: Sequence[RowSampler],
         keys = split[:, 1]                                             # [B, 2]
     needs_history = any(p.repetition_penalty != 1.0 for p in params)
     histories = [s.recent for s in states] if needs_history else None
-    return sample(logits, params, histories, keys, kernels)
+    return sample(logits, params, histories, keys, kernels, compiled)
 
 
 def sample(logits: mx.array, params: Sequence[SamplingParams],
            histories: Sequence[Sequence[int]] | None = None,
-           keys: mx.array | None = None, kernels=None) -> mx.array:
+           keys: mx.array | None = None, kernels=None, compiled: bool | None = None) -> mx.array:
     """Functional core. logits [B, V] (or [B, T, V]: last position); keys [B, 2] per-row
-    step keys, or None to draw fresh ones. Returns lazy [B] int32."""
+    step keys, or None to draw fresh ones. Returns lazy [B] int32.
+    compiled: sampling rows through mx.compile (None: on a GPU; `_compiled_draw`)."""
     if logits.ndim == 3:
         logits = logits[:, -1, :]
     if logits.shape[0] != len(params):
@@ -138,14 +144,50 @@ def sample(logits: mx.array, params: Sequence[SamplingParams],
     logits = _float32(logits)                                          # [B, V]
     if histories is not None and any(p.repetition_penalty != 1.0 for p in params):
         logits = apply_repetition_penalty(logits, params, histories)
-    greedy_ids = mx.argmax(logits, axis=-1)                            # [B]
     if all(p.greedy for p in params):
-        return greedy_ids.astype(mx.int32)  # the common case: one argmax, no sort, no noise
+        # the common case: one argmax, no sort, no noise
+        return mx.argmax(logits, axis=-1).astype(mx.int32)
     if keys is None:
         keys = mx.random.split(mx.random.key(random.getrandbits(63)), len(params))
-    sampled = _sample_rows(logits, params, keys, kernels)
-    is_greedy = constant(tuple(p.greedy for p in params), mx.bool_)   # [B]
-    return mx.where(is_greedy, greedy_ids, sampled).astype(mx.int32)
+    rows = _RowSettings.of(params, logits.shape[-1])
+    if compiled if compiled is not None else _on_gpu():
+        return _compiled_draw(kernels, rows.shape)(logits, keys, rows.arrays)
+    return _choose(logits, keys, rows.arrays, rows.shape, kernels)
+
+
+def _on_gpu() -> bool:
+    return mx.default_device().type == mx.DeviceType.gpu
+
+
+def _choose(logits: mx.array, keys: mx.array, arrays: dict, shape: _Shape,
+            kernels=None) -> mx.array:
+    """Each row's id: a greedy row's argmax, a sampling row's draw. [B] int32."""
+    sampled = _draw(_kept_weights(logits, arrays, shape, kernels), keys)
+    if not shape.greedy_rows:
+        return sampled.astype(mx.int32)
+    greedy_ids = mx.argmax(logits, axis=-1)                            # [B]
+    return mx.where(arrays["is_greedy"], greedy_ids, sampled).astype(mx.int32)
+
+
+# One compiled function per kernel set and graph shape (a few: the app's settings, the
+# API's); mx.compile itself keeps one trace per input shape (decode batches of 1..B rows).
+_COMPILED: dict[tuple[int, _Shape], object] = {}
+
+
+def _compiled_draw(kernels, shape: _Shape):
+    """_choose through mx.compile: its elementwise chains fused, the graph replayed from
+    C++ (on CUDA, the app's sampling at B=1 is 49 launches plain; tests/engine/
+    test_sampler_compiled.py pins the compiled count). The kernel set is held weakly,
+    so a model's unload is not kept waiting on this cache."""
+    key = (id(kernels), shape)
+    fn = _COMPILED.get(key)
+    if fn is None:
+        ref = weakref.ref(kernels) if kernels is not None else (lambda: None)
+        fn = mx.compile(lambda logits, keys, arrays: _choose(logits, keys, arrays, shape, ref()))
+        _COMPILED[key] = fn
+        if kernels is not None:
+            weakref.finalize(kernels, _COMPILED.pop, key, None)
+    return fn
 
 
 def _float32(x: mx.array) -> mx.array:
@@ -158,29 +200,67 @@ def _column(values: list, dtype=mx.float32) -> mx.array:
     return constant(tuple(values), dtype)[:, None]                     # [B, 1]
 
 
-def _sample_rows(logits: mx.array, params: Sequence[SamplingParams], keys: mx.array,
-                 kernels=None) -> mx.array:
-    return _draw(_kept_weights(logits, params, kernels), keys)
+@dataclass(frozen=True)
+class _Shape:
+    """What decides the sampling graph's structure (its Python branches): with the input
+    shapes, what a compiled trace is kept for."""
+    width: int          # top-k's candidates: the largest k of a top-k row, 0 with none
+    by_mass: bool       # some row's top-p runs over the whole vocabulary (no top-k)
+    filters: bool       # some row has top-k, top-p or min-p
+    greedy_rows: bool   # some rows are greedy (their argmax beside the draw)
+
+
+@dataclass(frozen=True)
+class _RowSettings:
+    """A batch's sampling settings as the graph takes them: its shape and per-row
+    columns ([B, 1]; is_greedy [B]), made once per distinct batch (host_arrays.constant)."""
+    shape: _Shape
+    arrays: dict
+
+    @staticmethod
+    def of(params: Sequence[SamplingParams], num_vocab: int) -> _RowSettings:
+        top_k = [p.top_k if 0 < p.top_k < num_vocab else 0 for p in params]
+        by_rank = [k > 0 for k in top_k]                # top-k (and its top-p) by candidates
+        by_mass = [k == 0 and p.top_p < 1.0 for k, p in zip(top_k, params)]  # by bisection
+        shape = _Shape(width=max(top_k, default=0), by_mass=any(by_mass),
+                       filters=any(p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0.0
+                                   for p in params),
+                       greedy_rows=any(p.greedy for p in params))
+        # Greedy rows get temperature 1 here; their result is replaced by argmax anyway.
+        arrays = {"temps": _column([p.temperature if not p.greedy else 1.0 for p in params]),
+                  "min_p": _column([p.min_p for p in params])}
+        if shape.greedy_rows:
+            arrays["is_greedy"] = constant(tuple(p.greedy for p in params), mx.bool_)
+        if shape.width:
+            arrays.update(by_rank=_column(by_rank, mx.bool_),
+                          k=_column([max(k, 1) for k in top_k], mx.int32),
+                          rank_top_p=_column([p.top_p for p in params]),
+                          top_p_off=_column([p.top_p >= 1.0 for p in params], mx.bool_))
+        if shape.by_mass:
+            arrays.update(by_mass=_column(by_mass, mx.bool_),
+                          mass_top_p=_column([p.top_p if m else 0.5
+                                              for p, m in zip(params, by_mass)]))
+        return _RowSettings(shape, arrays)
 
 
 def filtered_probs(logits: mx.array, params: Sequence[SamplingParams], kernels=None) -> mx.array:
     """The distribution sampling rows draw from: temperature, top-k, top-p, min-p. [B, V]"""
-    kept = _kept_weights(logits.astype(mx.float32), params, kernels)
+    rows = _RowSettings.of(params, logits.shape[-1])
+    kept = _kept_weights(logits.astype(mx.float32), rows.arrays, rows.shape, kernels)
     return kept / _row_sum(kept)
 
 
-def _kept_weights(logits: mx.array, params: Sequence[SamplingParams], kernels=None) -> mx.array:
+def _kept_weights(logits: mx.array, arrays: dict, shape: _Shape, kernels=None) -> mx.array:
     """Unnormalized probabilities (max 1) of the ids the filters keep, 0 elsewhere. [B, V]"""
-    # Greedy rows get temperature 1 here; their result is replaced by argmax anyway.
-    temps = _column([p.temperature if not p.greedy else 1.0 for p in params])
-    scaled = logits / temps                                            # [B, V]
     # d <= 0 is the ranking key and the only input to the weights, so equal d means
-    # equal probability (a tie) and a larger d is never less likely.
-    d = scaled - mx.max(scaled, axis=-1, keepdims=True)                # [B, V], max 0
+    # equal probability (a tie) and a larger d is never less likely. Shifted before the
+    # division (a temperature > 0 keeps the order and d = 0 at the max), so the two are
+    # one fused kernel after the max, not one before it and one after.
+    d = (logits - mx.max(logits, axis=-1, keepdims=True)) / arrays["temps"]  # [B, V], max 0
     weights = _exp(d)                                                  # [B, V], max 1
-    if not any(p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0.0 for p in params):
+    if not shape.filters:
         return weights
-    return mx.where(_keep_mask(d, weights, params, kernels), weights, 0.0)
+    return mx.where(_keep_mask(d, weights, arrays, shape, kernels), weights, 0.0)
 
 
 def _exp(x: mx.array) -> mx.array:
@@ -201,24 +281,20 @@ def _draw(kept: mx.array, keys: mx.array) -> mx.array:
     return mx.sum(running <= u, axis=-1)                               # [B]
 
 
-def _keep_mask(d: mx.array, weights: mx.array, params: Sequence[SamplingParams],
+def _keep_mask(d: mx.array, weights: mx.array, arrays: dict, shape: _Shape,
                kernels=None) -> mx.array:
     """Which ids survive top-k, then top-p over the top-k mass, then min-p. [B, V] bool.
     Ties at a cut (equal d) keep the lowest ids first, as a stable sort would."""
-    num_vocab = d.shape[-1]
-    top_k = [p.top_k if 0 < p.top_k < num_vocab else 0 for p in params]
-    by_rank = [k > 0 for k in top_k]                    # top-k (and its top-p) by candidates
-    by_mass = [k == 0 and p.top_p < 1.0 for k, p in zip(top_k, params)]  # top-p by bisection
-    keep = mx.ones(d.shape, dtype=mx.bool_)
-    if any(by_rank):
-        rank_keep = _top_k_keep(d, top_k, [p.top_p for p in params])
-        keep = mx.where(_column(by_rank, mx.bool_), rank_keep, keep)
-    if any(by_mass):
-        mass_keep = _top_p_keep(d, weights, [p.top_p if m else 0.5
-                                             for p, m in zip(params, by_mass)], kernels)
-        keep = mx.where(_column(by_mass, mx.bool_), mass_keep, keep)
+    keep = mx.array(True)                   # a scalar: no [B, V] array of ones to fill
+    if shape.width:
+        rank_keep = _top_k_keep(d, shape.width, arrays["k"], arrays["rank_top_p"],
+                                arrays["top_p_off"])
+        keep = mx.where(arrays["by_rank"], rank_keep, keep)
+    if shape.by_mass:
+        mass_keep = _top_p_keep(d, weights, arrays["mass_top_p"], kernels)
+        keep = mx.where(arrays["by_mass"], mass_keep, keep)
     # min-p: keep p >= min_p * p_max, i.e. d >= log(min_p); log(0) = -inf keeps all.
-    return keep & (d >= mx.log(_column([p.min_p for p in params])))
+    return keep & (d >= mx.log(arrays["min_p"]))
 
 
 def _tie_rank(ties: mx.array) -> mx.array:
@@ -227,26 +303,27 @@ def _tie_rank(ties: mx.array) -> mx.array:
     return mx.cumsum(count, axis=-1) - count
 
 
-def _top_k_keep(d: mx.array, top_k: list[int], top_p: list[float]) -> mx.array:
-    """top-k, then top-p over the renormalized top-k mass, from the sorted top
-    max(k) values only (no full sort): the cut's value and how many ids it keeps."""
+def _top_k_keep(d: mx.array, width: int, k: mx.array, top_p: mx.array,
+                top_p_off: mx.array) -> mx.array:
+    """top-k, then top-p over the renormalized top-k mass, from the sorted top `width`
+    values only (no full sort): the cut's value and how many ids it keeps. k, top_p,
+    top_p_off: [B, 1] (k at least 1)."""
     if d.shape[0] > _MAX_SORT_ROWS:     # rows are independent: sort them in slices
         n = _MAX_SORT_ROWS
-        return mx.concatenate([_top_k_keep(d[i:i + n], top_k[i:i + n], top_p[i:i + n])
+        return mx.concatenate([_top_k_keep(d[i:i + n], width, k[i:i + n], top_p[i:i + n],
+                                           top_p_off[i:i + n])
                                for i in range(0, d.shape[0], n)])
-    width = max(*top_k, 1)      # a slice may hold no top-k row
     best = mx.topk(d, width, axis=-1)
     best = mx.sort(best, axis=-1)[:, ::-1]                             # [B, K] best first
     rank = mx.arange(width)[None, :]                                   # [1, K]
-    in_k = rank < _column([max(k, 1) for k in top_k], mx.int32)        # [B, K]
+    in_k = rank < k                                                    # [B, K]
     probs = mx.where(in_k, _exp(best), 0.0)                            # [B, K]
     if width > _SUM_BLOCK:      # a large k: one running sum down 248k ids is 3e-4 off on a CPU
         mass_before, total = _running_sum(probs) - probs, _row_sum(probs)
     else:
         mass_before = mx.cumsum(probs, axis=-1) - probs                # [B, K]
         total = mx.sum(probs, axis=-1, keepdims=True)
-    target = _column(top_p) * total                                    # [B, 1]
-    top_p_off = _column([p >= 1.0 for p in top_p], mx.bool_)
+    target = top_p * total                                             # [B, 1]
     # Rank 0 always survives (mass before it is 0); the count is the kept prefix length.
     kept = in_k & ((mass_before < target) | top_p_off)                 # [B, K]
     count = mx.sum(kept, axis=-1, keepdims=True)                       # [B, 1] >= 1
@@ -257,8 +334,8 @@ def _top_k_keep(d: mx.array, top_k: list[int], top_p: list[float]) -> mx.array:
     return above | (at_cut & (_tie_rank(at_cut) < room))
 
 
-def _top_p_keep(d: mx.array, weights: mx.array, top_p: list[float], kernels=None) -> mx.array:
-    """top-p over the whole vocabulary without sorting: bisection on the cut's value.
+def _top_p_keep(d: mx.array, weights: mx.array, p: mx.array, kernels=None) -> mx.array:
+    """top-p (p [B, 1]) over the whole vocabulary without sorting: bisection on the cut's value.
 
     key = the int32 bits of -d >= 0, ordered like -d (smaller = likelier). The cut is
     the largest key t whose strictly-likelier mass G(t) = sum(w[key < t]) is below
@@ -268,7 +345,6 @@ def _top_p_keep(d: mx.array, weights: mx.array, top_p: list[float], kernels=None
     31 halvings of a range under 2**31 end at hi = lo + 1, lo the cut.
     """
     key = (0.0 - d).view(mx.int32)                                     # [B, V], 0 - 0 = +0
-    p = _column(top_p)
     target = p * _row_sum(weights)                                     # [B, 1]
     # one launch where the model's kernel set runs kernels/top_p_cut (the same cut)
     lo = kernels.top_p_cut(key, weights, target) if kernels is not None else None

@@ -193,11 +193,18 @@ def warm_sampler(runner: Runner, report: Callable[[LoadProgress], None]) -> None
 
 
 def sampled_warm_up(runner: Runner) -> mx.array:
-    """warm_sampler's graph (lazy): a one-row decode, sampled at the app's settings."""
+    """warm_sampler's graph (lazy): a one-row decode, sampled at the app's settings as
+    one row and as two. On a GPU the sampling graph is compiled (engine/core/sampler.py)
+    and its fused kernels come in two forms, a [B, 1] setting read as one value (B = 1)
+    or per row (B > 1): both are compiled now."""
     settings = chat_defaults()
     params = SamplingParams(temperature=settings["temperature"], top_p=settings["top_p"],
                             seed=0)
-    return sample_batch(runner.warm_decode(1), [RowSampler(params)], kernel_set_of(runner.model))
+    logits, kernels = runner.warm_decode(1), kernel_set_of(runner.model)
+    one = sample_batch(logits, [RowSampler(params)], kernels)
+    two = sample_batch(mx.concatenate([logits, logits]), [RowSampler(params), RowSampler(params)],
+                       kernels)
+    return mx.concatenate([one, two])
 
 
 class BackgroundWarmUp:

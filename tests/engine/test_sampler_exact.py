@@ -134,12 +134,14 @@ CASES = [
 DRAWS = 20000
 
 
-@pytest.fixture(scope="module")
-def drawn():
+@pytest.fixture(scope="module", params=[False, True], ids=["plain", "compiled"])
+def drawn(request):
+    """The draws of the plain graph and of its compiled form (what a GPU runs)."""
     logits = np.array([row for _, row in CASES] * DRAWS, np.float32)    # [8 * N, 8]
     params = [p for p, _ in CASES] * DRAWS
     keys = mx.random.split(mx.random.key(2024), len(params))
-    ids = np.array(sample(mx.array(logits), params, keys=keys)).reshape(DRAWS, len(CASES))
+    ids = np.array(sample(mx.array(logits), params, keys=keys, compiled=request.param)
+                   ).reshape(DRAWS, len(CASES))
     return [np.bincount(ids[:, c], minlength=8) for c in range(len(CASES))]
 
 
@@ -173,15 +175,17 @@ def test_the_draw_never_lands_on_a_dropped_id(monkeypatch, uniform, expected):
     monkeypatch.setattr(sampler, "_uniform_rows", lambda keys: mx.full((1,), uniform))
     logits = mx.array([[-5.0, 3.0, 2.0, -4.0, -3.0, 2.5, -6.0]])
     keys = mx.random.split(mx.random.key(0), 1)
-    assert int(sample(logits, [SamplingParams(temperature=1.0, top_k=3)], keys=keys)[0]) \
-        == expected
+    # plain: a compiled trace would keep the first patched uniform for the later ones
+    assert int(sample(logits, [SamplingParams(temperature=1.0, top_k=3)], keys=keys,
+                      compiled=False)[0]) == expected
 
 
 QWEN3_5_VOCAB = 248_320
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("rows", [1, 2, 8, 32])
-def test_the_apps_default_sampling_matches_the_reference(rows):
+def test_the_apps_default_sampling_matches_the_reference(rows, compiled):
     """A new chat's settings (temperature 0.7, top-p 0.95) on Qwen3.5's vocabulary, at the
     decode batch sizes the engine runs: the kept set and weights match the float64
     reference up to ids within float32 rounding of the cut, and every draw is kept."""
@@ -192,7 +196,7 @@ def test_the_apps_default_sampling_matches_the_reference(rows):
               ).astype(np.float32)
     got = np.array(filtered_probs(mx.array(logits), [p] * rows))
     keys = mx.random.split(mx.random.key(rows), rows)
-    ids = np.array(sample(mx.array(logits), [p] * rows, keys=keys))
+    ids = np.array(sample(mx.array(logits), [p] * rows, keys=keys, compiled=compiled))
     for row, g, i in zip(logits, got, ids):
         want = reference_probs(row, p, check_margin=False)
         before = _mass_before(reference_probs(row, SamplingParams(temperature=p.temperature)))
