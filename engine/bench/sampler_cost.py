@@ -39,9 +39,13 @@ SHAPES = [(49152, 1), (49152, 8), (248320, 1), (248320, 8)]
 
 
 def load_baseline(ref: str):
-    """The sampler module as committed at `ref`, imported under another name."""
-    text = subprocess.run(["git", "show", f"{ref}:engine/core/sampler.py"], check=True,
-                          capture_output=True, text=True).stdout
+    """The sampler module as committed at `ref` (or the file at that path: a machine
+    without the repository's history), imported under another name."""
+    if Path(ref).is_file():
+        text = Path(ref).read_text()
+    else:
+        text = subprocess.run(["git", "show", f"{ref}:engine/core/sampler.py"], check=True,
+                              capture_output=True, text=True).stdout
     path = Path(tempfile.mkdtemp()) / "baseline_sampler.py"
     path.write_text(text)
     spec = importlib.util.spec_from_file_location("baseline_sampler", path)
@@ -100,7 +104,8 @@ def bench(modules: dict, rounds: int, shapes=SHAPES, kernels: bool = False) -> N
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline", help="git ref whose sampler runs alongside (e.g. main)")
+    ap.add_argument("--baseline", help="git ref (or a file) whose sampler runs alongside "
+                    "(e.g. main); with --top-p-kernel, with the kernel set too")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--top-p-kernel", action="store_true",
                     help="also this tree's sampler with the kernel set (kernels/top_p_cut)")
@@ -111,7 +116,10 @@ def main(argv=None) -> None:
     if args.top_p_kernel:
         modules = {**modules, "kernel": WithKernels(current)}
     if args.baseline:
-        modules = {f"{args.baseline}": load_baseline(args.baseline), **modules}
+        baseline = load_baseline(args.baseline)
+        modules = {f"{args.baseline}": baseline, **modules}
+        if args.top_p_kernel:
+            modules[f"{args.baseline} kernel"] = WithKernels(baseline)
     shapes = SHAPES
     if args.shapes:
         shapes = [tuple(int(n) for n in item.split("x")) for item in args.shapes.split(",")]
