@@ -10,12 +10,14 @@ import mlx.core as mx
 NAMES = ("gated_delta_step", "gated_delta_chunk", "paged_attention", "moe_route",
          "moe_experts", "moe_block", "gdn_conv_step", "add_rms_norm", "gated_rms_norm",
          "attention_prep", "top_p_cut", "gated_delta_step_norm", "qmm_rows", "moe_grouped",
-         "gdn_conv_chunk", "swiglu_joined")
+         "gdn_conv_chunk", "swiglu_joined", "qmv_normed")
 # Kernels with a CUDA source only, and why: on Metal the model keeps MLX's own op.
 CUDA_ONLY = {"qmm_rows": "CUDA only: MLX's Metal quantized matmul serves small batches "
                          "(not measured against it on a Mac)",
              "moe_grouped": "CUDA only: MLX's Metal gather_qmm reads each expert once for "
-                            "sorted pairs already"}
+                            "sorted pairs already",
+             "qmv_normed": "CUDA only: on Metal MLX's rms_norm and qmv run (not measured "
+                           "against them on a Mac)"}
 
 
 def gpu_backend() -> str | None:

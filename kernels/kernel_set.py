@@ -31,6 +31,7 @@ import kernels.moe_grouped as mg
 import kernels.moe_route as mr
 import kernels.paged_attention as pa
 import kernels.qmm_rows as qr
+import kernels.qmv_normed as qn
 import kernels.swiglu_joined as sj
 import kernels.top_p_cut as tpc
 from kernels.backend import CUDA_ONLY, NAMES
@@ -268,6 +269,17 @@ class KernelSet:
         if backend is None or not tpc.applies(key, weights, target):
             return None
         return tpc.kernel(key, weights, target, backend=backend)
+
+    def qmv_normed(self, x, norm_weight, eps: float, w, scales, biases, group_size: int,
+                   bits: int):
+        """y [1, N] of kernels.qmv_normed: one row's rms_norm(x) * norm_weight times a 4- or
+        8-bit affine quantized weight [N, K * bits / 32] (transposed), in one launch."""
+        backend = self.launches(qn.NAME)
+        if backend is None or not qn.applies(x, norm_weight, w, scales, biases, group_size,
+                                             bits):
+            return None
+        return qn.kernel(x, norm_weight, eps, w, scales, biases, group_size, bits,
+                         backend=backend)
 
     def qmm_rows(self, x, w, scales, biases, group_size: int, bits: int):
         """x [..., K] times a 4- or 8-bit affine quantized weight [N, K * bits / 32]

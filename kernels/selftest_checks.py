@@ -15,6 +15,7 @@ import kernels.gdn_conv_chunk as gcc
 import kernels.gdn_conv_step as gcs
 import kernels.paged_attention as pa
 import kernels.qmm_rows as qr
+import kernels.qmv_normed as qn
 import kernels.swiglu_joined as sj
 import kernels.top_p_cut as tpc
 from kernels.selftest_checks_moe import check_block, check_experts, check_grouped, check_route
@@ -303,6 +304,26 @@ def check_qmm_rows(backend: str) -> float:
     return max(0.0, worst)
 
 
+def check_qmv_normed(backend: str) -> float:
+    """One row's norm and a 4-bit and an 8-bit layer of 72 rows (two blocks and a partial
+    one: a block takes 32), K over two of a warp's turns; the error past the kernel's own
+    roundings, as a share of the sum of |terms| (a wrong row, column or group is off by
+    O(1) of it): y rounded to bf16 (2**-8: bf16's unit roundoff), and the norm's elements,
+    each of which the sum of squares' order may move by one bf16 ulp (2**-7 of it)."""
+    ks = mx.random.split(mx.random.key(15), 3)
+    w32 = (mx.random.normal((72, 2048), key=ks[0]) * 2048 ** -0.5).astype(mx.bfloat16)
+    x = (mx.random.normal((1, 2048), key=ks[1]) * 3).astype(mx.bfloat16)
+    nw = (1.0 + 0.2 * mx.random.normal((2048,), key=ks[2])).astype(mx.bfloat16)
+    worst = 0.0
+    for bits in qn.BITS:
+        w, scales, biases = mx.quantize(w32, group_size=64, bits=bits)
+        args = (x, nw, 1e-6, w, scales, biases, 64, bits)
+        want, mag = qn.reference(*args), qn.magnitude(*args)
+        got = qn.kernel(*args, backend=backend).astype(mx.float32)
+        worst = max(worst, (mx.abs(got - want) / mag).max().item() - 2.0 ** -8 - 2.0 ** -7)
+    return max(0.0, worst)
+
+
 CHECKS = {"gated_delta_step": lambda b: max(check_step(b), check_step_raw_gates(b)),
           "gated_delta_chunk": check_chunk,
           "paged_attention": check_paged, "moe_route": check_route,
@@ -311,4 +332,4 @@ CHECKS = {"gated_delta_step": lambda b: max(check_step(b), check_step_raw_gates(
           "attention_prep": check_attention_prep, "top_p_cut": check_top_p_cut,
           "gated_delta_step_norm": check_step_norm, "qmm_rows": check_qmm_rows,
           "moe_grouped": check_grouped, "gdn_conv_chunk": check_conv_chunk,
-          "swiglu_joined": check_swiglu_joined}
+          "swiglu_joined": check_swiglu_joined, "qmv_normed": check_qmv_normed}

@@ -62,13 +62,20 @@ def count_ops(*outputs: mx.array) -> int:
     return sum(ops_by_primitive(*outputs).values())
 
 
-def qwen3_5_layout(num_layers: int) -> dict:
+def qwen3_5_layout(num_layers: int, hidden: int = 128) -> dict:
     config = copy.deepcopy(QWEN3_5_TOY)
     # The real router's shape class: E a multiple of 32 (256 there), top-8, so the
     # routing kernel applies on the gpu path as it does on the real model.
     config["text_config"].update(num_hidden_layers=num_layers, full_attention_interval=4,
-                                 num_experts=32, num_experts_per_tok=8)
+                                 num_experts=32, num_experts_per_tok=8, hidden_size=hidden)
     return config
+
+
+def qwen3_5_counted_layout(num_layers: int) -> dict:
+    """The layout the step is counted at: a hidden size of the real one's class (a
+    multiple of 1,024), so a B=1 step's input norms go inside their projections
+    (kernels/qmv_normed) as on the real model's 2,048."""
+    return qwen3_5_layout(num_layers, hidden=1024)
 
 
 def llama_layout(num_layers: int) -> dict:
@@ -81,7 +88,7 @@ def llama_layout(num_layers: int) -> dict:
 
 # name -> (config of n layers, layers in one repeating block, layers of the real model, words)
 LAYOUTS = {
-    "qwen3.5": (qwen3_5_layout, 4, 40, "40 layers: 30 Gated DeltaNet + 10 gated attention, MoE"),
+    "qwen3.5": (qwen3_5_counted_layout, 4, 40, "40 layers: 30 Gated DeltaNet + 10 gated attention, MoE"),
     "llama": (llama_layout, 1, 30, "30 Llama layers, the built-in SmolLM2-135M"),
 }
 

@@ -19,7 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
-from engine.models.projection import project
+from engine.models.projection import project, project_normed
 from kernels.kernel_set import NO_KERNELS
 
 # On a GPU the joined output is padded with zero rows up to a multiple of this: MLX's
@@ -62,9 +62,12 @@ class FusedLinear(nn.Module):
     def __call__(self, x: mx.array, *args) -> list[mx.array]:
         return self.split(self.joined_output(x, *args))
 
-    def joined_output(self, x: mx.array, *args) -> mx.array:
+    def joined_output(self, x: mx.array, *args, norm: nn.RMSNorm | None = None) -> mx.array:
         """The joined layer's output [.., sum out_i (+ pad)], unsplit: for a kernel that
-        reads its parts through their columns (no Split node)."""
+        reads its parts through their columns (no Split node). norm: x is the layer's
+        input before this RMSNorm (applied inside the product where a kernel can)."""
+        if norm is not None:
+            return project_normed(self.kernel_set, self.joined, x, norm)
         # gathered experts take their ids as args: never a plain projection
         return self.joined(x, *args) if args else project(self.kernel_set, self.joined, x)
 

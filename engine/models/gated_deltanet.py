@@ -87,18 +87,21 @@ class GatedDeltaNet(nn.Module):
         return (StateSpec((self.kernel - 1, self.conv_dim), dtype),
                 StateSpec((self.hv, self.dv, self.dk), mx.float32))
 
-    def __call__(self, x: mx.array, rows: RowGroups, states: list[mx.array]) -> mx.array:
+    def __call__(self, x: mx.array, rows: RowGroups, states: list[mx.array],
+                 input_norm: nn.RMSNorm | None = None) -> mx.array:
         """x [N, H] (every group's tokens) -> [N, H]: the projections run once on all
-        tokens, the conv and the recurrence per group with its own view and slots."""
+        tokens, the conv and the recurrence per group with its own view and slots.
+        input_norm: x is the layer's input before this norm (its one reader, the joined
+        input projection, applies it: kernels/qmv_normed at one decode row)."""
         if len(rows.views) == 1 and rows.views[0].num_tokens == 1:
-            projections = self._decode_projections(x)
+            projections = self._decode_projections(x, input_norm)
             y = self._decode_by_kernels(projections, rows.views[0], states)
             if y is not None:
                 return project(self.kernel_set, self.out_proj, y)            # [B, H]
             if isinstance(projections, mx.array):
                 projections = self.in_proj.split(projections)
         else:
-            projections = self._in_projections(x)
+            projections = self._in_projections(x if input_norm is None else input_norm(x))
         parts = [rows.split(p) for p in projections]                         # per group [B, T, *]
         writes = ([], [])        # per state array: (slots, rows) of every group
         # The conv kernel rewrites the pool in place; beside another group's deferred
@@ -112,12 +115,13 @@ class GatedDeltaNet(nn.Module):
                 states[i] = _write_slots(states[i], pending)
         return project(self.kernel_set, self.out_proj, rows.join(ys))        # [N, H]
 
-    def _decode_projections(self, x: mx.array) -> list[mx.array] | mx.array:
+    def _decode_projections(self, x: mx.array, input_norm: nn.RMSNorm | None = None
+                            ) -> list[mx.array] | mx.array:
         """A decode step's input projections: the joined one's output [B, *] unsplit where
         the kernels read its parts as columns (this layout, joined), else the parts."""
         if "in_proj" in self and self._JOINED_DECODE:
-            return self.in_proj.joined_output(x)
-        return self._in_projections(x)
+            return self.in_proj.joined_output(x, norm=input_norm)
+        return self._in_projections(x if input_norm is None else input_norm(x))
 
     # Qwen3.5's joined input projection is [qkv | z | b | a]: the decode kernels read each
     # part as columns of it (no Split node a layer). Qwen3-Next's grouped one is not.

@@ -6,6 +6,8 @@
 35B-A3B model there (kernels/qmm_rows.py says why). Anything else (one row, a prompt
 chunk past 32 rows, dense layers, a layer with a bias, the CPU) is ``layer(x)`` as
 before.
+``project_normed`` is a layer's input norm and its projection: one launch at a single
+decode row (kernels/qmv_normed.py), else the norm and ``project``.
 """
 from __future__ import annotations
 
@@ -15,12 +17,29 @@ import mlx.nn as nn
 from kernels.kernel_set import KernelSet
 
 
+def _affine(layer: nn.Module) -> bool:
+    """An affine quantized layer without a bias: what the kernels here take."""
+    return (getattr(layer, "mode", "affine") == "affine" and "scales" in layer
+            and "bias" not in layer)
+
+
 def project(kernels: KernelSet, layer: nn.Module, x: mx.array) -> mx.array:
     """layer(x), by kernels.qmm_rows where it applies."""
-    if (getattr(layer, "mode", "affine") == "affine" and "scales" in layer
-            and "bias" not in layer):
+    if _affine(layer):
         y = kernels.qmm_rows(x, layer.weight, layer.scales, layer.get("biases"),
                              layer.group_size, layer.bits)
         if y is not None:
             return y
     return layer(x)
+
+
+def project_normed(kernels: KernelSet, layer: nn.Module, x: mx.array,
+                   norm: nn.RMSNorm) -> mx.array:
+    """layer(norm(x)): at one row through kernels/qmv_normed (the norm inside the
+    product: one launch, not two), else the norm and `project`."""
+    if _affine(layer):
+        y = kernels.qmv_normed(x, norm.weight, norm.eps, layer.weight, layer.scales,
+                               layer.get("biases"), layer.group_size, layer.bits)
+        if y is not None:
+            return y
+    return project(kernels, layer, norm(x))

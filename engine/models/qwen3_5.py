@@ -52,15 +52,19 @@ class Attention(nn.Module):
         """After loading: q (with its gate), k and v become one matmul."""
         fuse_linears(self, ("q_proj", "k_proj", "v_proj"), "qkv_proj")
 
-    def __call__(self, x: mx.array, rows: RowGroups, kv: list[mx.array]) -> mx.array:
+    def __call__(self, x: mx.array, rows: RowGroups, kv: list[mx.array],
+                 input_norm: nn.RMSNorm | None = None) -> mx.array:
         """x [N, H] (every group's tokens) -> [N, H]: the projections run once on all
-        tokens, the attention per group with its own view."""
+        tokens, the attention per group with its own view. input_norm: x is the layer's
+        input before this norm (the joined projection applies it: kernels/qmv_normed at
+        one decode row)."""
         if "qkv_proj" in self:
             # the decode kernels read q+gate, k and v as columns of the joined output (no
             # Split)
-            qg = k = v = self.qkv_proj.joined_output(x)
+            qg = k = v = self.qkv_proj.joined_output(x, norm=input_norm)
             kv_columns = tuple(self.qkv_proj.parts.starts[1:])
         else:
+            x = x if input_norm is None else input_norm(x)
             qg, k, v, kv_columns = self.q_proj(x), self.k_proj(x), self.v_proj(x), None
         if rows.single_decode:
             out = self._kernel_decode(qg, k, v, rows.views[0], kv, kv_columns)  # [B, Hq*D]
@@ -141,10 +145,15 @@ class DecoderLayer(nn.Module):
         pending: the previous layer's MLP output not yet added to x (a dense layer's), or
         None. -> (the residual stream, this layer's pending output): a dense MLP's output
         is added by the next layer's input norm (kernels/add_rms_norm: one launch, not an
-        Add and an RMSNorm); the MoE block adds its residual in its own last op."""
-        x, normed = carried_norm(self.kernel_set, x, pending, self.input_layernorm)
+        Add and an RMSNorm); the MoE block adds its residual in its own last op. Without
+        a carried output the input norm goes to the mixer, whose input projection applies
+        it (kernels/qmv_normed: one launch at one decode row)."""
         mixer = self.linear_attn if self.is_linear else self.self_attn
-        mixed = mixer(normed, rows, cache_entry)                             # [N, H]
+        if pending is None:     # the norm's one reader is the mixer's input projection
+            mixed = mixer(x, rows, cache_entry, input_norm=self.input_layernorm)  # [N, H]
+        else:
+            x, normed = carried_norm(self.kernel_set, x, pending, self.input_layernorm)
+            mixed = mixer(normed, rows, cache_entry)                         # [N, H]
         h, normed = residual_norm(self.kernel_set, x, mixed, self.post_attention_layernorm)
         if isinstance(self.mlp, SparseMoeBlock):
             return self.mlp(normed, residual=h, route_rows=rows.route_rows), None

@@ -1,0 +1,84 @@
+"""``python -m kernels.bench.cuda_on_cpu_qmv_normed``: kernels/qmv_normed.py's CUDA body on the CPU.
+
+The body is compiled by g++ as written (kernels/bench/cuda_on_cpu.py's shim: a block's
+threads are std::threads, blocks one after another) with float32 x, weights' scales and
+biases (its bf16 instantiation differs only in the loads' and roundings' conversions),
+and compared with a float64 numpy norm and product of the same values. So this checks
+the norm's block reduction, the padded shared layout, each lane's columns and groups,
+the rows a warp and block take (N not a multiple of a block's rows), 4 and 8 bits.
+Not speed. ~5-20 s a case on two cores.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+
+import numpy as np
+
+import kernels.qmv_normed as qn
+from kernels.bench.cuda_on_cpu import PRE, build_and_run, kfunc, launch
+from kernels.bench.cuda_on_cpu_qmm import _dequantize
+
+EPS = 1e-6
+
+
+def emulate(N: int, K: int, GS: int, bits: int, seed: int, work: str) -> float:
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(K) * 3).astype(np.float32)
+    nw = (1 + 0.2 * rng.standard_normal(K)).astype(np.float32)
+    w = rng.integers(0, 2**32, size=(N, K * bits // 32), dtype=np.uint64).astype(np.uint32)
+    s = (rng.uniform(0.5, 1.5, (N, K // GS)) / 8 * K**-0.5 / (1 << (bits - 4))).astype(np.float32)
+    b = (-((1 << bits) - 1) / 2 * s + rng.normal(0, 0.1, s.shape) * s).astype(np.float32)
+    for name, arr in {"x": x, "nw": nw, "w": w, "s": s, "b": b}.items():
+        arr.tofile(f"{work}/{name}.bin")
+    rows = qn.WARPS * qn.ROWS_PER_WARP
+    src = PRE + kfunc(
+        "qmv", qn._CUDA_SOURCE,
+        "const float* x, const float* norm_weight, const float* eps, const uint32_t* w,"
+        " const int* w_shape, const float* scales, const float* biases, float* y",
+        [("K", K), ("BITS", bits), ("GS", GS), ("WARPS", qn.WARPS),
+         ("ROWS_PER_WARP", qn.ROWS_PER_WARP), ("PAD", qn.PAD), ("OT", "float")])
+    src += f'''
+template <class T> std::vector<T> load(const char* n, size_t c) {{
+  std::vector<T> v(c); FILE* f = fopen(n, "rb"); fread(v.data(), sizeof(T), c, f); fclose(f); return v; }}
+std::vector<float> X, NW, S, B, Y; std::vector<uint32_t> W;
+float EPSV[1] = {{{EPS}f}};
+int WS[2] = {{{N}, {K * bits // 32}}};
+''' + launch("q", "qmv(X.data(), NW.data(), EPSV, W.data(), WS, S.data(), B.data(), Y.data())",
+             -(-N // rows), threads=32 * qn.WARPS) + f'''
+int main() {{
+  X = load<float>("{work}/x.bin", {K}); NW = load<float>("{work}/nw.bin", {K});
+  W = load<uint32_t>("{work}/w.bin", {N * K * bits // 32});
+  S = load<float>("{work}/s.bin", {N * K // GS}); B = load<float>("{work}/b.bin", {N * K // GS});
+  Y.assign({N}, -1e30f);
+  run_q();
+  FILE* f = fopen("{work}/y.bin", "wb"); fwrite(Y.data(), 4, Y.size(), f); fclose(f);
+}}
+'''
+    build_and_run(src, work)
+    y = np.fromfile(f"{work}/y.bin", np.float32)
+    x64 = x.astype(np.float64)
+    xn = x64 / np.sqrt(np.mean(x64 * x64) + EPS) * nw
+    wf = _dequantize(w, s, b, bits).astype(np.float64)
+    ref, mag = wf @ xn, np.abs(wf) @ np.abs(xn)
+    err = float((np.abs(y - ref) / mag).max())
+    print(f"N={N} K={K} GS={GS} bits={bits}: max |y - ref| / sum|terms| = {err:.2e}", flush=True)
+    return err
+
+
+# N past a block's 32 rows and not a multiple of them; K over one and several turns
+CASES = [(40, 1024, 64, 4), (64, 2048, 32, 4), (33, 2048, 128, 4), (40, 512, 64, 8),
+         (70, 2048, 64, 8)]
+
+
+def main(argv: list[str]) -> int:
+    worst = 0.0
+    with tempfile.TemporaryDirectory() as work:
+        for i, case in enumerate(CASES):
+            worst = max(worst, emulate(*case, seed=i, work=work))
+    print(f"worst {worst:.2e}: {'ok' if worst < 1e-5 else 'WRONG'}")
+    return 0 if worst < 1e-5 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
