@@ -7,14 +7,18 @@ raises (a Metal source that does not compile, say) counts as a failure too.
 """
 from __future__ import annotations
 
+import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from kernels.backend import CUDA_ONLY, absent_reason, gpu_backend
+from kernels.backend import CUDA_ONLY, NAMES, absent_reason, gpu_backend
 from kernels.kernel_seeding import SEEDER
 from kernels.kernel_set import BACKENDS, KernelSet
 from kernels.selftest_checks import CHECKS, TOL
 from kernels.selftest_verdict import cached_selftest
+
+OFF_VAR = "TANDEM_KERNELS_OFF"
 
 
 def run_selftest(verbose: bool = True) -> dict:
@@ -80,9 +84,21 @@ def select_kernels(use_kernels: bool = True, verdict_dir: Path | None = None) ->
     if backend is None:
         return KernelSet.plain(absent_reason())
     if verdict_dir is None:
-        return kernel_set_from(run_selftest(verbose=False))
-    return kernel_set_from(cached_selftest(lambda: run_selftest(verbose=False), backend,
-                                           verdict_dir))
+        return turned_off(kernel_set_from(run_selftest(verbose=False)))
+    return turned_off(kernel_set_from(cached_selftest(lambda: run_selftest(verbose=False),
+                                                      backend, verdict_dir)))
+
+
+def turned_off(kernels: KernelSet) -> KernelSet:
+    """`kernels` less those named in TANDEM_KERNELS_OFF (comma-separated): one kernel's
+    before/after in one build (a benchmark), or a way around one on a user's machine."""
+    names = [n.strip() for n in os.environ.get(OFF_VAR, "").split(",") if n.strip()]
+    unknown = [n for n in names if n not in NAMES]
+    if unknown:
+        raise ValueError(f"{OFF_VAR}: unknown kernel {unknown[0]!r}; known: {', '.join(NAMES)}")
+    extra = tuple((n, f"turned off by {OFF_VAR}") for n in names
+                  if kernels.launches(n) is not None)
+    return replace(kernels, off=kernels.off + extra) if extra else kernels
 
 
 def _print(results: dict) -> None:

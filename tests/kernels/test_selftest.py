@@ -66,3 +66,18 @@ def test_unknown_kernel_or_backend_is_refused():
         kernels.KernelSet("cuda", (("no_such_kernel", "x"),))
     with pytest.raises(ValueError):
         kernels.KernelSet("vulkan")
+
+
+def test_kernels_named_in_the_environment_are_off_with_why(monkeypatch):
+    """TANDEM_KERNELS_OFF: one kernel's before/after in one build, or a way around one."""
+    ks = kernels.KernelSet("cuda", (("gated_delta_chunk", "self-test error"),))
+    monkeypatch.setenv(selftest.OFF_VAR, "qmv_normed, gated_delta_chunk")
+    off = selftest.turned_off(ks)
+    assert off.launches("qmv_normed") is None and off.launches("paged_attention") == "cuda"
+    assert off.status()["qmv_normed"] == "reference (turned off by TANDEM_KERNELS_OFF)"
+    assert off.status()["gated_delta_chunk"] == "reference (self-test error)"   # kept
+    monkeypatch.setenv(selftest.OFF_VAR, "")
+    assert selftest.turned_off(ks) == ks
+    monkeypatch.setenv(selftest.OFF_VAR, "no_such_kernel")
+    with pytest.raises(ValueError, match="TANDEM_KERNELS_OFF"):
+        selftest.turned_off(ks)
