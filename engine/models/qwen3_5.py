@@ -20,7 +20,7 @@ from engine.models.gated_deltanet import GatedDeltaNet, NextGatedDeltaNet
 from engine.models.layer_pieces import Carry, run_layers
 from engine.models.mlp import MLP
 from engine.models.moe import SparseMoeBlock
-from engine.models.projection import project
+from engine.models.projection import project, project_normed
 from engine.models.qwen3_5_config import NEXT_TYPES, QWEN3_5_TYPES, ModelArgs
 from engine.models.qwen3_5_weights import quantize_predicate, sanitize_weights
 from engine.models.row_groups import RowGroups
@@ -207,10 +207,12 @@ class Model(nn.Module):
                        cache.kv + cache.states, layers, carry)
         if isinstance(h, Carry):
             return h
-        h = backbone.norm(rows.select_logit_rows(h))                         # [M, H]
+        h = rows.select_logit_rows(h)                                        # [M, H]
         if self.args.tie_word_embeddings:
-            return rows.split_logits(backbone.embed_tokens.as_linear(h))     # [B_g, *, V]
-        return rows.split_logits(project(self.kernel_set, self.body.lm_head, h))  # [B_g, *, V]
+            return rows.split_logits(backbone.embed_tokens.as_linear(backbone.norm(h)))
+        # the final norm inside the head's product at one row (kernels/qmv_normed)
+        return rows.split_logits(project_normed(self.kernel_set, self.body.lm_head, h,
+                                                backbone.norm))              # [B_g, *, V]
 
     def _cache_entries(self, cache: ModelCache) -> list[list[mx.array]]:
         """Each layer's own cache lists, in layer order: a Gated DeltaNet layer's state

@@ -182,8 +182,9 @@ def _one_row_logits(model, kernels: KernelSet) -> list[np.ndarray]:
 def test_each_layers_input_norm_goes_into_its_projection_at_one_decode_row():
     """Wiring: a prompt and three decode steps of one row through the kernel's contract
     give the plain path's logits bit for bit, and each decode step's layers (2 Gated
-    DeltaNet, 2 attention) took their input norm inside the joined input projection;
-    the prompt (4 tokens) never did."""
+    DeltaNet, 2 attention) took their input norm inside the joined input projection
+    (the prompt's 4 tokens never did); the final norm went into the head wherever one
+    row's logits were asked for (the prompt's last token and each step)."""
     model = _bf16_qwen(1024)
     others = tuple((n, "test") for n in NAMES if n != qn.NAME)
     _NormedAsMlx.calls = []
@@ -191,7 +192,9 @@ def test_each_layers_input_norm_goes_into_its_projection_at_one_decode_row():
     got = _one_row_logits(model, _NormedAsMlx("cuda", others))
     for g, p in zip(got, plain):
         assert (g == p).all()
-    layers = model.args.num_hidden_layers
-    assert len(_NormedAsMlx.calls) == 3 * layers
-    assert {m for m, _, _ in _NormedAsMlx.calls} == {1}
-    assert len({n for _, n, _ in _NormedAsMlx.calls}) == 2     # GDN's width, attention's
+    layers, vocab = model.args.num_hidden_layers, model.args.vocab_size
+    calls = _NormedAsMlx.calls
+    assert {m for m, _, _ in calls} == {1}
+    assert len([c for c in calls if c[1] == vocab]) == 1 + 3            # the head
+    assert len([c for c in calls if c[1] != vocab]) == 3 * layers
+    assert len({n for _, n, _ in calls if n != vocab}) == 2      # GDN's width, attention's
