@@ -149,8 +149,8 @@ class _NormedAsMlx(KernelSet):
                                    transpose=True, group_size=group_size, bits=bits)
 
 
-def _bf16_qwen(hidden: int):
-    """A 4-bit bf16 Qwen3.5 MoE whose hidden size the kernel takes (K % 1,024 == 0),
+def _qwen(hidden: int, dtype=mx.bfloat16):
+    """A 4-bit Qwen3.5 MoE whose hidden size the kernel takes (K % 1,024 == 0),
     projections joined."""
     from qwen_fixtures import build_model, random_weights, tiny_config
 
@@ -159,7 +159,7 @@ def _bf16_qwen(hidden: int):
     text = config.get("text_config", config)
     text.update(hidden_size=hidden, head_dim=32, linear_key_head_dim=32,
                 linear_value_head_dim=32)
-    weights = {k: v if k.endswith("A_log") else v.astype(mx.bfloat16)
+    weights = {k: v if k.endswith("A_log") else v.astype(dtype)
                for k, v in random_weights(config, seed=5).items()}
     model = build_model(config, weights)
     nn.quantize(model, group_size=64, bits=4, class_predicate=quantize_predicate)
@@ -185,7 +185,7 @@ def test_each_layers_input_norm_goes_into_its_projection_at_one_decode_row():
     DeltaNet, 2 attention) took their input norm inside the joined input projection
     (the prompt's 4 tokens never did); the final norm went into the head wherever one
     row's logits were asked for (the prompt's last token and each step)."""
-    model = _bf16_qwen(1024)
+    model = _qwen(1024)
     others = tuple((n, "test") for n in NAMES if n != qn.NAME)
     _NormedAsMlx.calls = []
     plain = _one_row_logits(model, NO_KERNELS)
@@ -198,3 +198,17 @@ def test_each_layers_input_norm_goes_into_its_projection_at_one_decode_row():
     assert len([c for c in calls if c[1] == vocab]) == 1 + 3            # the head
     assert len([c for c in calls if c[1] != vocab]) == 3 * layers
     assert len({n for _, n, _ in calls if n != vocab}) == 2      # GDN's width, attention's
+
+
+def test_the_model_decodes_one_row_through_the_kernel_as_without_it(backend):
+    """The real launches inside a float32 4-bit model (float32 scales: MLX's own product
+    sums in float32 too), every other kernel on both times: the logits of a prompt and
+    three decode steps differ by float32 reordering only (tests/float32_tolerance.py)."""
+    from float32_tolerance import assert_close, model_depth
+    model = _qwen(1024, mx.float32)
+    on = KernelSet(backend)
+    off = KernelSet(backend, ((qn.NAME, "test"),))
+    plain, got = _one_row_logits(model, off), _one_row_logits(model, on)
+    depth = model_depth(model, 4 + 3)
+    for step, (g, p) in enumerate(zip(got, plain)):
+        assert_close(g, p, depth, f"forward {step}")
