@@ -285,16 +285,17 @@ def _keep_mask(d: mx.array, weights: mx.array, arrays: dict, shape: _Shape,
                kernels=None) -> mx.array:
     """Which ids survive top-k, then top-p over the top-k mass, then min-p. [B, V] bool.
     Ties at a cut (equal d) keep the lowest ids first, as a stable sort would."""
-    keep = mx.array(True)                   # a scalar: no [B, V] array of ones to fill
+    keep = None                             # all (no [B, V] array of ones to fill)
     if shape.width:
         rank_keep = _top_k_keep(d, shape.width, arrays["k"], arrays["rank_top_p"],
                                 arrays["top_p_off"])
-        keep = mx.where(arrays["by_rank"], rank_keep, keep)
+        keep = mx.where(arrays["by_rank"], rank_keep, True)
     if shape.by_mass:
         mass_keep = _top_p_keep(d, weights, arrays["mass_top_p"], kernels)
-        keep = mx.where(arrays["by_mass"], mass_keep, keep)
+        keep = mx.where(arrays["by_mass"], mass_keep, True if keep is None else keep)
     # min-p: keep p >= min_p * p_max, i.e. d >= log(min_p); log(0) = -inf keeps all.
-    return keep & (d >= mx.log(arrays["min_p"]))
+    min_p_keep = d >= mx.log(arrays["min_p"])
+    return min_p_keep if keep is None else keep & min_p_keep
 
 
 def _tie_rank(ties: mx.array) -> mx.array:
