@@ -49,6 +49,9 @@ def open_engine(model: str | None, config: EngineConfig, quiet: bool = False) ->
               flush=True)
         if compiling:
             print(f"# load-time warm-up steps: {warm_up_steps(steps, t_ready)}", flush=True)
+        line = kernels_off_line(engine.kernel_status)
+        if line:
+            print(f"# {line}", flush=True)
         if engine.bundle.prewarm_note:
             print(f"# {engine.bundle.prewarm_note}", flush=True)
         for line in filter(None, engine.bundle.experts_note.split("\n")):
@@ -57,6 +60,15 @@ def open_engine(model: str | None, config: EngineConfig, quiet: bool = False) ->
             print(f"# {SEEDER.summary()} (then {time.perf_counter() - t_warm:.1f} s "
                   "waited for its workers)", flush=True)
     return engine
+
+
+def kernels_off_line(status: dict[str, str]) -> str | None:
+    """Where kernels launch, the ones that do not and why (a before/after through
+    TANDEM_KERNELS_OFF, a failed self-test); None where none launches (the CPU)."""
+    off = {k: v for k, v in status.items() if v.startswith("reference")}
+    if not off or len(off) == len(status):
+        return None
+    return "kernels not launching: " + "; ".join(f"{k} {v}" for k, v in off.items())
 
 
 def self_test_s(steps: list[tuple[float, str]]) -> float:

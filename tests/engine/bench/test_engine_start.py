@@ -20,3 +20,13 @@ def test_each_load_time_warm_up_step_is_named_with_its_seconds():
              (41.0, "Compiling kernels: the sampler")]
     assert warm_up_steps(steps, 43.0) == ("decode 1 (1/3) 30.5 s, prefill 16 (2/3) 0.5 s, "
                                           "the sampler 2.0 s")
+
+
+def test_the_start_names_the_kernels_that_do_not_launch():
+    from engine.bench.engine_start import kernels_off_line
+    from kernels.kernel_set import KernelSet
+    ks = KernelSet("cuda", (("qmv_normed", "turned off by TANDEM_KERNELS_OFF"),))
+    assert kernels_off_line(ks.status()) == ("kernels not launching: qmv_normed reference "
+                                             "(turned off by TANDEM_KERNELS_OFF)")
+    assert kernels_off_line(KernelSet("cuda").status()) is None
+    assert kernels_off_line(KernelSet.plain("no GPU").status()) is None
