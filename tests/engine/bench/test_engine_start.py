@@ -26,7 +26,8 @@ def test_the_start_names_the_kernels_that_do_not_launch():
     from engine.bench.engine_start import kernels_off_line
     from kernels.kernel_set import KernelSet
     ks = KernelSet("cuda", (("qmv_normed", "turned off by TANDEM_KERNELS_OFF"),))
-    assert kernels_off_line(ks.status()) == ("kernels not launching: qmv_normed reference "
-                                             "(turned off by TANDEM_KERNELS_OFF)")
-    assert kernels_off_line(KernelSet("cuda").status()) is None
+    line = kernels_off_line(ks.status())
+    assert line.startswith("kernels not launching: ")
+    assert "qmv_normed reference (turned off by TANDEM_KERNELS_OFF)" in line
+    assert "qmv_normed" not in kernels_off_line(KernelSet("cuda").status())
     assert kernels_off_line(KernelSet.plain("no GPU").status()) is None
