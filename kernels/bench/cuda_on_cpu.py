@@ -168,6 +168,17 @@ void run_{name}() {{
 }}
 '''
 
+def run_cases(emulate, cases, bound: float = 1e-5) -> int:
+    """emulate(*case, seed=i, work=folder) for each case (its max error), the worst
+    printed against `bound`: 0 when every case is within it, else 1."""
+    worst = 0.0
+    with tempfile.TemporaryDirectory() as work:
+        for i, case in enumerate(cases):
+            worst = max(worst, emulate(*case, seed=i, work=work))
+    print(f"worst {worst:.2e}: {'ok' if worst < bound else 'WRONG'}")
+    return 0 if worst < bound else 1
+
+
 def build_and_run(src: str, work: str) -> None:
     """Write src to work/emu.cpp, compile it with g++ and run it there."""
     with open(f"{work}/emu.cpp", "w") as f:
