@@ -20,6 +20,15 @@ CUDA_ONLY = {"qmm_rows": "CUDA only: MLX's Metal quantized matmul serves small b
                            "against them on a Mac)"}
 
 
+# Kernels that pass their checks but have not yet been timed on a GPU against the path
+# they replace, and why they wait: off at load until a GPU run measures them
+# (TANDEM_KERNELS_ON=name turns one on for that run; kernels/selftest.py).
+UNMEASURED: dict[str, str] = {
+    "qmv_normed": "off until a GPU run times it against MLX's rms_norm and qmv "
+                  "(TANDEM_KERNELS_ON=qmv_normed turns it on)",
+}
+
+
 def gpu_backend() -> str | None:
     """'cuda' or 'metal' when MLX has that backend and the default device is the GPU."""
     if mx.default_device().type != mx.DeviceType.gpu:

@@ -2,7 +2,7 @@ import pytest
 
 import kernels
 from kernels import moe_grouped, selftest
-from kernels.backend import NAMES, gpu_backend
+from kernels.backend import NAMES, UNMEASURED, gpu_backend
 
 
 def test_selftest_reports_every_kernel():
@@ -21,6 +21,9 @@ def test_selftest_reports_every_kernel():
             # it faster at load (engine/loading/grouped_tune.py); this set was not measured.
             assert ks.launches(name) == gpu_backend()
             assert status[name].startswith("reference (not faster")
+            continue
+        if name in UNMEASURED and gpu_backend() is not None and ks.launches(name) is None:
+            assert status[name] == f"reference ({UNMEASURED[name]})"   # unless turned on
             continue
         assert status[name] == (gpu_backend() or f"reference ({kernels.absent_reason()})")
 
@@ -77,7 +80,23 @@ def test_kernels_named_in_the_environment_are_off_with_why(monkeypatch):
     assert off.status()["qmv_normed"] == "reference (turned off by TANDEM_KERNELS_OFF)"
     assert off.status()["gated_delta_chunk"] == "reference (self-test error)"   # kept
     monkeypatch.setenv(selftest.OFF_VAR, "")
+    monkeypatch.setenv(selftest.ON_VAR, ",".join(UNMEASURED))
     assert selftest.turned_off(ks) == ks
     monkeypatch.setenv(selftest.OFF_VAR, "no_such_kernel")
     with pytest.raises(ValueError, match="TANDEM_KERNELS_OFF"):
         selftest.turned_off(ks)
+
+
+def test_an_unmeasured_kernel_is_off_until_turned_on(monkeypatch):
+    """kernels/backend.UNMEASURED: checked, not yet timed on a GPU against what it replaces."""
+    monkeypatch.delenv(selftest.ON_VAR, raising=False)
+    monkeypatch.delenv(selftest.OFF_VAR, raising=False)
+    ks = kernels.KernelSet("cuda")
+    for name in UNMEASURED:
+        assert selftest.turned_off(ks).launches(name) is None
+        assert selftest.turned_off(ks).status()[name] == f"reference ({UNMEASURED[name]})"
+        monkeypatch.setenv(selftest.ON_VAR, name)
+        assert selftest.turned_off(ks).launches(name) == "cuda"
+        monkeypatch.setenv(selftest.OFF_VAR, name)              # off wins
+        assert selftest.turned_off(ks).launches(name) is None
+        monkeypatch.delenv(selftest.OFF_VAR)
