@@ -31,6 +31,7 @@ import kernels.moe_route as mr
 import kernels.paged_attention_src as pas
 import kernels.qmm_rows as qr
 import kernels.qmm_rows_src as qrs
+import kernels.qmv_normed as qn
 import kernels.swiglu_joined as sj
 from kernels.cuda_jit_names import wrap_source
 
@@ -99,6 +100,13 @@ def cases(dt: str):
              ("gate", dt if gated else f32, 2 if gated == 2 else 3)],
             [("out", dt)], [("OutT", dt), ("D", 256), ("GATED", gated)])
     yield from moe_cases(dt)
+    for bits in qn.BITS:            # the joined GDN input projection's K (hidden 2,048)
+        yield f"qmv_normed BITS={bits}", wrap(
+            "qmvn", "", qn._CUDA_SOURCE,
+            [("x", dt, 2), ("norm_weight", dt, 1), ("eps", "float32", 1), ("w", "uint32", 2),
+             ("scales", dt, 2), ("biases", dt, 2)],
+            [("y", dt)], [("K", 2048), ("BITS", bits), ("GS", 64), ("WARPS", qn.WARPS),
+                          ("ROWS_PER_WARP", qn.ROWS_PER_WARP), ("PAD", qn.PAD), ("OT", dt)])
     if dt == "bfloat16":            # the tensor cores' bf16 product: bf16 x only
         for mt, bits in ((1, 4), (2, 4), (2, 8)):
             yield f"qmm_rows MT={mt} BITS={bits}", wrap(
