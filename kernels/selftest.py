@@ -12,14 +12,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from kernels.backend import CUDA_ONLY, NAMES, UNMEASURED, absent_reason, gpu_backend
+from kernels.backend import CUDA_ONLY, NAMES, OFF_AT_LOAD, absent_reason, gpu_backend
 from kernels.kernel_seeding import SEEDER
 from kernels.kernel_set import BACKENDS, KernelSet
 from kernels.selftest_checks import CHECKS, TOL
 from kernels.selftest_verdict import cached_selftest
 
 OFF_VAR = "TANDEM_KERNELS_OFF"
-ON_VAR = "TANDEM_KERNELS_ON"      # UNMEASURED kernels to launch (kernels/backend.py)
+ON_VAR = "TANDEM_KERNELS_ON"      # OFF_AT_LOAD kernels to launch (kernels/backend.py)
 
 
 def run_selftest(verbose: bool = True) -> dict:
@@ -93,9 +93,9 @@ def select_kernels(use_kernels: bool = True, verdict_dir: Path | None = None) ->
 def turned_off(kernels: KernelSet) -> KernelSet:
     """`kernels` less those named in TANDEM_KERNELS_OFF (comma-separated: one kernel's
     before/after in one build, or a way around one on a user's machine) and the
-    UNMEASURED ones not named in TANDEM_KERNELS_ON."""
+    OFF_AT_LOAD ones (kernels/backend.py) not named in TANDEM_KERNELS_ON."""
     off, on = _names(OFF_VAR), _names(ON_VAR)
-    why = {**{n: w for n, w in UNMEASURED.items() if n not in on},
+    why = {**{n: w for n, w in OFF_AT_LOAD.items() if n not in on},
            **{n: f"turned off by {OFF_VAR}" for n in off}}
     extra = tuple((n, w) for n, w in why.items() if kernels.launches(n) is not None)
     return replace(kernels, off=kernels.off + extra) if extra else kernels

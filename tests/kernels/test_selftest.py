@@ -2,7 +2,7 @@ import pytest
 
 import kernels
 from kernels import moe_grouped, selftest
-from kernels.backend import NAMES, UNMEASURED, gpu_backend
+from kernels.backend import NAMES, OFF_AT_LOAD, gpu_backend
 
 
 def test_selftest_reports_every_kernel():
@@ -22,8 +22,8 @@ def test_selftest_reports_every_kernel():
             assert ks.launches(name) == gpu_backend()
             assert status[name].startswith("reference (not faster")
             continue
-        if name in UNMEASURED and gpu_backend() is not None and ks.launches(name) is None:
-            assert status[name] == f"reference ({UNMEASURED[name]})"   # unless turned on
+        if name in OFF_AT_LOAD and gpu_backend() is not None and ks.launches(name) is None:
+            assert status[name] == f"reference ({OFF_AT_LOAD[name]})"   # unless turned on
             continue
         assert status[name] == (gpu_backend() or f"reference ({kernels.absent_reason()})")
 
@@ -80,21 +80,21 @@ def test_kernels_named_in_the_environment_are_off_with_why(monkeypatch):
     assert off.status()["qmv_normed"] == "reference (turned off by TANDEM_KERNELS_OFF)"
     assert off.status()["gated_delta_chunk"] == "reference (self-test error)"   # kept
     monkeypatch.setenv(selftest.OFF_VAR, "")
-    monkeypatch.setenv(selftest.ON_VAR, ",".join(UNMEASURED))
+    monkeypatch.setenv(selftest.ON_VAR, ",".join(OFF_AT_LOAD))
     assert selftest.turned_off(ks) == ks
     monkeypatch.setenv(selftest.OFF_VAR, "no_such_kernel")
     with pytest.raises(ValueError, match="TANDEM_KERNELS_OFF"):
         selftest.turned_off(ks)
 
 
-def test_an_unmeasured_kernel_is_off_until_turned_on(monkeypatch):
-    """kernels/backend.UNMEASURED: checked, not yet timed on a GPU against what it replaces."""
+def test_a_kernel_off_at_load_is_off_until_turned_on(monkeypatch):
+    """kernels/backend.OFF_AT_LOAD: checked, but not timed or timed slower on a GPU."""
     monkeypatch.delenv(selftest.ON_VAR, raising=False)
     monkeypatch.delenv(selftest.OFF_VAR, raising=False)
     ks = kernels.KernelSet("cuda")
-    for name in UNMEASURED:
+    for name in OFF_AT_LOAD:
         assert selftest.turned_off(ks).launches(name) is None
-        assert selftest.turned_off(ks).status()[name] == f"reference ({UNMEASURED[name]})"
+        assert selftest.turned_off(ks).status()[name] == f"reference ({OFF_AT_LOAD[name]})"
         monkeypatch.setenv(selftest.ON_VAR, name)
         assert selftest.turned_off(ks).launches(name) == "cuda"
         monkeypatch.setenv(selftest.OFF_VAR, name)              # off wins
