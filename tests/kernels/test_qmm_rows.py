@@ -10,10 +10,10 @@ tensor cores multiply it (2**-9 of its value at most) and y is rounded to bf16 (
 import shutil
 
 import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
 import pytest
 from kernel_numpy_ref import to_np
+from quantized_qwen import quantized_qwen
 
 import kernels.qmm_rows as qr
 from kernels.backend import NAMES
@@ -138,34 +138,14 @@ class _QmmAsMlx(KernelSet):
                                    group_size=group_size, bits=bits)
 
 
-def _bf16_qwen():
-    """A 4-bit bf16 Qwen3.5 MoE of hidden 128 (K % 128 == 0), projections joined; 15
-    experts, so the 8-bit router and shared-expert gate join to 16 rows (a GPU pads them)."""
-    from qwen_fixtures import build_model, random_weights, tiny_config
-
-    from engine.loading import cuda_qmm_guard
-    from engine.models.qwen3_5 import quantize_predicate
-    config = tiny_config("qwen3_5_moe")
-    text = config.get("text_config", config)
-    text.update(hidden_size=128, head_dim=32, linear_key_head_dim=32, linear_value_head_dim=32,
-                num_experts=15)
-    weights = {k: v if k.endswith("A_log") else v.astype(mx.bfloat16)
-               for k, v in random_weights(config, seed=5).items()}
-    model = build_model(config, weights)
-    nn.quantize(model, group_size=64, bits=4, class_predicate=quantize_predicate)
-    model.fuse_projections()
-    # as the loader does: on CUDA, MLX's product is wrong for the experts' one group along
-    # K (64), so those layers go dense there; the plain run would differ from itself
-    cuda_qmm_guard.apply(model)
-    return model
-
-
 def test_the_models_projections_go_through_the_kernel_where_it_applies():
     """Wiring: a prefill and decode steps of two rows through the kernel's contract give
     the plain path's logits bit for bit, and the decode steps' joined input projections,
     output projections, 8-bit router gates and head went through it."""
     from kernel_wiring import plain_and_kernel_logits
-    model = _bf16_qwen()
+    # hidden 128 (K % 128 == 0); 15 experts, so the 8-bit router and shared-expert gate
+    # join to 16 rows (a GPU pads them)
+    model = quantized_qwen(128, num_experts=15)
     others = tuple((n, "test") for n in NAMES if n != qr.NAME)
     plain, kernel = plain_and_kernel_logits(model, _QmmAsMlx("cuda", others))
     for got, want in zip(kernel, plain):

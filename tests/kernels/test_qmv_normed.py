@@ -12,10 +12,10 @@ norm is off by O(that sum)."""
 import shutil
 
 import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
 import pytest
 from kernel_numpy_ref import to_np
+from quantized_qwen import quantized_qwen
 
 import kernels.qmv_normed as qn
 from kernels.backend import NAMES
@@ -149,30 +149,6 @@ class _NormedAsMlx(KernelSet):
                                    transpose=True, group_size=group_size, bits=bits)
 
 
-def _qwen(hidden: int, dtype=mx.bfloat16):
-    """A 4-bit Qwen3.5 MoE whose hidden size the kernel takes (K % 1,024 == 0),
-    projections joined."""
-    from qwen_fixtures import build_model, random_weights, tiny_config
-
-    from engine.loading import cuda_qmm_guard
-    from engine.models.qwen3_5 import quantize_predicate
-    config = tiny_config("qwen3_5_moe")
-    text = config.get("text_config", config)
-    text.update(hidden_size=hidden, head_dim=32, linear_key_head_dim=32,
-                linear_value_head_dim=32)
-    weights = {k: v if k.endswith("A_log") else v.astype(dtype)
-               for k, v in random_weights(config, seed=5).items()}
-    model = build_model(config, weights)
-    nn.quantize(model, group_size=64, bits=4, class_predicate=quantize_predicate)
-    model.fuse_projections()
-    # as the loader does: on CUDA, MLX's product is wrong for the experts' one group along
-    # K (64), so those layers go dense there; the plain run would differ from itself (as
-    # test_qmm_rows' wiring does; session 32's H100 run failed this test without it, its
-    # details lost when the job ran past its time)
-    cuda_qmm_guard.apply(model)
-    return model
-
-
 def _one_row_logits(model, kernels: KernelSet) -> list[np.ndarray]:
     from qwen_fixtures import Rows
 
@@ -191,7 +167,7 @@ def test_each_layers_input_norm_goes_into_its_projection_at_one_decode_row():
     DeltaNet, 2 attention) took their input norm inside the joined input projection
     (the prompt's 4 tokens never did); the final norm went into the head wherever one
     row's logits were asked for (the prompt's last token and each step)."""
-    model = _qwen(1024)
+    model = quantized_qwen(1024)
     others = tuple((n, "test") for n in NAMES if n != qn.NAME)
     _NormedAsMlx.calls = []
     plain = _one_row_logits(model, NO_KERNELS)
@@ -211,7 +187,7 @@ def test_the_model_decodes_one_row_through_the_kernel_as_without_it(backend):
     sums in float32 too), every other kernel on both times: the logits of a prompt and
     three decode steps differ by float32 reordering only (tests/float32_tolerance.py)."""
     from float32_tolerance import assert_close, model_depth
-    model = _qwen(1024, mx.float32)
+    model = quantized_qwen(1024, mx.float32)
     on = KernelSet(backend)
     off = KernelSet(backend, ((qn.NAME, "test"),))
     plain, got = _one_row_logits(model, off), _one_row_logits(model, on)
