@@ -25,17 +25,16 @@ import random
 import weakref
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import mlx.core as mx
 
-from engine.core.host_arrays import constant
 from engine.core.sampler_extras import (
     SampleTracker,
     apply_constraints,
     apply_logit_bias,
     logprob_arrays,
 )
+from engine.core.sampling_rows import GraphShape, RowSettings, column
 from engine.sampling_params import SamplingParams
 
 NUM_RECENT = 64  # ids the repetition penalty looks back over
@@ -150,7 +149,7 @@ def sample(logits: mx.array, params: Sequence[SamplingParams],
         return mx.argmax(logits, axis=-1).astype(mx.int32)
     if keys is None:
         keys = mx.random.split(mx.random.key(random.getrandbits(63)), len(params))
-    rows = _RowSettings.of(params, logits.shape[-1])
+    rows = RowSettings.of(params, logits.shape[-1])
     if compiled if compiled is not None else _on_gpu():
         return _compiled_draw(kernels, rows.shape)(logits, keys, rows.arrays)
     return _choose(logits, keys, rows.arrays, rows.shape, kernels)
@@ -160,7 +159,7 @@ def _on_gpu() -> bool:
     return mx.default_device().type == mx.DeviceType.gpu
 
 
-def _choose(logits: mx.array, keys: mx.array, arrays: dict, shape: _Shape,
+def _choose(logits: mx.array, keys: mx.array, arrays: dict, shape: GraphShape,
             kernels=None) -> mx.array:
     """Each row's id: a greedy row's argmax, a sampling row's draw. [B] int32."""
     sampled = _draw(_kept_weights(logits, arrays, shape, kernels), keys)
@@ -172,10 +171,10 @@ def _choose(logits: mx.array, keys: mx.array, arrays: dict, shape: _Shape,
 
 # One compiled function per kernel set and graph shape (a few: the app's settings, the
 # API's); mx.compile itself keeps one trace per input shape (decode batches of 1..B rows).
-_COMPILED: dict[tuple[int, _Shape], object] = {}
+_COMPILED: dict[tuple[int, GraphShape], object] = {}
 
 
-def _compiled_draw(kernels, shape: _Shape):
+def _compiled_draw(kernels, shape: GraphShape):
     """_choose through mx.compile: its elementwise chains fused, the graph replayed from
     C++ (the app's sampling: 24 kernels a step on the H100, 50 plain; tests/engine/
     test_op_count.py pins the count, test_sampler_compiled.py the ids). The kernel set is
@@ -196,62 +195,14 @@ def _float32(x: mx.array) -> mx.array:
     return x if x.dtype == mx.float32 else x.astype(mx.float32)
 
 
-def _column(values: list, dtype=mx.float32) -> mx.array:
-    # The same settings step after step: one array, made once (engine/core/host_arrays.py)
-    return constant(tuple(values), dtype)[:, None]                     # [B, 1]
-
-
-@dataclass(frozen=True)
-class _Shape:
-    """What decides the sampling graph's structure (its Python branches): with the input
-    shapes, what a compiled trace is kept for."""
-    width: int          # top-k's candidates: the largest k of a top-k row, 0 with none
-    by_mass: bool       # some row's top-p runs over the whole vocabulary (no top-k)
-    filters: bool       # some row has top-k, top-p or min-p
-    greedy_rows: bool   # some rows are greedy (their argmax beside the draw)
-
-
-@dataclass(frozen=True)
-class _RowSettings:
-    """A batch's sampling settings as the graph takes them: its shape and per-row
-    columns ([B, 1]; is_greedy [B]), made once per distinct batch (host_arrays.constant)."""
-    shape: _Shape
-    arrays: dict
-
-    @staticmethod
-    def of(params: Sequence[SamplingParams], num_vocab: int) -> _RowSettings:
-        top_k = [p.top_k if 0 < p.top_k < num_vocab else 0 for p in params]
-        by_rank = [k > 0 for k in top_k]                # top-k (and its top-p) by candidates
-        by_mass = [k == 0 and p.top_p < 1.0 for k, p in zip(top_k, params)]  # by bisection
-        shape = _Shape(width=max(top_k, default=0), by_mass=any(by_mass),
-                       filters=any(p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0.0
-                                   for p in params),
-                       greedy_rows=any(p.greedy for p in params))
-        # Greedy rows get temperature 1 here; their result is replaced by argmax anyway.
-        arrays = {"temps": _column([p.temperature if not p.greedy else 1.0 for p in params]),
-                  "min_p": _column([p.min_p for p in params])}
-        if shape.greedy_rows:
-            arrays["is_greedy"] = constant(tuple(p.greedy for p in params), mx.bool_)
-        if shape.width:
-            arrays.update(by_rank=_column(by_rank, mx.bool_),
-                          k=_column([max(k, 1) for k in top_k], mx.int32),
-                          rank_top_p=_column([p.top_p for p in params]),
-                          top_p_off=_column([p.top_p >= 1.0 for p in params], mx.bool_))
-        if shape.by_mass:
-            arrays.update(by_mass=_column(by_mass, mx.bool_),
-                          mass_top_p=_column([p.top_p if m else 0.5
-                                              for p, m in zip(params, by_mass)]))
-        return _RowSettings(shape, arrays)
-
-
 def filtered_probs(logits: mx.array, params: Sequence[SamplingParams], kernels=None) -> mx.array:
     """The distribution sampling rows draw from: temperature, top-k, top-p, min-p. [B, V]"""
-    rows = _RowSettings.of(params, logits.shape[-1])
+    rows = RowSettings.of(params, logits.shape[-1])
     kept = _kept_weights(logits.astype(mx.float32), rows.arrays, rows.shape, kernels)
     return kept / _row_sum(kept)
 
 
-def _kept_weights(logits: mx.array, arrays: dict, shape: _Shape, kernels=None) -> mx.array:
+def _kept_weights(logits: mx.array, arrays: dict, shape: GraphShape, kernels=None) -> mx.array:
     """Unnormalized probabilities (max 1) of the ids the filters keep, 0 elsewhere. [B, V]"""
     # d <= 0 is the ranking key and the only input to the weights, so equal d means
     # equal probability (a tie) and a larger d is never less likely. Shifted before the
@@ -282,7 +233,7 @@ def _draw(kept: mx.array, keys: mx.array) -> mx.array:
     return mx.sum(running <= u, axis=-1)                               # [B]
 
 
-def _keep_mask(d: mx.array, weights: mx.array, arrays: dict, shape: _Shape,
+def _keep_mask(d: mx.array, weights: mx.array, arrays: dict, shape: GraphShape,
                kernels=None) -> mx.array:
     """Which ids survive top-k, then top-p over the top-k mass, then min-p. [B, V] bool.
     Ties at a cut (equal d) keep the lowest ids first, as a stable sort would."""
@@ -414,7 +365,7 @@ def apply_repetition_penalty(logits: mx.array, params: Sequence[SamplingParams],
     # Pad with a copy of the row's own first id so duplicate writes carry equal values;
     # an empty row points at id 0 with penalty 1, which rewrites it unchanged.
     ids = [r + [r[0] if r else 0] * (width - len(r)) for r in recent]
-    penalty = _column([p.repetition_penalty if r else 1.0 for p, r in zip(params, recent)])
+    penalty = column([p.repetition_penalty if r else 1.0 for p, r in zip(params, recent)])
     ids = mx.array(ids, dtype=mx.int32)                                # [B, L]
     seen = mx.take_along_axis(logits, ids, axis=-1)                    # [B, L]
     seen = mx.where(seen > 0, seen / penalty, seen * penalty)

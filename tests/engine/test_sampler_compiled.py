@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from engine.core import sampler
-from engine.core.sampler import RowSampler, _kept_weights, _RowSettings, sample, sample_batch
+from engine.core.sampler import RowSampler, _kept_weights, sample, sample_batch
+from engine.core.sampling_rows import RowSettings
 from engine.sampling_params import SamplingParams
 
 EPS = 2.0 ** -22   # 2 float32 ulps (the unit of the bound above)
@@ -38,7 +39,7 @@ def _batch(rng, rows: int) -> list[SamplingParams]:
 def test_compiled_kept_weights_are_the_plain_ones_to_float32_rounding(seed):
     rng = np.random.default_rng(seed)
     logits = mx.array((rng.standard_normal((8, 300)) * 3).astype(np.float32))
-    rows = _RowSettings.of(_batch(rng, 8), 300)
+    rows = RowSettings.of(_batch(rng, 8), 300)
     plain = np.array(_kept_weights(logits, rows.arrays, rows.shape))
     fused = np.array(mx.compile(lambda x: _kept_weights(x, rows.arrays, rows.shape))(logits))
     np.testing.assert_array_equal(fused > 0, plain > 0)             # the same kept sets
