@@ -13,13 +13,16 @@ import numpy as np
 import kernels.top_p_cut as tpc
 from kernels.bench.cuda_on_cpu import PRE, build_and_run, kfunc, launch
 
+# CUDA's vector types as the kernel reads them (four ids a load)
+VECTORS = "struct int4 { int x, y, z, w; };\nstruct float4 { float x, y, z, w; };\n"
+
 
 def emulate(key: np.ndarray, w: np.ndarray, target: np.ndarray, work: str) -> np.ndarray:
     rows, V = key.shape
     key.astype(np.int32).tofile(f"{work}/k.bin")
     w.astype(np.float32).tofile(f"{work}/w.bin")
     target.astype(np.float32).tofile(f"{work}/t.bin")
-    src = PRE + kfunc("cut", tpc._PASS_LOOP_CUDA,
+    src = PRE + VECTORS + kfunc("cut", tpc._PASS_LOOP_CUDA,
                       "const int* key, const int* key_shape, const float* weights,"
                       " const float* target, int* cut", [])
     src += f'''
@@ -50,7 +53,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as work:
         for V, scale, p in [(5003, 3.0, 0.95), (49152, 3 / 0.7, 0.95), (4096, 0.2, 0.5),
-                            (300, 12.0, 0.9)]:
+                            (300, 12.0, 0.9), (248_320, 3 / 0.7, 0.95)]:
             logits = rng.standard_normal((3, V)).astype(np.float32) * scale
             logits[1] = np.round(logits[1] * 2) / 2                       # ties
             logits[2, ::37] = -np.inf                                     # dropped ids

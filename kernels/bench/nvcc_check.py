@@ -33,6 +33,7 @@ import kernels.qmm_rows as qr
 import kernels.qmm_rows_src as qrs
 import kernels.qmv_normed as qn
 import kernels.swiglu_joined as sj
+import kernels.top_p_cut as tpc
 from kernels.cuda_jit_names import wrap_source
 
 wrap = wrap_source     # the source MLX JIT-compiles (kernels/cuda_jit_names.py)
@@ -107,6 +108,11 @@ def cases(dt: str):
              ("scales", dt, 2), ("biases", dt, 2)],
             [("y", dt)], [("K", 2048), ("BITS", bits), ("GS", 64), ("WARPS", qn.WARPS),
                           ("ROWS_PER_WARP", qn.ROWS_PER_WARP), ("PAD", qn.PAD), ("OT", dt)])
+    if dt == "float32":             # the sampler's keys and weights are float32 always
+        yield "top_p_cut (V = 248,320)", wrap(
+            "cut", "", tpc._PASS_LOOP_CUDA,
+            [("key", "int32", 2), ("weights", f32, 2), ("target", f32, 2)], [("cut", "int32")],
+            [])
     if dt == "bfloat16":            # the tensor cores' bf16 product: bf16 x only
         for mt, bits in ((1, 4), (2, 4), (2, 8)):
             yield f"qmm_rows MT={mt} BITS={bits}", wrap(

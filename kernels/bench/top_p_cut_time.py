@@ -1,0 +1,93 @@
+"""``python -m kernels.bench.top_p_cut_time --baseline REF``: kernels/top_p_cut.py against an older one.
+
+    PYTHONPATH=. python -m kernels.bench.top_p_cut_time --baseline main [--shapes 248320x1,...]
+
+The cut of app-like rows (random normal x3 logits at temperature 0.7, top-p 0.95) by
+this tree's kernel and by the one committed at git REF (or the file at that path: a
+machine without the history), alternating call by call in one process; each call
+evaluated alone, so a time is one launch plus its wait. Prints medians in ms and
+whether the two cuts agree (they sum in different orders: a cut may differ where two
+keys' masses are within float32 rounding of the target). Timings live here, never in
+the tests. Needs a GPU (a kernel backend).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import mlx.core as mx
+
+import kernels.top_p_cut as current
+from kernels.backend import gpu_backend
+
+
+def load_baseline(ref: str):
+    """kernels/top_p_cut.py as at `ref` (a file path or a git ref), its MLX kernel renamed
+    so the two builds never share a name."""
+    text = Path(ref).read_text() if Path(ref).is_file() else subprocess.run(
+        ["git", "show", f"{ref}:kernels/top_p_cut.py"], check=True, capture_output=True,
+        text=True).stdout
+    path = Path(tempfile.mkdtemp()) / "baseline_top_p_cut.py"
+    path.write_text(text.replace('"tandem_top_p_cut"', '"tandem_top_p_cut_baseline"'))
+    spec = importlib.util.spec_from_file_location("baseline_top_p_cut", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def app_rows(rows: int, vocab: int, seed: int = 0):
+    """(key, weights, target) as the sampler builds them for temperature 0.7, top-p 0.95."""
+    logits = mx.random.normal((rows, vocab), key=mx.random.key(seed)) * 3.0
+    d = (logits - logits.max(axis=-1, keepdims=True)) / 0.7
+    w = mx.power(2.0, d * 1.4426950408889634)
+    key = (0.0 - d).view(mx.int32)
+    target = 0.95 * w.sum(axis=-1, keepdims=True)
+    mx.eval(key, w, target)
+    return key, w, target
+
+
+def timed(module, args, backend: str) -> tuple[float, mx.array]:
+    t0 = time.perf_counter()
+    cut = module.kernel(*args, backend=backend)
+    mx.eval(cut)
+    return (time.perf_counter() - t0) * 1e3, cut
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--baseline", required=True, help="a git ref or a top_p_cut.py file")
+    p.add_argument("--shapes", default="248320x1,248320x8,248320x32",
+                   help="VOCABxROWS, comma-separated")
+    p.add_argument("--calls", type=int, default=50)
+    args = p.parse_args(argv)
+    backend = gpu_backend()
+    if backend is None:
+        print("no kernel backend here (a GPU is needed)")
+        return 1
+    base = load_baseline(args.baseline)
+    print("| V x B | this tree ms | baseline ms | ratio | cuts equal |\n|---|---|---|---|---|")
+    for shape in args.shapes.split(","):
+        vocab, rows = map(int, shape.split("x"))
+        inputs = app_rows(rows, vocab)
+        for m in (current, base):                                  # compile, warm
+            timed(m, inputs, backend)
+        times = {current: [], base: []}
+        for _ in range(args.calls):
+            for m in (current, base):
+                ms, cut = timed(m, inputs, backend)
+                times[m].append(ms)
+        ours, theirs = (statistics.median(times[m]) for m in (current, base))
+        same = mx.array_equal(timed(current, inputs, backend)[1],
+                              timed(base, inputs, backend)[1]).item()
+        print(f"| {vocab} x {rows} | {ours:.3f} | {theirs:.3f} | {theirs / ours:.2f}x | "
+              f"{same} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
