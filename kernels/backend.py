@@ -10,7 +10,7 @@ import mlx.core as mx
 NAMES = ("gated_delta_step", "gated_delta_chunk", "paged_attention", "moe_route",
          "moe_experts", "moe_block", "gdn_conv_step", "add_rms_norm", "gated_rms_norm",
          "attention_prep", "top_p_cut", "gated_delta_step_norm", "qmm_rows", "moe_grouped",
-         "gdn_conv_chunk", "swiglu_joined", "qmv_normed")
+         "gdn_conv_chunk", "swiglu_joined", "qmv_normed", "cdf_draw")
 # Kernels with a CUDA source only, and why: on Metal the model keeps MLX's own op.
 CUDA_ONLY = {"qmm_rows": "CUDA only: MLX's Metal quantized matmul serves small batches "
                          "(not measured against it on a Mac)",

@@ -19,6 +19,7 @@ import mlx.core as mx
 
 import kernels.add_rms_norm as arn
 import kernels.attention_prep as ap
+import kernels.cdf_draw as cd
 import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
 import kernels.gated_delta_step_norm as gdsn
@@ -269,6 +270,14 @@ class KernelSet:
         if backend is None or not tpc.applies(key, weights, target):
             return None
         return tpc.kernel(key, weights, target, backend=backend)
+
+    def cdf_draw(self, kept, u):
+        """[B] int32 of kernels.cdf_draw: each row's id by inverse CDF (kept [B, V] weights,
+        0 = dropped; u [B, 1] uniform), as the sampler's running-sum draw picks it."""
+        backend = self.launches(cd.NAME)
+        if backend is None or not cd.applies(kept, u):
+            return None
+        return cd.kernel(kept, u, backend=backend)
 
     def qmv_normed(self, x, norm_weight, eps: float, w, scales, biases, group_size: int,
                    bits: int):

@@ -19,6 +19,7 @@ import kernels.qmv_normed as qn
 import kernels.swiglu_joined as sj
 import kernels.top_p_cut as tpc
 from kernels.selftest_checks_moe import check_block, check_experts, check_grouped, check_route
+from kernels.selftest_checks_sampling import check_cdf_draw
 from kernels.selftest_errors import abs_err, err_past_bf16
 
 TOL = 2e-3  # float32 math on bf16 inputs; a wrong index or race is off by O(1)
@@ -332,4 +333,5 @@ CHECKS = {"gated_delta_step": lambda b: max(check_step(b), check_step_raw_gates(
           "attention_prep": check_attention_prep, "top_p_cut": check_top_p_cut,
           "gated_delta_step_norm": check_step_norm, "qmm_rows": check_qmm_rows,
           "moe_grouped": check_grouped, "gdn_conv_chunk": check_conv_chunk,
-          "swiglu_joined": check_swiglu_joined, "qmv_normed": check_qmv_normed}
+          "swiglu_joined": check_swiglu_joined, "qmv_normed": check_qmv_normed,
+          "cdf_draw": check_cdf_draw}

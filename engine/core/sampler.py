@@ -162,7 +162,7 @@ def _on_gpu() -> bool:
 def _choose(logits: mx.array, keys: mx.array, arrays: dict, shape: GraphShape,
             kernels=None) -> mx.array:
     """Each row's id: a greedy row's argmax, a sampling row's draw. [B] int32."""
-    sampled = _draw(_kept_weights(logits, arrays, shape, kernels), keys)
+    sampled = _draw(_kept_weights(logits, arrays, shape, kernels), keys, kernels)
     if not shape.greedy_rows:
         return sampled.astype(mx.int32)
     greedy_ids = mx.argmax(logits, axis=-1)                            # [B]
@@ -221,16 +221,22 @@ def _exp(x: mx.array) -> mx.array:
     return mx.power(2.0, x * _LOG2_E)
 
 
-def _draw(kept: mx.array, keys: mx.array) -> mx.array:
+def _draw(kept: mx.array, keys: mx.array, kernels=None) -> mx.array:
     """Inverse CDF with one uniform per row: the id whose slice of the running sum of
     `kept` [B, V] (zero = dropped) holds u * total. Returns [B] ids. Each id's slice is
     its weight rounded to the running sum's float32 ulp (<= 2**-24 of the total: float32
-    rounding, nothing coarser); dropped ids have empty slices."""
+    rounding, nothing coarser); dropped ids have empty slices. Where the model's kernel
+    set runs kernels/cdf_draw (a GPU), one launch finds the id by levels of partial sums
+    instead of writing the running sum (the same slices to float32 rounding)."""
+    u = _uniform_rows(keys)[:, None]                                   # [B, 1]
+    drawn = kernels.cdf_draw(kept, u) if kernels is not None else None
+    if drawn is not None:
+        return drawn
     running = mx.cumsum(kept, axis=-1)                                 # [B, V]
     total = running[:, -1:]                                            # [B, 1]
     # Below total (total * (1 - 2**-23) rounds down), so the id found always has weight.
-    u = mx.minimum(_uniform_rows(keys)[:, None] * total, total * _BELOW_ONE)  # [B, 1]
-    return mx.sum(running <= u, axis=-1)                               # [B]
+    t = mx.minimum(u * total, total * _BELOW_ONE)                      # [B, 1]
+    return mx.sum(running <= t, axis=-1)                               # [B]
 
 
 def _keep_mask(d: mx.array, weights: mx.array, arrays: dict, shape: GraphShape,

@@ -184,9 +184,9 @@ def _warm(runner: Runner, shape: tuple) -> None:
 
 def warm_sampler(runner: Runner, report: Callable[[LoadProgress], None]) -> None:
     """Sample one row at the app's chat settings (temperature, top-p) from a one-row
-    decode: a GPU compiles the sampler's kernel (kernels/top_p_cut) now, not in the
-    first reply. No forward shape reaches it: a stand-in count of the warm-up against
-    a concurrency workload found it the one kernel only a step met
+    decode: a GPU compiles the sampler's kernels (kernels/top_p_cut, cdf_draw) now, not
+    in the first reply. No forward shape reaches them: a stand-in count of the warm-up
+    against a concurrency workload found them the kernels only a step met
     (tests/engine/test_warm_up_kernels.py). Writes only scratch, like every shape."""
     report(LoadProgress(0.999, "Compiling kernels: the sampler"))
     mx.eval(sampled_warm_up(runner), runner.cache_arrays())

@@ -18,6 +18,7 @@ import tempfile
 
 import kernels.add_rms_norm as arn
 import kernels.attention_prep as ap
+import kernels.cdf_draw as cd
 import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
 import kernels.gated_delta_step_norm as gdsn
@@ -113,6 +114,8 @@ def cases(dt: str):
             "cut", "", tpc._PASS_LOOP_CUDA,
             [("key", "int32", 2), ("weights", f32, 2), ("target", f32, 2)], [("cut", "int32")],
             [])
+        yield "cdf_draw", wrap("draw", "", cd._CUDA_SOURCE, [("kept", f32, 2), ("u", f32, 2)],
+                               [("out", "int32")], [])
     if dt == "bfloat16":            # the tensor cores' bf16 product: bf16 x only
         for mt, bits in ((1, 4), (2, 4), (2, 8)):
             yield f"qmm_rows MT={mt} BITS={bits}", wrap(

@@ -63,8 +63,11 @@ def test_compiled_sampling_draws_the_plain_graphs_ids(seed):
 
 
 def test_one_compiled_function_per_graph_shape_and_none_kept_for_a_dropped_kernel_set():
-    class Kernels:          # a kernel set that launches nothing (the plain top-p cut)
+    class Kernels:          # a kernel set that launches nothing (the plain cut and draw)
         def top_p_cut(self, key, weights, target):
+            return None
+
+        def cdf_draw(self, kept, u):
             return None
 
     kernels = Kernels()

@@ -79,5 +79,6 @@ def test_status_names_every_kernel():
                            "qmm_rows": f"reference ({CUDA_ONLY['qmm_rows']})",
                            "moe_grouped": f"reference ({CUDA_ONLY['moe_grouped']})",
                            "gdn_conv_chunk": "metal", "swiglu_joined": "metal",
-                           "qmv_normed": f"reference ({CUDA_ONLY['qmv_normed']})"}
+                           "qmv_normed": f"reference ({CUDA_ONLY['qmv_normed']})",
+                           "cdf_draw": "metal"}
     assert set(KernelSet.plain("no GPU").status().values()) == {"reference (no GPU)"}

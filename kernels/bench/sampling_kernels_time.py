@@ -1,8 +1,9 @@
-"""``python -m kernels.bench.top_p_cut_time --baseline REF``: kernels/top_p_cut.py against an older one.
+"""``python -m kernels.bench.sampling_kernels_time --baseline REF``: the sampler's kernels, timed.
 
-    PYTHONPATH=. python -m kernels.bench.top_p_cut_time --baseline main [--shapes 248320x1,...]
+    PYTHONPATH=. python -m kernels.bench.sampling_kernels_time --baseline main [--shapes 248320x1,...]
 
-The cut of app-like rows (random normal x3 logits at temperature 0.7, top-p 0.95) by
+Two tables. kernels/cdf_draw.py against the sampler's plain draw (its `reference`: a
+running sum and a count over it, compiled as the sampler runs it), ids compared. And the cut of app-like rows (random normal x3 logits at temperature 0.7, top-p 0.95) by
 this tree's kernel and by the one committed at git REF (or the file at that path: a
 machine without the history), alternating call by call in one process; each call
 evaluated alone, so a time is one launch plus its wait. Prints medians in ms and
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
+import kernels.cdf_draw as cd
 import kernels.top_p_cut as current
 from kernels.backend import gpu_backend
 
@@ -58,6 +60,33 @@ def timed(module, args, backend: str) -> tuple[float, mx.array]:
     return (time.perf_counter() - t0) * 1e3, cut
 
 
+def median_ms(fn, calls: int) -> float:
+    fn()                                                           # compile, warm
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        mx.eval(fn())
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def draw_table(shapes: list[tuple[int, int]], calls: int, backend: str) -> None:
+    """cdf_draw against the plain draw on the app's kept weights (top-p applied by the cut
+    of this tree's kernel), a spread of uniforms."""
+    print("| V x B | cdf_draw ms | plain draw ms | ratio | same ids |\n|---|---|---|---|---|")
+    plain = mx.compile(cd.reference)
+    for vocab, rows in shapes:
+        key, w, target = app_rows(rows, vocab)
+        kept = mx.where(key <= current.kernel(key, w, target, backend=backend), w, 0.0)
+        u = ((mx.arange(rows) + 0.5) / rows)[:, None].astype(mx.float32)
+        mx.eval(kept, u)
+        ours = median_ms(lambda: cd.kernel(kept, u, backend=backend), calls)
+        theirs = median_ms(lambda: plain(kept, u), calls)
+        same = mx.array_equal(cd.kernel(kept, u, backend=backend), plain(kept, u)).item()
+        print(f"| {vocab} x {rows} | {ours:.3f} | {theirs:.3f} | {theirs / ours:.2f}x | "
+              f"{same} |", flush=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--baseline", required=True, help="a git ref or a top_p_cut.py file")
@@ -69,10 +98,11 @@ def main(argv=None) -> int:
     if backend is None:
         print("no kernel backend here (a GPU is needed)")
         return 1
+    shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
+    draw_table(shapes, args.calls, backend)
     base = load_baseline(args.baseline)
     print("| V x B | this tree ms | baseline ms | ratio | cuts equal |\n|---|---|---|---|---|")
-    for shape in args.shapes.split(","):
-        vocab, rows = map(int, shape.split("x"))
+    for vocab, rows in shapes:
         inputs = app_rows(rows, vocab)
         for m in (current, base):                                  # compile, warm
             timed(m, inputs, backend)

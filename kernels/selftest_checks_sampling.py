@@ -1,0 +1,31 @@
+"""The start-up self-test's check of kernels/cdf_draw.py (the sampler's draw)."""
+from __future__ import annotations
+
+import mlx.core as mx
+
+import kernels.cdf_draw as cd
+
+
+def check_cdf_draw(backend: str) -> float:
+    """18 rows of a peaked 300-id distribution (ids each worth up to ~10 % of a row, so a
+    draw one id off misses by O(1e-2)), with runs of dropped ids at either end and in
+    the middle, u spread over [0, 1) with 0 and the largest float32 below 1. The error:
+    how far t = u x total lies outside the drawn id's slice of the row's running sum, as
+    a share of the total (1 for an id without weight)."""
+    rows, V = 18, 300
+    logits = mx.random.normal((rows, V), key=mx.random.key(14)) * 3.0
+    w = mx.power(2.0, (logits - logits.max(axis=-1, keepdims=True)) * 1.4426950408889634)
+    ids = mx.arange(V)
+    dropped = (ids < 40) | ((ids > 120) & (ids < 160)) | (ids >= 290) | (w < 1e-3)
+    kept = mx.where(dropped & (mx.arange(rows)[:, None] % 3 > 0), 0.0, w)
+    u = mx.concatenate([mx.array([0.0, 1.0 - 2.0 ** -24]),
+                        (mx.arange(rows - 2) + 0.5) / (rows - 2)])[:, None]
+    got = cd.kernel(kept, u, backend=backend)
+    running = mx.cumsum(kept, axis=-1)
+    total = running[:, -1:]
+    t = u * total
+    end = mx.take_along_axis(running, got[:, None], axis=-1)
+    weight = mx.take_along_axis(kept, got[:, None], axis=-1)
+    miss = mx.maximum(end - weight - t, t - end) / total
+    miss = mx.where(weight > 0, miss, 1.0)
+    return max(0.0, miss.max().item())
