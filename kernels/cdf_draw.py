@@ -77,10 +77,10 @@ _CUDA_SOURCE = """
       for (int i = lane; i < n4; i += 32 * UNROLL) {
         float4 v[UNROLL];
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-          v[u] = i + 32 * u < n4 ? w4[a4 + i + 32 * u] : float4{0.f, 0.f, 0.f, 0.f};
+        for (int j = 0; j < UNROLL; ++j)
+          v[j] = i + 32 * j < n4 ? w4[a4 + i + 32 * j] : float4{0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) s += (v[u].x + v[u].y) + (v[u].z + v[u].w);
+        for (int j = 0; j < UNROLL; ++j) s += (v[j].x + v[j].y) + (v[j].z + v[j].w);
       }
       tail = a + 4 * n4;
     }
