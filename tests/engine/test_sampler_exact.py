@@ -11,6 +11,8 @@ import pytest
 
 from engine.core.sampler import filtered_probs, sample
 from engine.sampling_params import SamplingParams
+from kernels.backend import absent_reason, gpu_backend
+from kernels.kernel_set import KernelSet
 
 CHI2_LIMIT = 60.0  # df <= 11: a chance exceedance is p < 1e-8; the seeds are fixed anyway
 
@@ -134,14 +136,24 @@ CASES = [
 DRAWS = 20000
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["plain", "compiled"])
+def _gpu_kernels() -> KernelSet:
+    """Every kernel a GPU's set may launch (the sampler's: top_p_cut, cdf_draw), or a skip."""
+    backend = gpu_backend()
+    if backend is None:
+        pytest.skip(f"the sampler's kernels: {absent_reason()}")
+    return KernelSet(backend)
+
+
+@pytest.fixture(scope="module", params=["plain", "compiled", "kernels"])
 def drawn(request):
-    """The draws of the plain graph and of its compiled form (what a GPU runs)."""
+    """The draws of the plain graph, of its compiled form (what a GPU runs) and of that
+    with the GPU's kernels (a GPU only)."""
+    kernels = _gpu_kernels() if request.param == "kernels" else None
     logits = np.array([row for _, row in CASES] * DRAWS, np.float32)    # [8 * N, 8]
     params = [p for p, _ in CASES] * DRAWS
     keys = mx.random.split(mx.random.key(2024), len(params))
-    ids = np.array(sample(mx.array(logits), params, keys=keys, compiled=request.param)
-                   ).reshape(DRAWS, len(CASES))
+    ids = np.array(sample(mx.array(logits), params, keys=keys, kernels=kernels,
+                          compiled=request.param != "plain")).reshape(DRAWS, len(CASES))
     return [np.bincount(ids[:, c], minlength=8) for c in range(len(CASES))]
 
 
@@ -183,9 +195,9 @@ def test_the_draw_never_lands_on_a_dropped_id(monkeypatch, uniform, expected):
 QWEN3_5_VOCAB = 248_320
 
 
-@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("path", ["plain", "compiled", "kernels"])
 @pytest.mark.parametrize("rows", [1, 2, 8, 32])
-def test_the_apps_default_sampling_matches_the_reference(rows, compiled):
+def test_the_apps_default_sampling_matches_the_reference(rows, path):
     """A new chat's settings (temperature 0.7, top-p 0.95) on Qwen3.5's vocabulary, at the
     decode batch sizes the engine runs: the kept set and weights match the float64
     reference up to ids within float32 rounding of the cut, and every draw is kept."""
@@ -194,9 +206,11 @@ def test_the_apps_default_sampling_matches_the_reference(rows, compiled):
     assert p.top_p < 1.0 and p.top_k == 0 and not p.greedy   # the top-p-alone path
     logits = (np.random.default_rng(rows).standard_normal((rows, QWEN3_5_VOCAB)) * 3
               ).astype(np.float32)
-    got = np.array(filtered_probs(mx.array(logits), [p] * rows))
+    kernels = _gpu_kernels() if path == "kernels" else None
+    got = np.array(filtered_probs(mx.array(logits), [p] * rows, kernels))
     keys = mx.random.split(mx.random.key(rows), rows)
-    ids = np.array(sample(mx.array(logits), [p] * rows, keys=keys, compiled=compiled))
+    ids = np.array(sample(mx.array(logits), [p] * rows, keys=keys, kernels=kernels,
+                          compiled=path != "plain"))
     for row, g, i in zip(logits, got, ids):
         want = reference_probs(row, p, check_margin=False)
         before = _mass_before(reference_probs(row, SamplingParams(temperature=p.temperature)))
