@@ -16,7 +16,7 @@ leaves t past the last such piece or id, that last one is taken.
 
 Deterministic: fixed summation trees (a lane's float4s in order, warps by shuffles),
 the same row gives the same id in any batch. Against the exact running sum, each value
-compared is a float32 sum of at most `depth(V)` roundings deep (module constant below):
+compared is a float32 sum at most `depth(V)` roundings deep (`depth` below):
 the id's slice holds t within depth(V) x 2**-24 of the row's total (the tests' bound).
 
 kept [B, V] float32 (>= 0; 0 = dropped), u [B, 1] float32 in [0, 1) -> [B] int32.

@@ -17,9 +17,8 @@ import kernels.paged_attention as pa
 import kernels.qmm_rows as qr
 import kernels.qmv_normed as qn
 import kernels.swiglu_joined as sj
-import kernels.top_p_cut as tpc
 from kernels.selftest_checks_moe import check_block, check_experts, check_grouped, check_route
-from kernels.selftest_checks_sampling import check_cdf_draw
+from kernels.selftest_checks_sampling import check_cdf_draw, check_top_p_cut
 from kernels.selftest_errors import abs_err, err_past_bf16
 
 TOL = 2e-3  # float32 math on bf16 inputs; a wrong index or race is off by O(1)
@@ -265,25 +264,6 @@ def check_attention_prep(backend: str) -> float:
         err = max(err, *(err_past_bf16(g, w)
                          for g, w in zip((got, k_pool[slots], v_pool[slots]), want)))
     return err
-
-
-def check_top_p_cut(backend: str) -> float:
-    """Rows of a sampler's keys and weights (a peaked row, a flat one, ties and dropped
-    ids); the error is how far the kernel's cut misses its definition, as a share of
-    the row's mass: sum(w[key < cut]) below target and sum(w[key <= cut]) at least it."""
-    logits = mx.random.normal((3, 5003), key=mx.random.key(12)) * mx.array([[6.0], [0.5], [3.0]])
-    logits = mx.concatenate([mx.round(logits[:2] * 4) / 4, logits[2:]], axis=0)     # ties
-    logits = mx.where(mx.arange(5003) % 97 == 5, -mx.inf, logits)                  # dropped
-    d = logits - mx.max(logits, axis=-1, keepdims=True)
-    w = mx.power(2.0, d * 1.4426950408889634)
-    key = (0.0 - d).view(mx.int32)
-    total = w.sum(axis=-1, keepdims=True)
-    target = mx.array([[0.95], [0.5], [0.999]]) * total
-    cut = tpc.kernel(key, w, target, backend=backend)
-    below = mx.where(key < cut, w, 0.0).sum(axis=-1, keepdims=True)
-    upto = mx.where(key <= cut, w, 0.0).sum(axis=-1, keepdims=True)
-    miss = mx.maximum(below - target, target - upto) / total
-    return max(0.0, miss.max().item())
 
 
 def check_qmm_rows(backend: str) -> float:

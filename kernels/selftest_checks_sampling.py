@@ -1,9 +1,11 @@
-"""The start-up self-test's check of kernels/cdf_draw.py (the sampler's draw)."""
+"""The start-up self-test's checks of the sampler's kernels: kernels/top_p_cut.py (top-p's
+cut) and kernels/cdf_draw.py (the draw)."""
 from __future__ import annotations
 
 import mlx.core as mx
 
 import kernels.cdf_draw as cd
+import kernels.top_p_cut as tpc
 
 
 def check_cdf_draw(backend: str) -> float:
@@ -28,4 +30,23 @@ def check_cdf_draw(backend: str) -> float:
     weight = mx.take_along_axis(kept, got[:, None], axis=-1)
     miss = mx.maximum(end - weight - t, t - end) / total
     miss = mx.where(weight > 0, miss, 1.0)
+    return max(0.0, miss.max().item())
+
+
+def check_top_p_cut(backend: str) -> float:
+    """Rows of a sampler's keys and weights (a peaked row, a flat one, ties and dropped
+    ids); the error is how far the kernel's cut misses its definition, as a share of
+    the row's mass: sum(w[key < cut]) below target and sum(w[key <= cut]) at least it."""
+    logits = mx.random.normal((3, 5003), key=mx.random.key(12)) * mx.array([[6.0], [0.5], [3.0]])
+    logits = mx.concatenate([mx.round(logits[:2] * 4) / 4, logits[2:]], axis=0)     # ties
+    logits = mx.where(mx.arange(5003) % 97 == 5, -mx.inf, logits)                  # dropped
+    d = logits - mx.max(logits, axis=-1, keepdims=True)
+    w = mx.power(2.0, d * 1.4426950408889634)
+    key = (0.0 - d).view(mx.int32)
+    total = w.sum(axis=-1, keepdims=True)
+    target = mx.array([[0.95], [0.5], [0.999]]) * total
+    cut = tpc.kernel(key, w, target, backend=backend)
+    below = mx.where(key < cut, w, 0.0).sum(axis=-1, keepdims=True)
+    upto = mx.where(key <= cut, w, 0.0).sum(axis=-1, keepdims=True)
+    miss = mx.maximum(below - target, target - upto) / total
     return max(0.0, miss.max().item())

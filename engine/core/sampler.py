@@ -10,11 +10,11 @@ once per step, and its one uniform per step is drawn from that key alone (vmap
 over rows), so a seeded request samples the same tokens alone or inside any batch.
 
 Sampling rows draw by inverse CDF (running sum of the kept weights, one uniform; or,
-where the kernel set has it, kernels/cdf_draw's one launch), not V Gumbel numbers. top-k reads the sorted top max(k) values (mx.topk). top-p
-alone finds its cut by a fixed 31-step bisection on the probability order, one
-masked sum per step, which never sorts the vocabulary (a CPU sort of 248k ids
-costs more), or, where the model's kernel set has it (a GPU), by kernels/top_p_cut's
-radix select, one launch a row. On a GPU the graph runs through mx.compile (its
+where the kernel set has it, kernels/cdf_draw's one launch), not V Gumbel numbers.
+top-k reads the sorted top max(k) values (mx.topk). top-p alone finds its cut by a
+fixed 31-step bisection on the probability order, one masked sum per step, which never
+sorts the vocabulary (a CPU sort of 248k ids costs more), or, where the model's kernel
+set has it (a GPU), by kernels/top_p_cut's radix select, one launch a row. On a GPU the graph runs through mx.compile (its
 elementwise chains fused: `_compiled_draw`). All are exact: the kept set is the one a stable sort by
 probability would give (ties at a cut keep the lowest ids), up to float32
 rounding of the sums.

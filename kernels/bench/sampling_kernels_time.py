@@ -3,7 +3,8 @@
     PYTHONPATH=. python -m kernels.bench.sampling_kernels_time --baseline main [--shapes 248320x1,...]
 
 Two tables. kernels/cdf_draw.py against the sampler's plain draw (its `reference`: a
-running sum and a count over it, compiled as the sampler runs it), ids compared. And the cut of app-like rows (random normal x3 logits at temperature 0.7, top-p 0.95) by
+running sum and a count over it, compiled as the sampler runs it), ids compared. And the
+cut of app-like rows (random normal x3 logits at temperature 0.7, top-p 0.95) by
 this tree's kernel and by the one committed at git REF (or the file at that path: a
 machine without the history), alternating call by call in one process; each call
 evaluated alone, so a time is one launch plus its wait. Prints medians in ms and
@@ -87,6 +88,24 @@ def draw_table(shapes: list[tuple[int, int]], calls: int, backend: str) -> None:
               f"{same} |", flush=True)
 
 
+def cut_table(shapes: list[tuple[int, int]], calls: int, backend: str, base) -> None:
+    """This tree's top_p_cut against `base`'s, alternating call by call."""
+    print("| V x B | this tree ms | baseline ms | ratio | cuts equal |\n|---|---|---|---|---|")
+    for vocab, rows in shapes:
+        inputs = app_rows(rows, vocab)
+        for m in (current, base):                                  # compile, warm
+            timed(m, inputs, backend)
+        times = {current: [], base: []}
+        for _ in range(calls):
+            for m in (current, base):
+                times[m].append(timed(m, inputs, backend)[0])
+        ours, theirs = (statistics.median(times[m]) for m in (current, base))
+        same = mx.array_equal(timed(current, inputs, backend)[1],
+                              timed(base, inputs, backend)[1]).item()
+        print(f"| {vocab} x {rows} | {ours:.3f} | {theirs:.3f} | {theirs / ours:.2f}x | "
+              f"{same} |", flush=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--baseline", required=True, help="a git ref or a top_p_cut.py file")
@@ -100,22 +119,7 @@ def main(argv=None) -> int:
         return 1
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
     draw_table(shapes, args.calls, backend)
-    base = load_baseline(args.baseline)
-    print("| V x B | this tree ms | baseline ms | ratio | cuts equal |\n|---|---|---|---|---|")
-    for vocab, rows in shapes:
-        inputs = app_rows(rows, vocab)
-        for m in (current, base):                                  # compile, warm
-            timed(m, inputs, backend)
-        times = {current: [], base: []}
-        for _ in range(args.calls):
-            for m in (current, base):
-                ms, cut = timed(m, inputs, backend)
-                times[m].append(ms)
-        ours, theirs = (statistics.median(times[m]) for m in (current, base))
-        same = mx.array_equal(timed(current, inputs, backend)[1],
-                              timed(base, inputs, backend)[1]).item()
-        print(f"| {vocab} x {rows} | {ours:.3f} | {theirs:.3f} | {theirs / ours:.2f}x | "
-              f"{same} |", flush=True)
+    cut_table(shapes, args.calls, backend, load_baseline(args.baseline))
     return 0
 
 

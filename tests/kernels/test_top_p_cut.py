@@ -15,7 +15,7 @@ import kernels.top_p_cut as tpc
 from engine.core import sampler
 from engine.sampling_params import SamplingParams
 from kernels.kernel_set import KernelSet
-from kernels.selftest_checks import check_top_p_cut
+from kernels.selftest_checks_sampling import check_top_p_cut
 
 # (rows, V, logit scale, top_p): the real vocabularies, a flat row, a peaked one
 GRID = [(1, 248_320, 3 / 0.7, 0.95), (3, 49_152, 3 / 0.7, 0.95), (2, 5003, 0.2, 0.5),
