@@ -27,8 +27,6 @@ OFF_AT_LOAD: dict[str, str] = {
     "qmv_normed": "slower than MLX's rms_norm and qmv where timed (H100, session 32: 33.5 "
                   "against ~22 us a projection, a B=1 step 4.6 against 4.3 ms); "
                   "TANDEM_KERNELS_ON=qmv_normed turns it on",
-    "cdf_draw": "not yet timed on a GPU against the running-sum draw it replaces "
-                "(kernels.bench.sampling_kernels_time); TANDEM_KERNELS_ON=cdf_draw turns it on",
 }
 
 

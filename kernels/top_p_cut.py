@@ -1,19 +1,25 @@
-"""Top-p's cut over a whole vocabulary in one launch: a radix select by mass.
+"""Top-p's cut over a whole vocabulary without a sort: a radix select by mass.
 
 The sampler (engine/core/sampler.py, `_top_p_keep`) ranks ids by key = the int32 bits
 of -d >= 0 (d = scaled logit - row max <= 0; smaller key = likelier) and keeps those
 likelier than the cut: the largest key t whose strictly-likelier mass
 G(t) = sum(w[key < t]) is below target (= top_p x the row's total). Its plain path finds
 t by 31 halvings of the key range, each a masked sum over the row: ~190 launches and 31
-passes over [B, V] (1.0-2.2 ms on the H200 at V = 248,320, session 11). Here one block a
-row finds it in 8 passes of 4 bits (bits 30..27, ..., 6..3, then 2..0): each pass sums
-the weights of the ids inside the current prefix into 16 bins, and the cut's bin is
-the last whose mass before it is below target, so the prefix gains 4 bits.
+passes over [B, V] (1.0-2.2 ms on the H200 at V = 248,320, session 11). Here 8 passes of
+4 bits (bits 30..27, ..., 6..3, then 2..0) find it: each pass sums the weights of the
+ids inside the current prefix into 16 bins, and the cut's bin is the last whose mass
+before it is below target, so the prefix gains 4 bits.
 
-Deterministic: each thread sums its own ids in a fixed order, warps add by shuffles,
-warps' bins are added in warp order: the same row gives the same cut in any batch.
-Float32 sums in a tree of fixed shape: off the exact mass by at most (log2 V + 2) ulps
-of the total (the tests' bound), like the plain path's two-level sums.
+CUDA: a pass a launch, each over blocks_per_row(V) blocks a row (61 at V = 248,320:
+the whole GPU at B = 1); each launch's blocks first make the previous pass's decision
+from its bins, all alike, then sum their own span; a last launch decides the cut
+(LAUNCHES in all). One block a row did it in one launch, but left every SM but one
+idle at B = 1: 0.60 ms a step on the H100 (session 32). Metal: one threadgroup a row.
+
+Deterministic: fixed summation trees whose shape depends on V alone (a thread's ids in
+order, warps by shuffles, warps and blocks in order): the same row gives the same cut in
+any batch. Off the exact mass by at most depth(V) roundings of the total (the tests'
+bound).
 
 key [B, V] int32 (>= 0), weights [B, V] float32, target [B, 1] float32 -> [B, 1] int32.
 """
@@ -21,106 +27,171 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from kernels.kernel_build import KernelBuild
+from kernels.kernel_build import KernelBuild, scalar
 
 NAME = "top_p_cut"
-THREADS = 1024      # one block a row; 32 warps
+METAL_THREADS = 1024    # Metal: one threadgroup a row; 32 simdgroups
 BINS = 16
 PASSES = ((27, 15), (23, 15), (19, 15), (15, 15), (11, 15), (7, 15), (3, 15), (0, 7))
 
-_PASS_LOOP_CUDA = """
-  const int V = key_shape[1];
-  const int row = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int nthreads = int(blockDim.x), nwarps = nthreads / 32;
-  constexpr int UNROLL = 2;                        // 40 registers: 1,024 threads fit (nvcc sm_90a)
-  const int* k = key + size_t(row) * V;
-  const float* w = weights + size_t(row) * V;
-  const float goal = target[row];
-  __shared__ float part[32][16];
+# CUDA: many blocks a row, one launch a pass. One block a row (the Metal source below)
+# leaves all but B of the GPU's SMs idle: 0.60 ms a B = 1 step on the H100 (session 32).
+THREADS = 256       # a CUDA block's threads
+SPAN = 4096         # ids a CUDA block reads a pass: 16 a thread, four a load
+GROUPS = 16         # the decision sums each bin's blocks in 16 groups, then the groups
+LAUNCHES = len(PASSES) + 1      # a pass a launch, then the last decision
+
+
+def blocks_per_row(vocab: int) -> int:
+    """CUDA blocks a row: the vocabulary's alone, so a row's sums are the same in any batch."""
+    return -(-vocab // SPAN)
+
+
+def depth(vocab: int, backend: str = "cuda") -> int:
+    """Roundings deep of any mass the kernel compares with target (Higham 4.2's bound:
+    |error| <= depth x 2**-24 x the row's total, its weights being >= 0). CUDA: a
+    thread's ids into a bin (16), warps by shuffles (5), a block's 8 warps, a group's
+    blocks, the 16 groups; Metal: a thread's ids (V / 1,024), simdgroups (5), the 32
+    simdgroups. Then the running mass before each bin (16 adds a pass, 8 passes) and
+    the target's own rounding (1)."""
+    if backend == "metal":
+        sums = -(-vocab // METAL_THREADS) + 5 + METAL_THREADS // 32
+    else:
+        sums = 16 + 5 + THREADS // 32 + -(-blocks_per_row(vocab) // GROUPS) + GROUPS
+    return sums + 16 * len(PASSES) + 1
+
+
+# The decision of pass PREV (>= 0) from its bins over every block of the row (part_in
+# [B, nb x 16]), as every block of the next pass makes it: the same sums in the same
+# order, so the blocks agree. Sets prefix_s (the cut's bits so far) and before_s (the
+# mass strictly likelier than the prefix's range); PREV < 0: the empty prefix.
+_DECIDE_CUDA = """
+  __shared__ float group_s[16][16];                // [group][bin]
   __shared__ float mass_s[16];
-  __shared__ float before_s;
   __shared__ int prefix_s;
-  if (tid == 0) { before_s = 0.f; prefix_s = 0; }
-  __syncthreads();
-  // Four ids a load, UNROLL loads in flight a thread: one block reads the row 8 times,
-  // and one load at a time left it waiting on memory (0.60 ms at V = 248k, session 32).
-  // Rows start 16-byte aligned when V % 4 == 0 and the array does (MLX's buffers do):
-  // the choice is the array's, so a row takes the same path alone or in any batch.
-  const bool by4 = V % 4 == 0 && reinterpret_cast<size_t>(key) % 16 == 0
-                   && reinterpret_cast<size_t>(weights) % 16 == 0;
-  const int V4 = by4 ? V / 4 : 0;                  // ids [0, 4 V4) by fours, the rest alone
-  const int4* k4 = reinterpret_cast<const int4*>(k);
-  const float4* w4 = reinterpret_cast<const float4*>(w);
-  const int shifts[8] = {27, 23, 19, 15, 11, 7, 3, 0};
-  for (int pass = 0; pass < 8; ++pass) {
-    const int shift = shifts[pass];
-    const int high = shift + (pass == 7 ? 3 : 4);            // bits at or above: the prefix
-    const unsigned prefix = static_cast<unsigned>(prefix_s);
-    const unsigned hmask = high >= 31 ? 0u : (0xffffffffu << high);
-    float bins[16];
-#pragma unroll
-    for (int b = 0; b < 16; ++b) bins[b] = 0.f;
-#define TPC_ADD(KK, WI) { \\
-      const int bin_ = int(((KK) >> shift) & 15u); \\
-      _Pragma("unroll") for (int b = 0; b < 16; ++b) bins[b] += (b == bin_) ? (WI) : 0.f; }
-    for (int base = tid; base < V4; base += UNROLL * nthreads) {
-      int4 kv[UNROLL];
-      float4 wv[UNROLL];
-      unsigned in[UNROLL];
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const int i = base + u * nthreads;
-        kv[u] = i < V4 ? k4[i] : int4{0, 0, 0, 0};
-      }
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {         // each id inside the prefix: a bit of in[u]
-        const int i = base + u * nthreads;
-        in[u] = i >= V4 ? 0u
-              : ((static_cast<unsigned>(kv[u].x) & hmask) == prefix ? 1u : 0u)
-              | ((static_cast<unsigned>(kv[u].y) & hmask) == prefix ? 2u : 0u)
-              | ((static_cast<unsigned>(kv[u].z) & hmask) == prefix ? 4u : 0u)
-              | ((static_cast<unsigned>(kv[u].w) & hmask) == prefix ? 8u : 0u);
-        wv[u] = in[u] ? w4[i] : float4{0.f, 0.f, 0.f, 0.f};
-      }
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        if (in[u] & 1u) TPC_ADD(static_cast<unsigned>(kv[u].x), wv[u].x)
-        if (in[u] & 2u) TPC_ADD(static_cast<unsigned>(kv[u].y), wv[u].y)
-        if (in[u] & 4u) TPC_ADD(static_cast<unsigned>(kv[u].z), wv[u].z)
-        if (in[u] & 8u) TPC_ADD(static_cast<unsigned>(kv[u].w), wv[u].w)
-      }
-    }
-    for (int i = 4 * V4 + tid; i < V; i += nthreads) {
-      const unsigned kk = static_cast<unsigned>(k[i]);
-      if ((kk & hmask) == prefix) TPC_ADD(kk, w[i])
-    }
-#undef TPC_ADD
-#pragma unroll
-    for (int b = 0; b < 16; ++b) {
-      float s = bins[b];
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-      if (lane == 0) part[warp][b] = s;
+  __shared__ float before_s;
+  if (tid == 0) { prefix_s = 0; before_s = 0.f; }
+  if (PREV >= 0) {
+    const float* pp = part_in + size_t(row) * nb * 16;
+    {
+      const int bin = tid % 16, g = tid / 16;      // 256 threads: 16 groups x 16 bins
+      float s = 0.f;
+      for (int q = g; q < nb; q += 16) s += pp[q * 16 + bin];
+      group_s[g][bin] = s;
     }
     __syncthreads();
-    if (tid < 16) {                       // a bin a thread, its warps' sums in warp order
+    if (tid < 16) {
       float s = 0.f;
-      for (int q = 0; q < nwarps; ++q) s += part[q][tid];
+      for (int g = 0; g < 16; ++g) s += group_s[g][tid];
       mass_s[tid] = s;
     }
     __syncthreads();
     if (tid == 0) {
-      int chosen = 0;                     // the last bin whose mass before it is < goal
-      float at = before_s, chosen_before = before_s;
+      const int shifts[8] = {27, 23, 19, 15, 11, 7, 3, 0};
+      int chosen = 0;                               // the last bin whose mass before it is < goal
+      float at = before_in[row], chosen_before = at;
       for (int b = 0; b < 16; ++b) {
         if (at < goal) { chosen = b; chosen_before = at; }
         at += mass_s[b];
       }
+      prefix_s = int(static_cast<unsigned>(prefix_in[row]) | (unsigned(chosen) << shifts[PREV]));
       before_s = chosen_before;
-      prefix_s = int(prefix | (unsigned(chosen) << shift));
     }
-    __syncthreads();
   }
+  __syncthreads();
+"""
+
+# One pass (pass_no[0] = 0..7): decide the previous pass, then sum this block's span of
+# ids inside the new prefix into 16 bins by their next 4 bits (3 in the last pass).
+# Block 0 of a row hands the prefix and its mass before to the next launch.
+_PASS_CUDA = """
+  const int V = key_shape[1];
+  const int nb = (V + 4095) / 4096;                // blocks_per_row
+  const int row = blockIdx.x / nb, blk = blockIdx.x % nb;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int pass = pass_no[0], PREV = pass - 1;
+  const float goal = target[row];
+""" + _DECIDE_CUDA + """
+  if (blk == 0 && tid == 0) { prefix[row] = prefix_s; before[row] = before_s; }
+  const int shifts[8] = {27, 23, 19, 15, 11, 7, 3, 0};
+  const int shift = shifts[pass];
+  const int high = shift + (pass == 7 ? 3 : 4);    // bits at or above: the prefix
+  const unsigned pre = static_cast<unsigned>(prefix_s);
+  const unsigned hmask = high >= 31 ? 0u : (0xffffffffu << high);
+  const int* k = key + size_t(row) * V;
+  const float* w = weights + size_t(row) * V;
+  float bins[16];
+#pragma unroll
+  for (int b = 0; b < 16; ++b) bins[b] = 0.f;
+#define TPC_ADD(KK, WI) { \\
+    const int bin_ = int(((KK) >> shift) & 15u); \\
+    _Pragma("unroll") for (int b = 0; b < 16; ++b) bins[b] += (b == bin_) ? (WI) : 0.f; }
+  // Four ids a load where every row starts 16-byte aligned (V % 4 == 0 and the arrays
+  // do): the arrays' choice, so a row takes the same path alone or in any batch.
+  const bool by4 = V % 4 == 0 && reinterpret_cast<size_t>(key) % 16 == 0
+                   && reinterpret_cast<size_t>(weights) % 16 == 0;
+  if (by4) {
+    const int V4 = V / 4;
+    const int4* k4 = reinterpret_cast<const int4*>(k);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    int4 kv[4];
+    float4 wv[4];
+    unsigned in[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {                 // all four loads in flight
+      const int i = blk * 1024 + u * 256 + tid;
+      kv[u] = i < V4 ? k4[i] : int4{0, 0, 0, 0};
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {                 // each id inside the prefix: a bit of in[u]
+      const int i = blk * 1024 + u * 256 + tid;
+      in[u] = i >= V4 ? 0u
+            : ((static_cast<unsigned>(kv[u].x) & hmask) == pre ? 1u : 0u)
+            | ((static_cast<unsigned>(kv[u].y) & hmask) == pre ? 2u : 0u)
+            | ((static_cast<unsigned>(kv[u].z) & hmask) == pre ? 4u : 0u)
+            | ((static_cast<unsigned>(kv[u].w) & hmask) == pre ? 8u : 0u);
+      wv[u] = in[u] ? w4[i] : float4{0.f, 0.f, 0.f, 0.f};
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (in[u] & 1u) TPC_ADD(static_cast<unsigned>(kv[u].x), wv[u].x)
+      if (in[u] & 2u) TPC_ADD(static_cast<unsigned>(kv[u].y), wv[u].y)
+      if (in[u] & 4u) TPC_ADD(static_cast<unsigned>(kv[u].z), wv[u].z)
+      if (in[u] & 8u) TPC_ADD(static_cast<unsigned>(kv[u].w), wv[u].w)
+    }
+  } else {
+    for (int j = 0; j < 16; ++j) {
+      const int i = blk * 4096 + j * 256 + tid;
+      if (i < V) {
+        const unsigned kk = static_cast<unsigned>(k[i]);
+        if ((kk & hmask) == pre) TPC_ADD(kk, w[i])
+      }
+    }
+  }
+#undef TPC_ADD
+  __shared__ float warp_s[8][16];
+#pragma unroll
+  for (int b = 0; b < 16; ++b) {
+    float s = bins[b];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0) warp_s[warp][b] = s;
+  }
+  __syncthreads();
+  if (tid < 16) {                                  // a bin a thread, the warps in order
+    float s = 0.f;
+    for (int q = 0; q < 8; ++q) s += warp_s[q][tid];
+    part[(size_t(row) * nb + blk) * 16 + tid] = s;
+  }
+"""
+
+# The last pass's decision: the cut. One block a row.
+_CUT_CUDA = """
+  const int nb = part_in_shape[1] / 16;
+  const int row = blockIdx.x, tid = threadIdx.x;
+  const int PREV = 7;
+  const float goal = target[row];
+""" + _DECIDE_CUDA + """
   if (tid == 0) cut[row] = prefix_s;
 """
 
@@ -181,8 +252,13 @@ _METAL_SOURCE = """
   if (tid == 0) cut[row] = prefix_s;
 """
 
-_KERNEL = KernelBuild(NAME, "tandem_top_p_cut", ["key", "weights", "target"], ["cut"],
-                      _PASS_LOOP_CUDA, _METAL_SOURCE)
+_METAL = KernelBuild(NAME, "tandem_top_p_cut", ["key", "weights", "target"], ["cut"],
+                     "", _METAL_SOURCE)
+_PASS = KernelBuild(NAME, "tandem_top_p_pass",
+                    ["key", "weights", "target", "pass_no", "part_in", "prefix_in", "before_in"],
+                    ["part", "prefix", "before"], _PASS_CUDA, "")
+_CUT = KernelBuild(NAME, "tandem_top_p_last", ["target", "part_in", "prefix_in", "before_in"],
+                   ["cut"], _CUT_CUDA, "")
 
 
 def reference(key: mx.array, weights: mx.array, target: mx.array) -> mx.array:
@@ -213,9 +289,26 @@ def applies(key: mx.array, weights: mx.array, target: mx.array) -> bool:
 
 
 def kernel(key: mx.array, weights: mx.array, target: mx.array, *, backend: str) -> mx.array:
-    """Launch on `backend`: [B, 1] int32, as `reference`."""
+    """Launch on `backend`: [B, 1] int32, as `reference`. CUDA: LAUNCHES launches of
+    blocks_per_row(V) blocks a row (the stand-in counts as many); Metal: one block a row."""
     rows = key.shape[0]
-    (cut,) = _KERNEL.get(backend)(
-        inputs=[key, weights, target], grid=(rows * THREADS, 1, 1),
+    if backend == "metal":
+        (cut,) = _METAL.get(backend)(
+            inputs=[key, weights, target], grid=(rows * METAL_THREADS, 1, 1),
+            threadgroup=(METAL_THREADS, 1, 1), output_shapes=[(rows, 1)],
+            output_dtypes=[mx.int32])
+        return cut
+    nb = blocks_per_row(key.shape[1])
+    # pass 0 decides nothing: its inputs from a pass before are placeholders of their
+    # dtypes (never read), so all 8 passes are one compiled kernel
+    part, prefix, before = weights, key, target
+    for p in range(len(PASSES)):
+        part, prefix, before = _PASS.get(backend)(
+            inputs=[key, weights, target, scalar(p, mx.int32), part, prefix, before],
+            grid=(rows * nb * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
+            output_shapes=[(rows, nb * 16), (rows, 1), (rows, 1)],
+            output_dtypes=[mx.float32, mx.int32, mx.float32])
+    (cut,) = _CUT.get(backend)(
+        inputs=[target, part, prefix, before], grid=(rows * THREADS, 1, 1),
         threadgroup=(THREADS, 1, 1), output_shapes=[(rows, 1)], output_dtypes=[mx.int32])
     return cut

@@ -1,10 +1,11 @@
 """``python -m kernels.bench.cuda_on_cpu_top_p``: kernels/top_p_cut.py's CUDA source on the CPU.
 
-Not a benchmark: a check of the source's index math and bin choice where no GPU is at
-hand, with kernels/bench/cuda_on_cpu.py's shim (a block's 256 threads as std::threads;
-the GPU launches 1,024). Each row's cut is checked against its definition in float64:
-the mass of the ids strictly likelier than the cut is below target, and with the cut's
-own ids it reaches it, up to the float32 bound of the tests.
+Not a benchmark: a check of the source's index math, the passes' hand-over and the bin
+choice where no GPU is at hand, with kernels/bench/cuda_on_cpu.py's shim (a block's 256
+threads as std::threads, as the GPU launches them; the blocks one after another, the
+9 launches in order). Each row's cut is checked against its definition in float64: the
+mass of the ids strictly likelier than the cut is below target, and with the cut's own
+ids it reaches it, up to tpc.depth(V) roundings of the row's mass.
 """
 import tempfile
 
@@ -18,22 +19,40 @@ VECTORS = "struct int4 { int x, y, z, w; };\nstruct float4 { float x, y, z, w; }
 
 
 def emulate(key: np.ndarray, w: np.ndarray, target: np.ndarray, work: str) -> np.ndarray:
+    """The CUDA path's launches in order (tpc.kernel's: the 8 passes, then the cut), each
+    a grid of blocks_per_row(V) blocks a row of tpc.THREADS threads, as the GPU runs them."""
     rows, V = key.shape
+    nb = tpc.blocks_per_row(V)
     key.astype(np.int32).tofile(f"{work}/k.bin")
     w.astype(np.float32).tofile(f"{work}/w.bin")
     target.astype(np.float32).tofile(f"{work}/t.bin")
-    src = PRE + VECTORS + kfunc("cut", tpc._PASS_LOOP_CUDA,
-                      "const int* key, const int* key_shape, const float* weights,"
-                      " const float* target, int* cut", [])
+    src = PRE + VECTORS
+    src += kfunc("pass_", tpc._PASS_CUDA,
+                 "const int* key, const int* key_shape, const float* weights,"
+                 " const float* target, const int* pass_no, const float* part_in,"
+                 " const int* prefix_in, const float* before_in, float* part, int* prefix,"
+                 " float* before", [])
+    src += kfunc("last", tpc._CUT_CUDA,
+                 "const float* target, const float* part_in, const int* part_in_shape,"
+                 " const int* prefix_in, const float* before_in, int* cut", [])
     src += f'''
 template <class T> std::vector<T> load(const char* n, size_t c) {{
   std::vector<T> v(c); FILE* f = fopen(n, "rb"); fread(v.data(), sizeof(T), c, f); fclose(f); return v; }}
-std::vector<int> K, C; std::vector<float> W, T; int KS[2] = {{{rows}, {V}}};
-''' + launch("cut", "cut(K.data(), KS, W.data(), T.data(), C.data())", rows) + f'''
+std::vector<int> K, C, P0, P1; std::vector<float> W, T, A0, A1, B0, B1;
+int KS[2] = {{{rows}, {V}}}, PS[2] = {{{rows}, {nb * 16}}}, PASS[1];
+''' + launch("pass_", "pass_(K.data(), KS, W.data(), T.data(), PASS, A0.data(), P0.data(),"
+                " B0.data(), A1.data(), P1.data(), B1.data())", rows * nb, tpc.THREADS) \
+        + launch("last", "last(T.data(), A0.data(), PS, P0.data(), B0.data(), C.data())",
+                 rows, tpc.THREADS) + f'''
 int main() {{
   K = load<int>("{work}/k.bin", {rows * V}); W = load<float>("{work}/w.bin", {rows * V});
   T = load<float>("{work}/t.bin", {rows}); C.assign({rows}, -1);
-  run_cut();
+  A0.assign({rows * nb * 16}, NAN); A1 = A0; P0.assign({rows}, -1); P1 = P0;
+  B0.assign({rows}, NAN); B1 = B0;
+  for (int p = 0; p < 8; ++p) {{                 // one launch a pass; its outputs the next's inputs
+    PASS[0] = p; run_pass_(); std::swap(A0, A1); std::swap(P0, P1); std::swap(B0, B1);
+  }}
+  run_last();
   FILE* f = fopen("{work}/c.bin", "wb"); fwrite(C.data(), 4, C.size(), f); fclose(f);
 }}
 '''
@@ -62,7 +81,7 @@ def main() -> None:
             key = (np.float32(0) - d).view(np.int32)
             target = (p * w.astype(np.float64).sum(-1)).astype(np.float32)
             cut = emulate(key, w, target, work)
-            bound = (np.log2(V) + 2) * 2.0 ** -23
+            bound = tpc.depth(V) * 2.0 ** -24
             print(f"V={V} scale={scale:.2f} top_p={p}: cuts {cut.tolist()}, "
                   f"miss {miss(key, w, target, cut):.2e} (bound {bound:.1e})", flush=True)
 

@@ -110,10 +110,16 @@ def cases(dt: str):
             [("y", dt)], [("K", 2048), ("BITS", bits), ("GS", 64), ("WARPS", qn.WARPS),
                           ("ROWS_PER_WARP", qn.ROWS_PER_WARP), ("PAD", qn.PAD), ("OT", dt)])
     if dt == "float32":             # the sampler's keys and weights are float32 always
-        yield "top_p_cut (V = 248,320)", wrap(
-            "cut", "", tpc._PASS_LOOP_CUDA,
-            [("key", "int32", 2), ("weights", f32, 2), ("target", f32, 2)], [("cut", "int32")],
-            [])
+        yield "top_p_cut's pass", wrap(
+            "pass", "", tpc._PASS_CUDA,
+            [("key", "int32", 2), ("weights", f32, 2), ("target", f32, 2),
+             ("pass_no", "int32", 1), ("part_in", f32, 2), ("prefix_in", "int32", 2),
+             ("before_in", f32, 2)],
+            [("part", f32), ("prefix", "int32"), ("before", f32)], [])
+        yield "top_p_cut's last decision", wrap(
+            "last", "", tpc._CUT_CUDA,
+            [("target", f32, 2), ("part_in", f32, 2), ("prefix_in", "int32", 2),
+             ("before_in", f32, 2)], [("cut", "int32")], [])
         yield "cdf_draw", wrap("draw", "", cd._CUDA_SOURCE, [("kept", f32, 2), ("u", f32, 2)],
                                [("out", "int32")], [])
     if dt == "bfloat16":            # the tensor cores' bf16 product: bf16 x only

@@ -4,6 +4,7 @@ from engine_harness import Harness, _NoDetok
 from tiny_models import tiny_llama
 
 import kernels.top_p_cut as tpc
+from engine.core import sampler
 from engine.core.output_stream import OutputStream
 from engine.core.sampler import RowSampler
 from engine.core.sequence import Sequence
@@ -26,4 +27,6 @@ def test_the_step_loop_samples_with_its_models_kernel_set(monkeypatch):
     stream = OutputStream(_NoDetok(), frozenset(), params, h.config.max_context)
     h.loop.add(Request(Sequence(1, prompt), RowSampler(params, prompt), stream))
     h.run()
-    assert len(calls) >= 4 and set(calls) == {"cuda"}     # the first token and each decode
+    # the first token and each decode; on a GPU the sampling graph is compiled, and the
+    # kernel is called while it is traced: once a batch shape (engine/core/sampler.py)
+    assert len(calls) >= (1 if sampler._on_gpu() else 4) and set(calls) == {"cuda"}

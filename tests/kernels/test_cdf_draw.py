@@ -52,7 +52,13 @@ def test_kernel_draws_many_uniforms_as_the_plain_draw(backend):
     plain = np.array(cd.reference(mx.array(kept), mx.array(u[:, None])))
     assert miss(kept, u, ids).max() <= cd.depth(kept.shape[1]) * 2.0 ** -24
     clear = _clear(kept, u, plain)
-    assert clear.sum() > 500
+    # Not vacuous: a t within the bound of a slice's edge is checked by the definition
+    # alone; ids lighter than twice the bound and the others' edges hold `unclear` of the
+    # row's mass (6.6 % here), so about that share of evenly spread draws (478 of 512 on
+    # the H100, session 34).
+    w = kept[0].astype(np.float64) / kept[0].astype(np.float64).sum()
+    unclear = np.minimum(w, 2 * cd.depth(kept.shape[1]) * 2.0 ** -24).sum()
+    assert clear.sum() >= 512 * (1 - unclear) - 16
     np.testing.assert_array_equal(ids[clear], plain[clear])
 
 

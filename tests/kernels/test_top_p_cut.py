@@ -1,12 +1,15 @@
-"""kernels/top_p_cut.py (top-p's cut in one launch) against its definition in float64.
+"""kernels/top_p_cut.py (top-p's cut without a sort) against its definition in float64.
 
 The cut is the largest key t with sum(w[key < t]) < target. Checked independently of
 both implementations: in float64 numpy, the ids strictly likelier than the cut hold less
-than target, and with the cut's own ids they reach it. Float32 sums in a fixed tree miss
-the exact mass by at most (log2 V + 2) ulps of the row's total (pairwise summation's
-bound, Higham 4.2, plus the target's own rounding); a cut one present key off misses by
-that key's weight, orders of magnitude more on these rows.
+than target, and with the cut's own ids they reach it. The reference's float32 sums
+miss the exact mass by at most (log2 V + 2) ulps of the row's total (pairwise
+summation's bound, Higham 4.2, plus the target's own rounding); the kernel's by at most
+`tpc.depth(V)` roundings (its summation tree, derived there). A cut one present key off
+misses by that key's weight, orders of magnitude more on these rows.
 """
+import shutil
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ from engine.core import sampler
 from engine.sampling_params import SamplingParams
 from kernels.kernel_set import KernelSet
 from kernels.selftest_checks_sampling import check_top_p_cut
+from kernels.stand_in import COUNT, gpu_graph
 
 # (rows, V, logit scale, top_p): the real vocabularies, a flat row, a peaked one
 GRID = [(1, 248_320, 3 / 0.7, 0.95), (3, 49_152, 3 / 0.7, 0.95), (2, 5003, 0.2, 0.5),
@@ -51,6 +55,10 @@ def _bound(V: int) -> float:
     return (np.log2(V) + 2) * 2.0 ** -23
 
 
+def _kernel_bound(V: int, backend: str) -> float:
+    return tpc.depth(V, backend) * 2.0 ** -24
+
+
 @pytest.mark.parametrize("case", GRID)
 def test_reference_meets_the_definition(case, cpu_stream):
     key, w, target = _rows(*case)
@@ -62,7 +70,31 @@ def test_reference_meets_the_definition(case, cpu_stream):
 def test_kernel_meets_the_definition(backend, case):
     key, w, target = _rows(*case)
     cut = tpc.kernel(mx.array(key), mx.array(w), mx.array(target), backend=backend)
-    assert _miss(key, w, target, np.array(cut)) <= _bound(case[1])
+    assert _miss(key, w, target, np.array(cut)) <= _kernel_bound(case[1], backend)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run the CUDA body with")
+def test_the_cuda_launches_run_on_the_cpu(tmp_path):
+    """kernels/bench/cuda_on_cpu_top_p.py: the CUDA path's 9 launches as the GPU runs
+    them (several blocks a row, a row of V % 4 != 0 and one of V % 4 == 0, ties, dropped
+    ids), each cut against its definition in float64 (g++ shim)."""
+    from kernels.bench.cuda_on_cpu_top_p import emulate
+    for case in [(3, 5003, 3.0, 0.95), (3, 8192, 0.2, 0.5)]:
+        key, w, target = _rows(*case)
+        cut = emulate(key, w, target.ravel(), str(tmp_path))
+        assert _miss(key, w, target, cut) <= _kernel_bound(case[1], "cuda")
+
+
+def test_the_cuda_path_is_nine_launches_of_two_compiled_kernels():
+    """A deterministic signature of the CUDA path: 8 passes and the last decision
+    (LAUNCHES, what the op count of the app's sampling counts), all 8 passes one kernel
+    instance (one compile on a cold start, not 8), at any batch."""
+    for rows in (1, 8):
+        key, w, target = (mx.array(a) for a in _rows(rows, 5003, 3.0, 0.95))
+        with gpu_graph() as ledger:
+            tpc.kernel(key, w, target, backend=COUNT)
+        assert tpc.LAUNCHES == 9 and ledger.calls == {tpc.NAME: tpc.LAUNCHES}
+        assert len(ledger.instances) == 2
 
 
 def test_kernel_gives_a_row_the_same_cut_in_any_batch(backend):
