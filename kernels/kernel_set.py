@@ -264,8 +264,9 @@ class KernelSet:
         return grn.kernel(y, z, weight, eps, backend=backend)
 
     def top_p_cut(self, key, weights, target):
-        """[B, 1] int32 of kernels.top_p_cut: top-p's cut key over each row (key, weights
-        [B, V], target [B, 1]), as the sampler's bisection finds it."""
+        """[B, 2] int32 of kernels.top_p_cut: top-p's cut key over each row (key, weights
+        [B, V], target [B, 1]), as the sampler's bisection finds it, and the index of the
+        last id at the cut's key that top-p keeps (ties kept in id order)."""
         backend = self.launches(tpc.NAME)
         if backend is None or not tpc.applies(key, weights, target):
             return None

@@ -35,8 +35,9 @@ def check_cdf_draw(backend: str) -> float:
 
 def check_top_p_cut(backend: str) -> float:
     """Rows of a sampler's keys and weights (a peaked row, a flat one, ties and dropped
-    ids); the error is how far the kernel's cut misses its definition, as a share of
-    the row's mass: sum(w[key < cut]) below target and sum(w[key <= cut]) at least it."""
+    ids); the error is how far the kept set (the ids likelier than the cut, and its ties
+    up to the last one kept) misses top-p's definition, as a share of the row's mass:
+    with its last tie it holds at least target, without it less."""
     logits = mx.random.normal((3, 5003), key=mx.random.key(12)) * mx.array([[6.0], [0.5], [3.0]])
     logits = mx.concatenate([mx.round(logits[:2] * 4) / 4, logits[2:]], axis=0)     # ties
     logits = mx.where(mx.arange(5003) % 97 == 5, -mx.inf, logits)                  # dropped
@@ -45,8 +46,11 @@ def check_top_p_cut(backend: str) -> float:
     key = (0.0 - d).view(mx.int32)
     total = w.sum(axis=-1, keepdims=True)
     target = mx.array([[0.95], [0.5], [0.999]]) * total
-    cut = tpc.kernel(key, w, target, backend=backend)
-    below = mx.where(key < cut, w, 0.0).sum(axis=-1, keepdims=True)
-    upto = mx.where(key <= cut, w, 0.0).sum(axis=-1, keepdims=True)
-    miss = mx.maximum(below - target, target - upto) / total
+    out = tpc.kernel(key, w, target, backend=backend)
+    cut, last = out[:, :1], out[:, 1:]
+    at = key == cut
+    mass = mx.where((key < cut) | (at & (mx.arange(5003) <= last)), w, 0.0).sum(
+        axis=-1, keepdims=True)
+    tie = mx.max(mx.where(at, w, 0.0), axis=-1, keepdims=True)
+    miss = mx.maximum(mass - tie - target, target - mass) / total
     return max(0.0, miss.max().item())

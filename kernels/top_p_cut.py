@@ -39,7 +39,8 @@ PASSES = ((27, 15), (23, 15), (19, 15), (15, 15), (11, 15), (7, 15), (3, 15), (0
 THREADS = 256       # a CUDA block's threads
 SPAN = 4096         # ids a CUDA block reads a pass: 16 a thread, four a load
 GROUPS = 16         # the decision sums each bin's blocks in 16 groups, then the groups
-LAUNCHES = len(PASSES) + 1      # a pass a launch, then the last decision
+LAUNCHES = len(PASSES) + 2      # a pass a launch, the last decision + ties, the last tie
+MAX_BLOCKS = 1024   # CUDA blocks a row the last launch holds in shared memory (V <= 4M)
 
 
 def blocks_per_row(vocab: int) -> int:
@@ -185,14 +186,99 @@ _PASS_CUDA = """
   }
 """
 
-# The last pass's decision: the cut. One block a row.
-_CUT_CUDA = """
-  const int nb = part_in_shape[1] / 16;
-  const int row = blockIdx.x, tid = threadIdx.x;
+# The last pass's decision (the cut, and the mass strictly likelier), made by every block
+# of the row as the passes make theirs; then each block counts the ties at the cut (ids
+# with key == cut, all of one weight) in its span, with that weight.
+_TIES_CUDA = """
+  const int V = key_shape[1];
+  const int nb = (V + 4095) / 4096;                // blocks_per_row
+  const int row = blockIdx.x / nb, blk = blockIdx.x % nb;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int PREV = 7;
   const float goal = target[row];
 """ + _DECIDE_CUDA + """
-  if (tid == 0) cut[row] = prefix_s;
+  if (blk == 0 && tid == 0) { cut[row] = prefix_s; cut_before[row] = before_s; }
+  const int c = prefix_s;
+  const int* k = key + size_t(row) * V;
+  float n = 0.f, wt = 0.f;                         // a thread's ties (exact: <= 16), their weight
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const int i = blk * 4096 + j * 256 + tid;
+    if (i < V && k[i] == c) { n += 1.f; wt = weights[size_t(row) * V + i]; }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    n += __shfl_xor_sync(0xffffffffu, n, off);
+    wt = fmaxf(wt, __shfl_xor_sync(0xffffffffu, wt, off));
+  }
+  __shared__ float tn_s[8], tw_s[8];
+  if (lane == 0) { tn_s[warp] = n; tw_s[warp] = wt; }
+  __syncthreads();
+  if (tid == 0) {
+    float s = 0.f, m = 0.f;
+    for (int q = 0; q < 8; ++q) { s += tn_s[q]; m = fmaxf(m, tw_s[q]); }
+    ties[size_t(row) * nb + blk] = int(s);
+    tie_w[size_t(row) * nb + blk] = m;
+  }
+"""
+
+# The ties the cut keeps, in id order, as a stable sort by probability would: tie r
+# (0-based) while before + r x w < goal, so the first n = ceil((goal - before) / w)
+# (at least 1, at most all m). One block a row finds the n-th: the block of 4,096 ids
+# holding it from the blocks' counts, then the thread of 16 ids, which walks them.
+# out [B, 2]: the cut, and the index of the last tie kept (V - 1 where there is none).
+_LAST_CUDA = """
+  const int V = key_shape[1];
+  const int nb = ties_shape[1];
+  const int row = blockIdx.x, tid = threadIdx.x;
+  const int c = cut[row];
+  const int* k = key + size_t(row) * V;
+  __shared__ int cnt_s[1024];                      // the blocks' tie counts, then the threads'
+  __shared__ float w_s[1024];
+  __shared__ int blk_s, need_s, owner_s, last_s;
+  for (int q = tid; q < nb; q += 256) {
+    cnt_s[q] = ties[size_t(row) * nb + q];
+    w_s[q] = tie_w[size_t(row) * nb + q];
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int m = 0;
+    float wt = 0.f;
+    for (int q = 0; q < nb; ++q) { m += cnt_s[q]; wt = fmaxf(wt, w_s[q]); }
+    const float x = (target[row] - cut_before[row]) / wt;
+    int n = m;                                     // ties kept: all, unless target falls among them
+    if (wt > 0.f && x < float(m)) { const int up = int(ceilf(x)); n = up < 1 ? 1 : up; }
+    blk_s = -1;
+    last_s = V - 1;
+    if (m > 0) {
+      int q = 0;
+      while (n > cnt_s[q]) { n -= cnt_s[q]; ++q; }   // n <= m: ends at a block with ties
+      blk_s = q;
+      need_s = n;
+    }
+  }
+  __syncthreads();
+  if (blk_s >= 0) {                                // the same in every thread
+    const int a = blk_s * 4096 + 16 * tid;         // this thread's ids [a, a + 16), in order
+    int cnt = 0;
+    for (int j = 0; j < 16; ++j) cnt += a + j < V && k[a + j] == c ? 1 : 0;
+    cnt_s[tid] = cnt;
+    __syncthreads();
+    if (tid == 0) {
+      int need = need_s, t = 0;
+      while (need > cnt_s[t]) { need -= cnt_s[t]; ++t; }   // the same ids as the block counted
+      owner_s = t;
+      need_s = need;
+    }
+    __syncthreads();
+    if (tid == owner_s) {
+      int need = need_s;
+      for (int j = 0; j < 16; ++j)
+        if (a + j < V && k[a + j] == c && --need == 0) { last_s = a + j; break; }
+    }
+  }
+  __syncthreads();
+  if (tid == 0) { out[2 * row] = c; out[2 * row + 1] = last_s; }
 """
 
 _METAL_SOURCE = """
@@ -257,13 +343,18 @@ _METAL = KernelBuild(NAME, "tandem_top_p_cut", ["key", "weights", "target"], ["c
 _PASS = KernelBuild(NAME, "tandem_top_p_pass",
                     ["key", "weights", "target", "pass_no", "part_in", "prefix_in", "before_in"],
                     ["part", "prefix", "before"], _PASS_CUDA, "")
-_CUT = KernelBuild(NAME, "tandem_top_p_last", ["target", "part_in", "prefix_in", "before_in"],
-                   ["cut"], _CUT_CUDA, "")
+_TIES = KernelBuild(NAME, "tandem_top_p_ties",
+                    ["key", "weights", "target", "part_in", "prefix_in", "before_in"],
+                    ["cut", "cut_before", "ties", "tie_w"], _TIES_CUDA, "")
+_LAST = KernelBuild(NAME, "tandem_top_p_last",
+                    ["key", "target", "cut", "cut_before", "ties", "tie_w"], ["out"],
+                    _LAST_CUDA, "")
 
 
 def reference(key: mx.array, weights: mx.array, target: mx.array) -> mx.array:
     """Plain-mx float32, the same radix select pass by pass (slow, obviously the
-    contract): [B, 1] int32, the largest key t with sum(w[key < t]) < target."""
+    contract): [B, 2] int32, the largest key t with sum(w[key < t]) < target, and the
+    index of the last tie at t the cut keeps (`last_tie`)."""
     rows = key.shape[0]
     prefix = mx.zeros((rows, 1), dtype=mx.int32)
     before = mx.zeros((rows, 1), dtype=mx.float32)
@@ -279,25 +370,45 @@ def reference(key: mx.array, weights: mx.array, target: mx.array) -> mx.array:
         before = mx.where(mx.any(below, axis=-1, keepdims=True),
                           mx.take_along_axis(at, chosen, axis=-1), before)
         prefix = prefix | (chosen.astype(mx.int32) << shift)
-    return prefix
+    return mx.concatenate([prefix, last_tie(key, weights, target, prefix, before)], axis=1)
+
+
+def last_tie(key: mx.array, weights: mx.array, target: mx.array, cut: mx.array,
+             before: mx.array) -> mx.array:
+    """[B, 1] int32: the index of the last id at the cut's key that top-p keeps. Ties
+    (key == cut, one weight w) are kept in id order, as a stable sort by probability
+    would keep them, while the mass before each (before + r x w for the r-th) is below
+    target: the first n = ceil((target - before) / w) of them, at least 1, at most all.
+    V - 1 where the cut has no ids."""
+    at = key == cut                                                    # [B, V]
+    m = at.astype(mx.int32).sum(axis=-1, keepdims=True)                # [B, 1]
+    w = mx.max(mx.where(at, weights, 0.0), axis=-1, keepdims=True)     # [B, 1]
+    x = (target - before) / mx.maximum(w, 1e-38)
+    n = mx.where((w > 0) & (x < m), mx.maximum(mx.ceil(mx.minimum(x, 2.0 ** 30)), 1), m)
+    rank = mx.cumsum(at.astype(mx.int32), axis=-1)                     # [B, V] inclusive
+    nth = mx.argmax(at & (rank == n.astype(mx.int32)), axis=-1, keepdims=True)
+    return mx.where(m > 0, nth, key.shape[1] - 1).astype(mx.int32)
 
 
 def applies(key: mx.array, weights: mx.array, target: mx.array) -> bool:
     return (key.ndim == 2 and key.dtype == mx.int32 and weights.shape == key.shape
             and weights.dtype == mx.float32 and target.shape == (key.shape[0], 1)
-            and target.dtype == mx.float32 and key.shape[1] < 2 ** 31)
+            and target.dtype == mx.float32
+            and 0 < key.shape[1] <= MAX_BLOCKS * SPAN)
 
 
 def kernel(key: mx.array, weights: mx.array, target: mx.array, *, backend: str) -> mx.array:
-    """Launch on `backend`: [B, 1] int32, as `reference`. CUDA: LAUNCHES launches of
-    blocks_per_row(V) blocks a row (the stand-in counts as many); Metal: one block a row."""
+    """Launch on `backend`: [B, 2] int32, as `reference`. CUDA: LAUNCHES launches of
+    blocks_per_row(V) blocks a row (the stand-in counts as many). Metal: the cut in one
+    threadgroup a row, the last tie by `last_tie`'s plain ops (not ported to Metal)."""
     rows = key.shape[0]
     if backend == "metal":
         (cut,) = _METAL.get(backend)(
             inputs=[key, weights, target], grid=(rows * METAL_THREADS, 1, 1),
             threadgroup=(METAL_THREADS, 1, 1), output_shapes=[(rows, 1)],
             output_dtypes=[mx.int32])
-        return cut
+        before = _blocked_sum(mx.where(key < cut, weights, 0.0))
+        return mx.concatenate([cut, last_tie(key, weights, target, cut, before)], axis=1)
     nb = blocks_per_row(key.shape[1])
     # pass 0 decides nothing: its inputs from a pass before are placeholders of their
     # dtypes (never read), so all 8 passes are one compiled kernel
@@ -308,7 +419,21 @@ def kernel(key: mx.array, weights: mx.array, target: mx.array, *, backend: str) 
             grid=(rows * nb * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
             output_shapes=[(rows, nb * 16), (rows, 1), (rows, 1)],
             output_dtypes=[mx.float32, mx.int32, mx.float32])
-    (cut,) = _CUT.get(backend)(
-        inputs=[target, part, prefix, before], grid=(rows * THREADS, 1, 1),
-        threadgroup=(THREADS, 1, 1), output_shapes=[(rows, 1)], output_dtypes=[mx.int32])
-    return cut
+    cut, cut_before, ties, tie_w = _TIES.get(backend)(
+        inputs=[key, weights, target, part, prefix, before],
+        grid=(rows * nb * THREADS, 1, 1), threadgroup=(THREADS, 1, 1),
+        output_shapes=[(rows, 1), (rows, 1), (rows, nb), (rows, nb)],
+        output_dtypes=[mx.int32, mx.float32, mx.int32, mx.float32])
+    (out,) = _LAST.get(backend)(
+        inputs=[key, target, cut, cut_before, ties, tie_w], grid=(rows * THREADS, 1, 1),
+        threadgroup=(THREADS, 1, 1), output_shapes=[(rows, 2)], output_dtypes=[mx.int32])
+    return out
+
+
+def _blocked_sum(x: mx.array) -> mx.array:
+    """[B, 1] row sums in two levels (blocks of 256, then the blocks): ~1e-7 relative
+    where one accumulator down 248k ids drifts far more (engine/core/sampler._row_sum)."""
+    rows, cols = x.shape
+    pad = -cols % 256
+    blocks = (mx.pad(x, [(0, 0), (0, pad)]) if pad else x).reshape(rows, -1, 256).sum(axis=-1)
+    return blocks.sum(axis=-1, keepdims=True)

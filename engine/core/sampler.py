@@ -306,12 +306,15 @@ def _top_p_keep(d: mx.array, weights: mx.array, p: mx.array, kernels=None) -> mx
     """
     key = (0.0 - d).view(mx.int32)                                     # [B, V], 0 - 0 = +0
     target = p * _row_sum(weights)                                     # [B, 1]
-    # kernels/top_p_cut where the model's kernel set runs it (the same cut, ~70 us at
-    # B = 1 on the H100 against ~0.9 ms for the bisection's 190 launches, session 34)
-    lo = kernels.top_p_cut(key, weights, target) if kernels is not None else None
-    if lo is None:
-        bound = mx.log(d.shape[-1] / mx.maximum(1.0 - p, 1e-30)) + 1.0  # [B, 1]
-        lo = _bisect_cut(key, weights, target, mx.minimum(bound, 3.0e38).view(mx.int32))
+    # kernels/top_p_cut where the model's kernel set runs it: the cut and the last tie it
+    # keeps, the same set without the bisection's ~190 launches or the ties' running sum
+    # below (together ~0.9 ms of GPU a B = 1 sampling call on the H100, session 34)
+    cut = kernels.top_p_cut(key, weights, target) if kernels is not None else None
+    if cut is not None:
+        ids = mx.arange(key.shape[-1], dtype=mx.int32)                 # [V]
+        return (key < cut[:, :1]) | ((key == cut[:, :1]) & (ids <= cut[:, 1:]))
+    bound = mx.log(d.shape[-1] / mx.maximum(1.0 - p, 1e-30)) + 1.0     # [B, 1]
+    lo = _bisect_cut(key, weights, target, mx.minimum(bound, 3.0e38).view(mx.int32))
     above = key < lo                                                   # [B, V] likelier than the cut
     at_cut = key == lo
     tied = mx.where(at_cut, weights, 0.0)

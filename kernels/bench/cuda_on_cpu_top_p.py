@@ -32,40 +32,57 @@ def emulate(key: np.ndarray, w: np.ndarray, target: np.ndarray, work: str) -> np
                  " const float* target, const int* pass_no, const float* part_in,"
                  " const int* prefix_in, const float* before_in, float* part, int* prefix,"
                  " float* before", [])
-    src += kfunc("last", tpc._CUT_CUDA,
-                 "const float* target, const float* part_in, const int* part_in_shape,"
-                 " const int* prefix_in, const float* before_in, int* cut", [])
+    src += kfunc("ties", tpc._TIES_CUDA,
+                 "const int* key, const int* key_shape, const float* weights,"
+                 " const float* target, const float* part_in, const int* prefix_in,"
+                 " const float* before_in, int* cut, float* cut_before, int* ties,"
+                 " float* tie_w", [])
+    src += kfunc("last", tpc._LAST_CUDA,
+                 "const int* key, const int* key_shape, const float* target, const int* cut,"
+                 " const float* cut_before, const int* ties, const int* ties_shape,"
+                 " const float* tie_w, int* out", [])
     src += f'''
 template <class T> std::vector<T> load(const char* n, size_t c) {{
   std::vector<T> v(c); FILE* f = fopen(n, "rb"); fread(v.data(), sizeof(T), c, f); fclose(f); return v; }}
-std::vector<int> K, C, P0, P1; std::vector<float> W, T, A0, A1, B0, B1;
-int KS[2] = {{{rows}, {V}}}, PS[2] = {{{rows}, {nb * 16}}}, PASS[1];
+std::vector<int> K, C, P0, P1, N, O; std::vector<float> W, T, A0, A1, B0, B1, CB, NW;
+int KS[2] = {{{rows}, {V}}}, NS[2] = {{{rows}, {nb}}}, PASS[1];
 ''' + launch("pass_", "pass_(K.data(), KS, W.data(), T.data(), PASS, A0.data(), P0.data(),"
                 " B0.data(), A1.data(), P1.data(), B1.data())", rows * nb, tpc.THREADS) \
-        + launch("last", "last(T.data(), A0.data(), PS, P0.data(), B0.data(), C.data())",
-                 rows, tpc.THREADS) + f'''
+        + launch("ties", "ties(K.data(), KS, W.data(), T.data(), A0.data(), P0.data(), B0.data(),"
+                 " C.data(), CB.data(), N.data(), NW.data())", rows * nb, tpc.THREADS) \
+        + launch("last", "last(K.data(), KS, T.data(), C.data(), CB.data(), N.data(), NS,"
+                 " NW.data(), O.data())", rows, tpc.THREADS) + f'''
 int main() {{
   K = load<int>("{work}/k.bin", {rows * V}); W = load<float>("{work}/w.bin", {rows * V});
-  T = load<float>("{work}/t.bin", {rows}); C.assign({rows}, -1);
+  T = load<float>("{work}/t.bin", {rows}); C.assign({rows}, -1); CB.assign({rows}, NAN);
   A0.assign({rows * nb * 16}, NAN); A1 = A0; P0.assign({rows}, -1); P1 = P0;
-  B0.assign({rows}, NAN); B1 = B0;
+  B0.assign({rows}, NAN); B1 = B0; N.assign({rows * nb}, -1); NW.assign({rows * nb}, NAN);
+  O.assign({2 * rows}, -2);
   for (int p = 0; p < 8; ++p) {{                 // one launch a pass; its outputs the next's inputs
     PASS[0] = p; run_pass_(); std::swap(A0, A1); std::swap(P0, P1); std::swap(B0, B1);
   }}
+  run_ties();
   run_last();
-  FILE* f = fopen("{work}/c.bin", "wb"); fwrite(C.data(), 4, C.size(), f); fclose(f);
+  FILE* f = fopen("{work}/c.bin", "wb"); fwrite(O.data(), 4, O.size(), f); fclose(f);
 }}
 '''
     build_and_run(src, work)
-    return np.fromfile(f"{work}/c.bin", np.int32)
+    return np.fromfile(f"{work}/c.bin", np.int32).reshape(rows, 2)
 
 
-def miss(key, w, target, cut) -> float:
-    """How far each cut misses its definition, as a share of the row's mass (float64)."""
-    w64 = w.astype(np.float64)
-    below = np.where(key < cut[:, None], w64, 0).sum(-1)
-    upto = np.where(key <= cut[:, None], w64, 0).sum(-1)
-    return float(np.max(np.maximum(below - target, target - upto) / w64.sum(-1)))
+def miss(key, w, target, out) -> float:
+    """How far each row's kept set misses top-p's definition, as a share of the row's
+    mass (float64): the ids likelier than the cut and the cut's ties up to `last` (out
+    [B, 2]: cut, last) hold at least target, and without the last tie less than it. The
+    kept set is a prefix of the ids in a stable sort by probability, so this is the
+    top-p set, and the cut right, within the returned miss."""
+    w64, t = w.astype(np.float64), np.asarray(target, np.float64).reshape(-1, 1)
+    cut, last = out[:, :1], out[:, 1:]
+    at = key == cut
+    kept = (key < cut) | (at & (np.arange(key.shape[1]) <= last))
+    mass = np.where(kept, w64, 0).sum(-1, keepdims=True)
+    tie = np.where(at, w64, 0).max(-1, keepdims=True)
+    return float(np.max(np.maximum(mass - tie - t, t - mass) / w64.sum(-1, keepdims=True)))
 
 
 def main() -> None:
@@ -82,7 +99,7 @@ def main() -> None:
             target = (p * w.astype(np.float64).sum(-1)).astype(np.float32)
             cut = emulate(key, w, target, work)
             bound = tpc.depth(V) * 2.0 ** -24
-            print(f"V={V} scale={scale:.2f} top_p={p}: cuts {cut.tolist()}, "
+            print(f"V={V} scale={scale:.2f} top_p={p}: cut, last {cut.tolist()}, "
                   f"miss {miss(key, w, target, cut):.2e} (bound {bound:.1e})", flush=True)
 
 

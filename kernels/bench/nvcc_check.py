@@ -116,10 +116,16 @@ def cases(dt: str):
              ("pass_no", "int32", 1), ("part_in", f32, 2), ("prefix_in", "int32", 2),
              ("before_in", f32, 2)],
             [("part", f32), ("prefix", "int32"), ("before", f32)], [])
-        yield "top_p_cut's last decision", wrap(
-            "last", "", tpc._CUT_CUDA,
-            [("target", f32, 2), ("part_in", f32, 2), ("prefix_in", "int32", 2),
-             ("before_in", f32, 2)], [("cut", "int32")], [])
+        yield "top_p_cut's last decision and ties", wrap(
+            "ties", "", tpc._TIES_CUDA,
+            [("key", "int32", 2), ("weights", f32, 2), ("target", f32, 2), ("part_in", f32, 2),
+             ("prefix_in", "int32", 2), ("before_in", f32, 2)],
+            [("cut", "int32"), ("cut_before", f32), ("ties", "int32"), ("tie_w", f32)], [])
+        yield "top_p_cut's last tie", wrap(
+            "last", "", tpc._LAST_CUDA,
+            [("key", "int32", 2), ("target", f32, 2), ("cut", "int32", 2),
+             ("cut_before", f32, 2), ("ties", "int32", 2), ("tie_w", f32, 2)],
+            [("out", "int32")], [])
         yield "cdf_draw", wrap("draw", "", cd._CUDA_SOURCE, [("kept", f32, 2), ("u", f32, 2)],
                                [("out", "int32")], [])
     if dt == "bfloat16":            # the tensor cores' bf16 product: bf16 x only

@@ -96,26 +96,27 @@ def test_sampling_at_the_apps_defaults_is_counted_beside_the_forward():
 
 
 def test_on_a_gpu_the_apps_top_p_cut_and_draw_are_a_few_launches():
-    """With the kernel set a GPU loads, top-p's cut is kernels/top_p_cut's LAUNCHES (9:
-    a pass a launch over the whole GPU) instead of the bisection (~190 launches compiled
-    on the H200, session 11), the draw kernels/cdf_draw's one instead of a running sum
-    and a count over it, and the sampling graph runs through mx.compile
-    (engine/core/sampler.py, `_compiled_draw`): the app's sampling costs 28-29 ops a
-    step at any batch (20-21 with the cut in one launch, session 33; 23-24 with the
-    running sum, session 32; 49 as a plain graph, session 31; temperature alone 7-8),
-    each one launch at most."""
+    """With the kernel set a GPU loads, top-p's cut and the ties it keeps are
+    kernels/top_p_cut's LAUNCHES (10: a pass a launch over the whole GPU, then the ties)
+    instead of the bisection (~190 launches compiled on the H200, session 11) and a
+    running sum, the draw kernels/cdf_draw's one instead of a running sum and a count
+    over it, and the sampling graph runs through mx.compile (engine/core/sampler.py,
+    `_compiled_draw`): the app's sampling costs 14-15 ops a step at any batch besides
+    those 11 launches (`sampler_ops` counts no stand-in launch). Before: 20-21 ops with
+    the ties' running sum (session 34's first cut: 20 + 10 = 30 kernels on the H100),
+    23-24 (session 32), 49 as a plain graph (session 31); temperature alone 7-8."""
     import kernels.top_p_cut as tpc
     from engine.core.sampler import RowSampler, sample_batch
     from engine.sampling_params import SamplingParams
     app = dict(temperature=0.7, top_p=0.95)
     counts = [profile_ops.sampler_ops(b, app, vocab=4096, gpu=True) for b in (1, 8)]
-    assert abs(counts[0] - counts[1]) <= 2 and max(counts) <= 21 + tpc.LAUNCHES, counts
+    assert abs(counts[0] - counts[1]) <= 2 and max(counts) <= 16, counts
     states = [RowSampler(SamplingParams(**app)) for _ in range(3)]
     launches = {"top_p_cut": tpc.LAUNCHES, "cdf_draw": 1}
     with gpu_graph() as ledger:
         plain = profile_ops.count_ops(sample_batch(mx.zeros((3, 4096)), states,
                                                    KernelSet(COUNT), compiled=False))
-    assert ledger.calls == launches and plain >= 36, plain
+    assert ledger.calls == launches and plain > 2 * max(counts), (plain, counts)
     with gpu_graph() as ledger:
         sample_batch(mx.zeros((3, 4096)), states, KernelSet(COUNT), compiled=True)
     assert ledger.calls == launches
