@@ -21,8 +21,8 @@ import pytest
 
 import kernels.top_p_cut as tpc
 from engine.core import sampler
-from kernels.bench.cuda_on_cpu_top_p import miss
 from engine.sampling_params import SamplingParams
+from kernels.bench.cuda_on_cpu_top_p import miss
 from kernels.kernel_set import KernelSet
 from kernels.selftest_checks_sampling import check_top_p_cut
 from kernels.stand_in import COUNT, gpu_graph
@@ -176,6 +176,38 @@ def test_the_sampler_takes_the_cut_from_the_kernel_set(monkeypatch):
     off = KernelSet("cuda", ((tpc.NAME, "test"),))
     sampler.filtered_probs(logits, params, off)
     assert calls == ["cuda"]                           # off: the bisection, no launch
+
+
+def test_the_sampler_keeps_the_ties_the_bisection_keeps(monkeypatch):
+    """Wiring of the last tie: on rows whose ties at the cut straddle top-p's target and
+    each weigh far more than float32 rounding of the sums (logits in steps of 0.5, a
+    flat row), the kernel's kept set (here its reference) is the bisection's, tie for
+    tie: the same count of ties, the lowest ids first."""
+    monkeypatch.setattr(tpc, "kernel", lambda *a, backend: tpc.reference(*a))
+    rng = np.random.default_rng(5)
+    values = np.round(rng.standard_normal((3, 5003)) * 0.4).astype(np.float32) / 2
+    params = [SamplingParams(temperature=1.0, top_p=p) for p in (0.3, 0.5, 0.8)]
+    plain = np.array(sampler.filtered_probs(mx.array(values), params)) > 0
+    launched = np.array(sampler.filtered_probs(mx.array(values), params,
+                                               KernelSet("cuda"))) > 0
+    for row, keep in zip(values, plain):                # some of the cut's ties, not all
+        cut = row[keep].min()
+        assert 0 < (row[keep] == cut).sum() < (row == cut).sum()
+    np.testing.assert_array_equal(launched, plain)
+
+
+def test_the_metal_path_adds_the_last_tie_by_plain_ops(monkeypatch, cpu_stream):
+    """Metal launches the cut alone (one threadgroup a row) and finds the last tie with
+    `last_tie`'s plain ops: here its launch stands in as the reference's cut, and the pair
+    meets the definition like the CUDA path's."""
+    monkeypatch.setattr(tpc._METAL, "get", lambda backend: lambda *, inputs, **_: [
+        tpc.reference(*inputs)[:, :1]])
+    for case in STRADDLE:
+        key, w, target = _rows(*case)
+        out = np.array(tpc.kernel(mx.array(key), mx.array(w), mx.array(target),
+                                  backend="metal"))
+        assert out.shape == (case[0], 2)
+        assert miss(key, w, target, out) <= _bound(case[1]) + _TIES_ROUNDING
 
 
 def test_calls_outside_the_contract_decline():
