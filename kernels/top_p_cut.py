@@ -1,27 +1,34 @@
-"""Top-p's cut over a whole vocabulary without a sort: a radix select by mass.
+"""Top-p's cut over a whole vocabulary without a sort: a radix select by mass, and the
+last tie at the cut that top-p keeps.
 
 The sampler (engine/core/sampler.py, `_top_p_keep`) ranks ids by key = the int32 bits
 of -d >= 0 (d = scaled logit - row max <= 0; smaller key = likelier) and keeps those
 likelier than the cut: the largest key t whose strictly-likelier mass
-G(t) = sum(w[key < t]) is below target (= top_p x the row's total). Its plain path finds
-t by 31 halvings of the key range, each a masked sum over the row: ~190 launches and 31
-passes over [B, V] (1.0-2.2 ms on the H200 at V = 248,320, session 11). Here 8 passes of
-4 bits (bits 30..27, ..., 6..3, then 2..0) find it: each pass sums the weights of the
-ids inside the current prefix into 16 bins, and the cut's bin is the last whose mass
-before it is below target, so the prefix gains 4 bits.
+G(t) = sum(w[key < t]) is below target (= top_p x the row's total), and of the ids at t
+(ties, all of one weight) the first in id order while the mass before each is below
+target, as a stable sort would. Its plain path finds t by 31 halvings of the key range,
+each a masked sum over the row (~190 launches and 31 passes over [B, V]: 1.0-2.2 ms on
+the H200 at V = 248,320, session 11), and the ties by a running sum over the row. Here
+8 passes of 4 bits (bits 30..27, ..., 6..3, then 2..0) find t: each pass sums the
+weights of the ids inside the current prefix into 16 bins, and the cut's bin is the
+last whose mass before it is below target, so the prefix gains 4 bits. Then the ties
+are counted and the n-th found (`last_tie`).
 
 CUDA: a pass a launch, each over blocks_per_row(V) blocks a row (61 at V = 248,320:
 the whole GPU at B = 1); each launch's blocks first make the previous pass's decision
-from its bins, all alike, then sum their own span; a last launch decides the cut
-(LAUNCHES in all). One block a row did it in one launch, but left every SM but one
-idle at B = 1: 0.60 ms a step on the H100 (session 32). Metal: one threadgroup a row.
+from its bins, all alike, then sum their own span; a launch decides the cut and counts
+each block's ties, a last one finds the last tie kept (LAUNCHES in all). One block a row
+did the cut in one launch, but left every SM but one idle at B = 1: 0.60 ms a step on
+the H100 (session 32), 71 us this way (session 34). Metal: the cut in one threadgroup a
+row, the last tie by plain ops.
 
 Deterministic: fixed summation trees whose shape depends on V alone (a thread's ids in
 order, warps by shuffles, warps and blocks in order): the same row gives the same cut in
 any batch. Off the exact mass by at most depth(V) roundings of the total (the tests'
 bound).
 
-key [B, V] int32 (>= 0), weights [B, V] float32, target [B, 1] float32 -> [B, 1] int32.
+key [B, V] int32 (>= 0), weights [B, V] float32, target [B, 1] float32 -> [B, 2] int32:
+the cut, and the index of the last id at the cut that top-p keeps.
 """
 from __future__ import annotations
 
@@ -34,8 +41,7 @@ METAL_THREADS = 1024    # Metal: one threadgroup a row; 32 simdgroups
 BINS = 16
 PASSES = ((27, 15), (23, 15), (19, 15), (15, 15), (11, 15), (7, 15), (3, 15), (0, 7))
 
-# CUDA: many blocks a row, one launch a pass. One block a row (the Metal source below)
-# leaves all but B of the GPU's SMs idle: 0.60 ms a B = 1 step on the H100 (session 32).
+# CUDA: many blocks a row, one launch a pass (the Metal source below: one block a row).
 THREADS = 256       # a CUDA block's threads
 SPAN = 4096         # ids a CUDA block reads a pass: 16 a thread, four a load
 GROUPS = 16         # the decision sums each bin's blocks in 16 groups, then the groups
