@@ -81,7 +81,7 @@ class RowSampler:
 def sample_batch(logits: mx.array, states: Sequence[RowSampler], kernels=None,
                  compiled: bool | None = None) -> mx.array:
     """Sample one id per row; advances each sampling row's key. Returns lazy [B] int32.
-    kernels: the model's KernelSet (top-p's cut in one launch where it runs), or None.
+    kernels: the model's KernelSet (top-p's cut and the draw where it runs them), or None.
     compiled: as `sample`'s (None: on a GPU)."""
     params = [s.params for s in states]
     if logits.ndim == 3:
