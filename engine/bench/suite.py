@@ -18,6 +18,7 @@ import time
 import mlx.core as mx
 
 from engine.bench.engine_start import open_engine
+from engine.bench.host_info import host_line
 from engine.bench.runs import (
     RunLog,
     add_moe_max_pairs_arg,
@@ -97,6 +98,7 @@ def run_bench(args) -> int:
     vocab = _vocab(engine.bundle.config)
     sampling = decode_sampling(args.sampling)
     peer = None if args.no_peer else _make_peer(engine, sampling)
+    print(host_line(), flush=True)
     print(f"# model: {engine.model_name}; device: {mx.default_device()}; "
           f"sampler: {monitor.sampler.source if monitor else 'none'}; "
           f"mixed forward: {'on' if runs_mixed_forwards(cfg) else 'off'}; "
