@@ -12,6 +12,7 @@ import tempfile
 import numpy as np
 
 import kernels.top_p_cut as tpc
+import kernels.top_p_cut_src as tps
 from kernels.bench.cuda_on_cpu import PRE, build_and_run, kfunc, launch
 
 # CUDA's vector types as the kernel reads them (four ids a load)
@@ -27,17 +28,17 @@ def emulate(key: np.ndarray, w: np.ndarray, target: np.ndarray, work: str) -> np
     w.astype(np.float32).tofile(f"{work}/w.bin")
     target.astype(np.float32).tofile(f"{work}/t.bin")
     src = PRE + VECTORS
-    src += kfunc("pass_", tpc._PASS_CUDA,
+    src += kfunc("pass_", tps.PASS_CUDA,
                  "const int* key, const int* key_shape, const float* weights,"
                  " const float* target, const int* pass_no, const float* part_in,"
                  " const int* prefix_in, const float* before_in, float* part, int* prefix,"
                  " float* before", [])
-    src += kfunc("ties", tpc._TIES_CUDA,
+    src += kfunc("ties", tps.TIES_CUDA,
                  "const int* key, const int* key_shape, const float* weights,"
                  " const float* target, const float* part_in, const int* prefix_in,"
                  " const float* before_in, int* cut, float* cut_before, int* ties,"
                  " float* tie_w", [])
-    src += kfunc("last", tpc._LAST_CUDA,
+    src += kfunc("last", tps.LAST_CUDA,
                  "const int* key, const int* key_shape, const float* target, const int* cut,"
                  " const float* cut_before, const int* ties, const int* ties_shape,"
                  " const float* tie_w, int* out", [])

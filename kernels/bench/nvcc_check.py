@@ -34,7 +34,7 @@ import kernels.qmm_rows as qr
 import kernels.qmm_rows_src as qrs
 import kernels.qmv_normed as qn
 import kernels.swiglu_joined as sj
-import kernels.top_p_cut as tpc
+import kernels.top_p_cut_src as tps
 from kernels.cuda_jit_names import wrap_source
 
 wrap = wrap_source     # the source MLX JIT-compiles (kernels/cuda_jit_names.py)
@@ -111,18 +111,18 @@ def cases(dt: str):
                           ("ROWS_PER_WARP", qn.ROWS_PER_WARP), ("PAD", qn.PAD), ("OT", dt)])
     if dt == "float32":             # the sampler's keys and weights are float32 always
         yield "top_p_cut's pass", wrap(
-            "pass", "", tpc._PASS_CUDA,
+            "pass", "", tps.PASS_CUDA,
             [("key", "int32", 2), ("weights", f32, 2), ("target", f32, 2),
              ("pass_no", "int32", 1), ("part_in", f32, 2), ("prefix_in", "int32", 2),
              ("before_in", f32, 2)],
             [("part", f32), ("prefix", "int32"), ("before", f32)], [])
         yield "top_p_cut's last decision and ties", wrap(
-            "ties", "", tpc._TIES_CUDA,
+            "ties", "", tps.TIES_CUDA,
             [("key", "int32", 2), ("weights", f32, 2), ("target", f32, 2), ("part_in", f32, 2),
              ("prefix_in", "int32", 2), ("before_in", f32, 2)],
             [("cut", "int32"), ("cut_before", f32), ("ties", "int32"), ("tie_w", f32)], [])
         yield "top_p_cut's last tie", wrap(
-            "last", "", tpc._LAST_CUDA,
+            "last", "", tps.LAST_CUDA,
             [("key", "int32", 2), ("target", f32, 2), ("cut", "int32", 2),
              ("cut_before", f32, 2), ("ties", "int32", 2), ("tie_w", f32, 2)],
             [("out", "int32")], [])
