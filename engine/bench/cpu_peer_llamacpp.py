@@ -1,6 +1,6 @@
 """The built-in model on the CPU: Tandem, mlx-lm and llama.cpp side by side.
 
-    PYTHONPATH=. python -m engine.bench.cpu_peer_llamacpp --rounds 3 --threads 2
+    PYTHONPATH=. python -m engine.bench.cpu_peer_llamacpp --rounds 3 --threads 2 [--only tandem|mlx-lm]
 
 Same process, alternating per round, medians reported. Measures what a chat user
 feels: time to first token of a 320-token prompt, decode tok/s at B=1, and the
@@ -97,6 +97,10 @@ def main() -> int:
                    help="also dense with the GPU's fixed shapes (padded batches and chunks)")
     p.add_argument("--row-major", action="store_true",
                    help="also dense with the weights as loaded (TANDEM_CPU_LAYOUT=off)")
+    p.add_argument("--only", choices=("tandem", "mlx-lm"),
+                   help="time one engine (the other's weights load, idle): what ran before "
+                        "in a process moved mlx-lm's B=1 step 2x here (session 34), so "
+                        "alternate processes of each")
     args = p.parse_args()
     engines = [Tandem("dense (default)", "auto")]
     if args.padded:
@@ -120,12 +124,15 @@ def main() -> int:
         batch = [_prompt(32, vocab, seed=100 * r + i) for i in range(8)]
         print(f"round {r}", flush=True)
         for t in engines:
-            record(f"Tandem {t.label} TTFT s", t.ttft(prompt))
-            record(f"Tandem {t.label} B=1 tok/s", t.decode_tok_s(batch[:1], args.steps))
-            record(f"Tandem {t.label} B=8 tok/s", t.decode_tok_s(batch, args.steps))
-            record(f"mlx-lm {t.label} TTFT s", t.peer_ttft(prompt))
-            record(f"mlx-lm {t.label} B=1 tok/s", t.peer_decode_tok_s(batch[:1], args.steps))
-            record(f"mlx-lm {t.label} B=8 tok/s", t.peer_decode_tok_s(batch, args.steps))
+            if args.only != "mlx-lm":
+                record(f"Tandem {t.label} TTFT s", t.ttft(prompt))
+                record(f"Tandem {t.label} B=1 tok/s", t.decode_tok_s(batch[:1], args.steps))
+                record(f"Tandem {t.label} B=8 tok/s", t.decode_tok_s(batch, args.steps))
+            if args.only != "tandem":
+                record(f"mlx-lm {t.label} TTFT s", t.peer_ttft(prompt))
+                record(f"mlx-lm {t.label} B=1 tok/s",
+                       t.peer_decode_tok_s(batch[:1], args.steps))
+                record(f"mlx-lm {t.label} B=8 tok/s", t.peer_decode_tok_s(batch, args.steps))
         if llama is not None:
             record("llama.cpp TTFT s", llama.ttft(prompt))
             record("llama.cpp B=1 tok/s", llama.decode_tok_s(batch[0], args.steps))
