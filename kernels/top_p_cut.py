@@ -19,8 +19,8 @@ the whole GPU at B = 1); each launch's blocks first make the previous pass's dec
 from its bins, all alike, then sum their own span; a launch decides the cut and counts
 each block's ties, a last one finds the last tie kept (LAUNCHES in all). One block a row
 did the cut in one launch, but left every SM but one idle at B = 1: 0.60 ms a step on
-the H100 (session 32), 71 us this way (session 34). Metal: the cut in one threadgroup a
-row, the last tie by plain ops.
+the H100 (session 32), 71 us this way (session 34). Metal: the cut (and its mass before) in
+one threadgroup a row, the last tie by plain ops.
 
 Deterministic: fixed summation trees whose shape depends on V alone (a thread's ids in
 order, warps by shuffles, warps and blocks in order): the same row gives the same cut in
@@ -69,8 +69,8 @@ def depth(vocab: int, backend: str = "cuda") -> int:
     return sums + 16 * len(PASSES) + 1
 
 
-_METAL = KernelBuild(NAME, "tandem_top_p_cut", ["key", "weights", "target"], ["cut"],
-                     "", tps.METAL_SOURCE)
+_METAL = KernelBuild(NAME, "tandem_top_p_cut", ["key", "weights", "target"],
+                     ["cut", "cut_before"], "", tps.METAL_SOURCE)
 _PASS = KernelBuild(NAME, "tandem_top_p_pass",
                     ["key", "weights", "target", "pass_no", "part_in", "prefix_in", "before_in"],
                     ["part", "prefix", "before"], tps.PASS_CUDA, "")
@@ -134,11 +134,10 @@ def kernel(key: mx.array, weights: mx.array, target: mx.array, *, backend: str) 
     threadgroup a row, the last tie by `last_tie`'s plain ops (not ported to Metal)."""
     rows = key.shape[0]
     if backend == "metal":
-        (cut,) = _METAL.get(backend)(
+        cut, before = _METAL.get(backend)(
             inputs=[key, weights, target], grid=(rows * METAL_THREADS, 1, 1),
-            threadgroup=(METAL_THREADS, 1, 1), output_shapes=[(rows, 1)],
-            output_dtypes=[mx.int32])
-        before = _blocked_sum(mx.where(key < cut, weights, 0.0))
+            threadgroup=(METAL_THREADS, 1, 1), output_shapes=[(rows, 1), (rows, 1)],
+            output_dtypes=[mx.int32, mx.float32])
         return mx.concatenate([cut, last_tie(key, weights, target, cut, before)], axis=1)
     nb = blocks_per_row(key.shape[1])
     # pass 0 decides nothing: its inputs from a pass before are placeholders of their
@@ -160,11 +159,3 @@ def kernel(key: mx.array, weights: mx.array, target: mx.array, *, backend: str) 
         threadgroup=(THREADS, 1, 1), output_shapes=[(rows, 2)], output_dtypes=[mx.int32])
     return out
 
-
-def _blocked_sum(x: mx.array) -> mx.array:
-    """[B, 1] row sums in two levels (blocks of 256, then the blocks): ~1e-7 relative
-    where one accumulator down 248k ids drifts far more (engine/core/sampler._row_sum)."""
-    rows, cols = x.shape
-    pad = -cols % 256
-    blocks = (mx.pad(x, [(0, 0), (0, pad)]) if pad else x).reshape(rows, -1, 256).sum(axis=-1)
-    return blocks.sum(axis=-1, keepdims=True)

@@ -275,5 +275,5 @@ METAL_SOURCE = """
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
-  if (tid == 0) cut[row] = prefix_s;
+  if (tid == 0) { cut[row] = prefix_s; cut_before[row] = before_s; }   // before: last_tie's
 """

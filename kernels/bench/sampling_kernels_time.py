@@ -8,7 +8,7 @@ cut of app-like rows (random normal x3 logits at temperature 0.7, top-p 0.95) by
 this tree's kernel and by the one committed at git REF (or the file at that path: a
 machine without the history), alternating call by call in one process; each call
 evaluated alone, so a time is its launches' dispatch plus the wait (the CUDA top_p_cut's
-9 launches pay 9 dispatches here, one graph inside the compiled sampler: time that with
+10 launches pay 10 dispatches here, one graph inside the compiled sampler: time that with
 `engine.bench.sampler_cost --kernels`, the GPU's own time a kernel). Prints medians in ms and
 whether the two cuts agree (they sum in different orders: a cut may differ where two
 keys' masses are within float32 rounding of the target). Timings live here, never in

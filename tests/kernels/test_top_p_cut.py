@@ -197,11 +197,14 @@ def test_the_sampler_keeps_the_ties_the_bisection_keeps(monkeypatch):
 
 
 def test_the_metal_path_adds_the_last_tie_by_plain_ops(monkeypatch, cpu_stream):
-    """Metal launches the cut alone (one threadgroup a row) and finds the last tie with
-    `last_tie`'s plain ops: here its launch stands in as the reference's cut, and the pair
-    meets the definition like the CUDA path's."""
-    monkeypatch.setattr(tpc._METAL, "get", lambda backend: lambda *, inputs, **_: [
-        tpc.reference(*inputs)[:, :1]])
+    """Metal launches the cut (one threadgroup a row, with the mass strictly likelier)
+    and finds the last tie with `last_tie`'s plain ops: here its launch stands in as the
+    reference's cut and that mass, and the pair meets the definition like the CUDA path's."""
+    def launch(key, weights, target):
+        cut = tpc.reference(key, weights, target)[:, :1]
+        return [cut, mx.where(key < cut, weights, 0.0).sum(axis=-1, keepdims=True)]
+    monkeypatch.setattr(tpc._METAL, "get", lambda backend: lambda *, inputs, **_: launch(
+        *inputs))
     for case in STRADDLE:
         key, w, target = _rows(*case)
         out = np.array(tpc.kernel(mx.array(key), mx.array(w), mx.array(target),
