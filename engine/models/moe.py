@@ -173,7 +173,7 @@ class SparseMoeBlock(nn.Module):
     def __init__(self, dims: int, hidden: int, shared_hidden: int, num_experts: int,
                  top_k: int, norm_topk_prob: bool):
         super().__init__()
-        self.top_k, self.norm_topk_prob = top_k, norm_topk_prob
+        self.top_k, self.norm_topk_prob, self.num_experts = top_k, norm_topk_prob, num_experts
         self.gate = nn.Linear(dims, num_experts, bias=False)
         self.switch_mlp = SwitchGLU(dims, hidden, num_experts)
         self.shared_expert = MLP(dims, shared_hidden)
