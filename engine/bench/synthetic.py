@@ -1,13 +1,10 @@
 """Full-size models with random quantized weights, for speed measurements only.
 
 Speed does not depend on the values, except through routing, which they decide: a MoE
-step reads every expert some row routes to. Random weights do NOT spread rows the way a
-trained, load-balanced router does (engine/bench/synthetic_routing.py, session 35): the
-layers' inputs of different tokens point almost the same way (mean cosine ~0.95), so at
-B=32 decode all rows pick the same 8 experts a layer under greedy (every row emits the
-same token) and 16-39 under the app's sampling, where independent uniform routing reads
-~163 of 256; a 512-token chunk 37-78. Decode above B=1 here reads fewer experts' bytes
-than a real model would. ``--model synthetic:NAME`` picks one;
+step reads every expert some row routes to, and random weights do NOT spread rows the
+way a trained, load-balanced router does, so decode above B=1 here reads fewer experts'
+bytes than a real model would (the counts: engine/bench/synthetic_routing.py and
+docs/PERFORMANCE.md). ``--model synthetic:NAME`` picks one;
 the bench builds it here and hands it to ``Engine.from_model``.
 """
 from __future__ import annotations
