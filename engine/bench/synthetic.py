@@ -51,14 +51,16 @@ SYNTHETIC = {"qwen3.5-35b-a3b": QWEN3_5_35B_A3B, "qwen3.5-toy": QWEN3_5_TOY,
 
 
 def _random_like(name: str, p: mx.array) -> mx.array:
-    """Random values of p's shape; bf16 like a shipped checkpoint (A_log stays fp32)."""
+    """Random values of p's shape; bf16 like a shipped checkpoint (A_log stays fp32).
+    Quantized biases are placeholders here: _centre_quantized sets them from the scales."""
     bf16 = mx.bfloat16
-    if p.dtype == mx.uint32:                     # packed 4/8-bit weights
-        return mx.random.randint(0, 2**31 - 1, p.shape).astype(mx.uint32) * 2 + 1
+    if p.dtype == mx.uint32:                     # packed 4/8-bit weights: every bit random
+        high = mx.random.randint(0, 2**16, p.shape).astype(mx.uint32)
+        return (high << 16) | mx.random.randint(0, 2**16, p.shape).astype(mx.uint32)
     if name.endswith(".scales"):
         return mx.random.uniform(0.002, 0.004, p.shape).astype(bf16)
     if name.endswith(".biases"):
-        return mx.full(p.shape, -0.024, bf16)
+        return mx.zeros(p.shape, bf16)
     if "norm" in name:
         return mx.ones(p.shape, bf16)
     if name.endswith("A_log"):
@@ -98,8 +100,25 @@ def synthetic_model_from_config(config: dict, seed: int = 0):
         if i % 16 == 15:                         # keep the lazy graph and peak memory small
             mx.eval([a for _, a in fresh[-16:]])
     model.update(tree_unflatten(fresh))
+    _centre_quantized(model)
     mx.eval(model.parameters())
     return model
+
+
+def _centre_quantized(model) -> None:
+    """Give every quantized weight a zero mean: bias = -scale * (2^bits - 1) / 2, the mean
+    of a uniform random code. Why: a common offset in every weight (the old fixed bias
+    left -0.0015 against a spread of 0.014) adds the same vector to every token's output;
+    each layer amplifies it (a matrix of mean m has eigenvalue m * width along the ones
+    vector), the Gated DeltaNet recurrence averages the rest away, and by the first
+    router every token looks alike and picks the same experts (engine/bench/
+    synthetic_routing.py counted 8-26 experts for 32 decode rows, not ~163)."""
+    for _, module in model.named_modules():
+        if getattr(module, "bits", None) and "biases" in module:
+            half_range = (2 ** module.bits - 1) / 2
+            module.biases = (module.scales.astype(mx.float32) * -half_range).astype(
+                module.biases.dtype)
+            mx.eval(module.biases)
 
 
 class IdTokenizer:
