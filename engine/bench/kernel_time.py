@@ -1,7 +1,7 @@
 """Where a decode step's time goes: host graph building, and each GPU kernel.
 
     PYTHONPATH=. python -m engine.bench.kernel_time [--model synthetic:NAME] [--batch 1,8]
-        [--steps 8] [--peer] [--build-only]
+        [--steps 8] [--sampling greedy|app] [--peer] [--build-only]
 
 For each batch size: the median wall time of a synchronous decode forward (a Runner
 on this thread, `mx.eval` of its logits and cache; plain and compiled,
@@ -10,7 +10,8 @@ engine/core/compiled_forward.py), the host time to build one step's graph in Pyt
 CUDA kernels the step launched, through torch.profiler (CUPTI sees every kernel in the
 process, MLX's included): total GPU kernel time per step, kernels per step, and the
 top kernels by time. GPU kernel time well under the wall time means the step waits on
-the host. --peer: mlx-lm's B=1 step on the same weights. --build-only: only the host
+the host. --sampling app: each step samples its rows as the app does (temperature 0.7,
+top-p 0.95, through engine/core/sampler.py and the model's kernel set), not by argmax. --peer: mlx-lm's B=1 step on the same weights. --build-only: only the host
 graph-building time (runs on any machine, e.g. a 4-layer slice: --layers 4).
 """
 from __future__ import annotations
@@ -27,23 +28,34 @@ from engine.bench.synthetic import SYNTHETIC, synthetic_model_from_config
 from engine.config import EngineConfig
 from engine.core.runner import Runner
 from engine.cuda_graphs import graph_limit_setting
-from engine.models.base import fuse_projections, use_kernels
+from engine.core.sampler import RowSampler, sample_batch
+from engine.models.base import fuse_projections, kernel_set_of, use_kernels
+from engine.sampling_params import SamplingParams
 
 CONTEXT = 64
 PAGES_PER_ROW = 40
 
 
-def _step(runner: Runner, batch: int, compiled: bool, evaluate: bool = True):
-    """A decode forward of `batch` rows at CONTEXT tokens, as a callable."""
+APP_SAMPLING = SamplingParams(temperature=0.7, top_p=0.95)
+
+
+def _step(runner: Runner, batch: int, compiled: bool, evaluate: bool = True,
+          sampling: SamplingParams | None = None):
+    """A decode forward of `batch` rows at CONTEXT tokens, then argmax (or `sampling`'s
+    draw), as a callable."""
     rows = [(list(range(1 + b * PAGES_PER_ROW, 1 + (b + 1) * PAGES_PER_ROW)), b, CONTEXT, 1)
             for b in range(batch)]
     view = runner.build_view(rows, 1, stable=compiled)
     tokens = mx.array(np.random.randint(10, 1000, (batch, 1)), mx.int32)
+    samplers = [RowSampler(sampling) for _ in range(batch)] if sampling else None
+    kernels = kernel_set_of(runner.model)
 
     def run():
         logits, arrays = runner.forward(tokens, view, compiled=compiled)
         if evaluate:
-            mx.eval(logits[:, -1, :].argmax(-1), arrays)
+            ids = (sample_batch(logits, samplers, kernels) if samplers
+                   else logits[:, -1, :].argmax(-1))
+            mx.eval(ids, arrays)
     return run
 
 
@@ -87,6 +99,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch", default="1,8")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--layers", type=int, default=0, help="only the first N layers")
+    p.add_argument("--sampling", choices=("greedy", "app"), default="greedy")
     p.add_argument("--peer", action="store_true")
     p.add_argument("--build-only", action="store_true")
     args = p.parse_args(argv)
@@ -103,6 +116,7 @@ def main(argv=None) -> int:
     if not args.build_only:
         from kernels import select_kernels
         use_kernels(model, select_kernels(True))
+    sampling = APP_SAMPLING if args.sampling == "app" else None
     batches = [int(b) for b in args.batch.split(",")]
     cfg = dict(max_num_seqs=max(batches), page_size=16, fixed_shapes=True,
                num_pages=max(batches) * PAGES_PER_ROW + 8, max_context=4096)
@@ -115,11 +129,11 @@ def main(argv=None) -> int:
         if args.build_only:
             continue
         for compiled in (False, True, False, True):          # alternating
-            s = _median_s(_step(runners[compiled], B, compiled))
+            s = _median_s(_step(runners[compiled], B, compiled, sampling=sampling))
             print(f"B={B} {'compiled' if compiled else 'plain'}: {s * 1e3:.2f} ms a step",
                   flush=True)
         for compiled in (False, True):
-            kernel_table(_step(runners[compiled], B, compiled), args.steps,
+            kernel_table(_step(runners[compiled], B, compiled, sampling=sampling), args.steps,
                          f"B={B} {'compiled' if compiled else 'plain'}")
     if peer is not None and not args.build_only:
         from mlx_lm.models.cache import make_prompt_cache
