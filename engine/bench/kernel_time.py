@@ -27,8 +27,8 @@ import numpy as np
 from engine.bench.synthetic import SYNTHETIC, synthetic_model_from_config
 from engine.config import EngineConfig
 from engine.core.runner import Runner
-from engine.cuda_graphs import graph_limit_setting
 from engine.core.sampler import RowSampler, sample_batch
+from engine.cuda_graphs import graph_limit_setting
 from engine.models.base import fuse_projections, kernel_set_of, use_kernels
 from engine.sampling_params import SamplingParams
 
