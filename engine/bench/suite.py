@@ -9,6 +9,7 @@ the first step of all rows, which holds the prompts' reading).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import statistics
@@ -45,6 +46,10 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (median)")
     p.add_argument("--prefill-chunk", type=int, default=2048)
     p.add_argument("--no-peer", action="store_true", help="skip mlx-lm")
+    p.add_argument("--peer-only", action="store_true",
+                   help="time mlx-lm alone: its model is built from ours, then our engine "
+                        "closes (pair with a --no-peer run: each engine in a process that "
+                        "holds only its own model)")
     p.add_argument("--peer-max-prefill", type=int, default=1 << 30,
                    help="skip mlx-lm's prefill above this many tokens (it is slow)")
     p.add_argument("--ttft-load", type=int, default=0,
@@ -98,25 +103,31 @@ def run_bench(args) -> int:
     vocab = _vocab(engine.bundle.config)
     sampling = decode_sampling(args.sampling)
     peer = None if args.no_peer else _make_peer(engine, sampling)
+    model_name = engine.model_name
+    processes = "one process" if peer and not args.peer_only else "this engine alone"
+    if args.peer_only:
+        engine = _close_for_peer_only(engine, peer, args)
     print(host_line(), flush=True)
-    print(f"# model: {engine.model_name}; device: {mx.default_device()}; "
+    print(f"# model: {model_name}; device: {mx.default_device()}; "
           f"sampler: {monitor.sampler.source if monitor else 'none'}; "
           f"mixed forward: {'on' if runs_mixed_forwards(cfg) else 'off'}; "
-          f"decode sampling: {sampling or 'greedy'}; {graph_limit_setting()} (both engines: "
-          f"one process, engine/cuda_graphs.py)", flush=True)
+          f"decode sampling: {sampling or 'greedy'}; {graph_limit_setting()} ({processes}: "
+          "engine/cuda_graphs.py)", flush=True)
     _warm_up(engine, peer, vocab, batches, lengths, args, sampling)
     for _ in range(args.rounds):
         for B in batches:
             prompts = [_prompt(32, vocab, s) for s in range(B)]
-            log.timed(lambda: ours_decode(engine, prompts, args.steps, sampling),
-                      engine="tandem", what="decode", size=B)
+            if engine:
+                log.timed(lambda: ours_decode(engine, prompts, args.steps, sampling),
+                          engine="tandem", what="decode", size=B)
             if peer:
                 log.timed(lambda: peer.decode_run(prompts, args.steps),
                           engine="mlx-lm", what="decode", size=B)
         for n in lengths:
             prompt = _prompt(n, vocab, n)
-            log.timed(lambda: ours_prefill(engine, prompt), engine="tandem",
-                      what="prefill", size=n)
+            if engine:
+                log.timed(lambda: ours_prefill(engine, prompt), engine="tandem",
+                          what="prefill", size=n)
             if peer and n <= args.peer_max_prefill:
                 log.timed(lambda: (peer.prefill_seconds(prompt), {}), engine="mlx-lm",
                           what="prefill", size=n)
@@ -160,6 +171,20 @@ def _trace_overhead(engine, log, args, vocab) -> None:
           f"untraced at B={B}: {100 * (on / off - 1):+.1f}% (median of {args.rounds})")
 
 
+def _close_for_peer_only(engine, peer, args):
+    """--peer-only: our engine closes once mlx-lm's model is built from its weights (the
+    arrays the peer shares stay), so mlx-lm runs with only its own model and cache."""
+    if peer is None or args.ttft_load or args.trace or args.trace_overhead or args.sustained:
+        raise SystemExit("error: --peer-only needs mlx-lm, and takes none of --ttft-load, "
+                         "--trace, --trace-overhead, --sustained (ours only)")
+    engine.close()
+    gc.collect()
+    mx.clear_cache()
+    print(f"# --peer-only: our engine closed; {mx.get_active_memory() / 1e9:.2f} GB held "
+          "(mlx-lm's model)", flush=True)
+    return None
+
+
 def _warm_up(engine, peer, vocab, batches, lengths, args, sampling=None) -> None:
     """First calls of a shape compile kernels (minutes on a cold CUDA cache, for mlx-lm
     as for us): one untimed run of every shape the timed rounds meet, both engines,
@@ -168,12 +193,14 @@ def _warm_up(engine, peer, vocab, batches, lengths, args, sampling=None) -> None
     t0 = time.perf_counter()
     for B in batches:
         prompts = [_prompt(32, vocab, 500 + s) for s in range(B)]
-        ours_decode(engine, prompts, 4, sampling)
+        if engine:
+            ours_decode(engine, prompts, 4, sampling)
         if peer:
             peer.decode_run(prompts, 4)
     for n in lengths:
         prompt = _prompt(min(n, WARM_PREFILL_MAX), vocab, 900 + n)
-        ours_prefill(engine, prompt)
+        if engine:
+            ours_prefill(engine, prompt)
         if peer and n <= args.peer_max_prefill:
             peer.prefill_seconds(prompt)
     if args.ttft_load:
@@ -267,4 +294,5 @@ def _finish(engine, monitor, recording, args, log) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump([r.__dict__ | {"tok_s": r.tok_s} for r in log.runs], f, indent=1)
-    engine.close()
+    if engine:
+        engine.close()
