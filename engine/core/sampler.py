@@ -37,6 +37,7 @@ from engine.core.sampler_extras import (
 )
 from engine.core.sampling_rows import GraphShape, RowSettings, column
 from engine.sampling_params import SamplingParams
+from engine.settings_spec import chat_defaults
 
 NUM_RECENT = 64  # ids the repetition penalty looks back over
 
@@ -154,6 +155,21 @@ def sample(logits: mx.array, params: Sequence[SamplingParams],
     if compiled if compiled is not None else _on_gpu():
         return _compiled_draw(kernels, rows.shape)(logits, keys, rows.arrays)
     return _choose(logits, keys, rows.arrays, rows.shape, kernels)
+
+
+def app_sampling_draws(logits: mx.array, kernels) -> mx.array:
+    """logits [1, V] (or [1, 1, V]) sampled at the app's chat settings as one row and as
+    two (lazy [3] ids). On a GPU the sampling graph is compiled (engine/core/sampler.py)
+    and its fused kernels come in two forms, a [B, 1] setting read as one value (B = 1)
+    or per row (B > 1): this meets both. Also what engine/loading/mlx_prewarm.py's
+    sampler worker runs, so the modules it compiles are the ones the warm-up meets."""
+    settings = chat_defaults()
+    params = SamplingParams(temperature=settings["temperature"], top_p=settings["top_p"],
+                            seed=0)
+    one = sample_batch(logits, [RowSampler(params)], kernels)
+    two = sample_batch(mx.concatenate([logits, logits]), [RowSampler(params), RowSampler(params)],
+                       kernels)
+    return mx.concatenate([one, two])
 
 
 def _on_gpu() -> bool:

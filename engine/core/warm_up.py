@@ -53,7 +53,7 @@ from engine.arith import ceil_div
 from engine.config import EngineConfig
 from engine.core.compiled_forward import compiles_forward, runs_mixed_forwards
 from engine.core.runner import Runner, pads_to_fixed_shapes
-from engine.core.sampler import RowSampler, sample_batch
+from engine.core.sampler import app_sampling_draws
 from engine.core.shapes import (
     chunk_layouts,
     chunk_lengths,
@@ -63,8 +63,6 @@ from engine.core.shapes import (
 )
 from engine.events import LoadProgress
 from engine.models.base import kernel_set_of
-from engine.sampling_params import SamplingParams
-from engine.settings_spec import chat_defaults
 
 
 def should_warm_up(config: EngineConfig) -> bool:
@@ -193,18 +191,9 @@ def warm_sampler(runner: Runner, report: Callable[[LoadProgress], None]) -> None
 
 
 def sampled_warm_up(runner: Runner) -> mx.array:
-    """warm_sampler's graph (lazy): a one-row decode, sampled at the app's settings as
-    one row and as two. On a GPU the sampling graph is compiled (engine/core/sampler.py)
-    and its fused kernels come in two forms, a [B, 1] setting read as one value (B = 1)
-    or per row (B > 1): both are compiled now."""
-    settings = chat_defaults()
-    params = SamplingParams(temperature=settings["temperature"], top_p=settings["top_p"],
-                            seed=0)
-    logits, kernels = runner.warm_decode(1), kernel_set_of(runner.model)
-    one = sample_batch(logits, [RowSampler(params)], kernels)
-    two = sample_batch(mx.concatenate([logits, logits]), [RowSampler(params), RowSampler(params)],
-                       kernels)
-    return mx.concatenate([one, two])
+    """warm_sampler's graph (lazy): a one-row decode, sampled at the app's settings
+    (app_sampling_draws)."""
+    return app_sampling_draws(runner.warm_decode(1), kernel_set_of(runner.model))
 
 
 class BackgroundWarmUp:

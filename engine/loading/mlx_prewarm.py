@@ -8,7 +8,9 @@ slow ones. Splitting the warm-up's shapes over processes did not help (session 1
 shape needs nearly every module). Here each worker meets *different* modules: one op per
 module, chosen from the model itself (its quantized layers' dtype, bits, group size and
 mode) and the row counts the engine will run (MLX picks a module per row tile), and the
-embedding's gathers. Each
+embedding's gathers; and one worker runs the app's sampling graph (its fused kernels:
+~27 s of the full-size model's cold start on the H100 went to the warm-up's sampler
+step, session 36). Each
 worker is a plain MLX process (mlx_prewarm_worker.py) whose MLX writes into a folder of
 its own; each module then moves into MLX_PTX_CACHE_DIR with a rename per file (MLX
 writes in place: a file seen half written would fail to load in every later start). The
@@ -44,6 +46,7 @@ MARKER = "tandem-mlx-prewarm.json"
 _MAX_OUTPUTS = 4096
 WORK_DIR = ".tandem-prewarm"     # the workers' own folders, inside the cache
 _WORKER = Path(__file__).with_name("mlx_prewarm_worker.py")
+_SOURCE_ROOT = Path(__file__).resolve().parents[2]   # the sampler worker imports engine, kernels
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,17 @@ def embedding_gathers(model) -> list[str]:
                 if isinstance(a, mx.array):
                     seen.setdefault(dtype_name(a.dtype), None)
     return list(seen)
+
+
+def sampler_op(model) -> dict | None:
+    """The sampler worker's op: the vocabulary (the embedding table's rows) and the
+    activations' dtype (a quantized table's scales'), as the warm-up's logits have them."""
+    for _, m in model.named_modules():
+        if isinstance(m, (nn.Embedding, nn.QuantizedEmbedding)):
+            scales = getattr(m, "scales", None)
+            dtype = (scales if isinstance(scales, mx.array) else m.weight).dtype
+            return {"op": "sampler", "dtype": dtype_name(dtype), "vocab": m.weight.shape[0]}
+    return None
 
 
 def row_tiles(max_rows: int) -> list[int]:
@@ -159,20 +173,27 @@ class Prewarm:
         if backend != "cuda" or os.environ.get(ENV_VAR, "1") == "0" or getattr(sys, "frozen", False):
             return
         self.cache = mlx_cache_dir()
-        ops = prewarm_ops(quantized_shapes(model), max_rows, embedding_gathers(model))
-        if not ops or _marker_covers(self.cache, identity(), ops):
+        done = _marker_ops(self.cache, identity())
+        ops = [o for o in prewarm_ops(quantized_shapes(model), max_rows, embedding_gathers(model))
+               if _op_id(o) not in done]
+        sampling = [o for o in [sampler_op(model)] if o is not None and _op_id(o) not in done]
+        if not ops and not sampling:
             return
         keys = len({_key(o) for o in ops})
         workers = min(keys, MAX_WORKERS, max(1, ((os.cpu_count() or 2) - 1) // 2))
-        self.ops, self.started, self.before = ops, time.perf_counter(), _modules(self.cache)
-        for i, share in enumerate(split_among(ops, workers)):
+        self.ops, self.started, self.before = ops + sampling, time.perf_counter(), _modules(self.cache)
+        # The sampler's graph is one long compile (~27 s): a worker of its own, so it runs
+        # beside the matmuls' modules, within the kernels' self-test (~40 s cold).
+        shares = (split_among(ops, workers) if ops else []) + ([sampling] if sampling else [])
+        for i, share in enumerate(shares):
             # Each worker's MLX writes in a folder of its own inside the cache (one file
             # system: its modules then move in with a rename each; mlx_prewarm_worker.py).
             own = self.cache / WORK_DIR / f"{os.getpid()}-{i}"
             try:
                 own.mkdir(parents=True, exist_ok=True)
                 self.procs.append(subprocess.Popen(
-                    [sys.executable, "-I", str(_WORKER), json.dumps(share), str(self.cache)],
+                    [sys.executable, "-I", str(_WORKER), json.dumps(share), str(self.cache),
+                     str(_SOURCE_ROOT)],
                     env={**os.environ, "MLX_PTX_CACHE_DIR": str(own)},
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
                 self.own.append(own)
@@ -186,7 +207,8 @@ class Prewarm:
         if not self.procs:
             return self.note
         t_wait = time.perf_counter()
-        ok = failed = 0
+        made: list[dict] = []       # the ops a worker reported done ("ok ... JSON")
+        failed = 0
         for p in self.procs:
             try:
                 out, _ = p.communicate(timeout=max(0.0, timeout - (time.perf_counter() - t_wait)))
@@ -194,7 +216,7 @@ class Prewarm:
                 p.kill()
                 out, _ = p.communicate()
             lines = out.splitlines()
-            ok += sum(line.startswith("ok ") for line in lines)
+            made += [json.loads(line.split(" ", 3)[3]) for line in lines if line.startswith("ok ")]
             failed += sum(line.startswith("failed ") for line in lines)
             for line in lines:
                 if line.startswith("failed "):
@@ -203,9 +225,9 @@ class Prewarm:
         for own in self.own:        # what a stopped worker left half written goes too
             shutil.rmtree(own, ignore_errors=True)
         new = len(_modules(self.cache) - self.before)
-        if ok == len(self.ops):
-            _write_marker(self.cache, identity(), self.ops)
-        self.note = (f"MLX's kernels compiled ahead: {ok} of {len(self.ops)} ops in "
+        if made:        # only what was done: a failed op is tried again at the next start
+            _write_marker(self.cache, identity(), made)
+        self.note = (f"MLX's kernels compiled ahead: {len(made)} of {len(self.ops)} ops in "
                      f"{len(self.procs)} processes ({failed} failed), {new} modules new, "
                      f"{done - self.started:.1f} s from the start, waited {done - t_wait:.1f} s")
         self.procs, self.own = [], []
@@ -224,13 +246,13 @@ def _op_id(op: dict) -> str:
     return json.dumps(op, sort_keys=True)
 
 
-def _marker_covers(cache: Path, ident: str, ops: list[dict]) -> bool:
+def _marker_ops(cache: Path, ident: str) -> set[str]:
+    """The ops the marker says were done for this MLX and GPU (none: no marker, or another's)."""
     try:
         done = json.loads((cache / MARKER).read_text())
     except (OSError, ValueError):
-        return False
-    have = {_op_id(o) for o in done.get("ops", [])}
-    return done.get("identity") == ident and all(_op_id(o) in have for o in ops)
+        return set()
+    return {_op_id(o) for o in done.get("ops", [])} if done.get("identity") == ident else set()
 
 
 def _write_marker(cache: Path, ident: str, ops: list[dict]) -> None:

@@ -92,8 +92,8 @@ def test_workers_run_every_op_once_and_a_second_start_starts_none(toy_model, tmp
     first.start(toy_model, 32, "cuda")
     assert first.procs
     note = first.wait()
-    n = len(prewarm_ops(quantized_shapes(toy_model), 32, embedding_gathers(toy_model)))
-    assert f"{n} of {n} ops" in note and "(0 failed)" in note
+    n = len(prewarm_ops(quantized_shapes(toy_model), 32, embedding_gathers(toy_model))) + 1
+    assert f"{n} of {n} ops" in note and "(0 failed)" in note      # + the sampler's
     assert json.loads((tmp_path / MARKER).read_text())["ops"]
     again = Prewarm()
     again.start(toy_model, 32, "cuda")
@@ -104,16 +104,49 @@ def test_workers_run_every_op_once_and_a_second_start_starts_none(toy_model, tmp
     wider.wait()
 
 
+NONSENSE = {"op": "nonsense", "dtype": "bfloat16", "bits": 4, "group_size": 64,
+            "mode": "affine", "rows": 16, "k": 64, "n": 64}
+
+
 def test_a_failed_op_is_counted_and_leaves_no_marker(toy_model, tmp_path, monkeypatch):
     monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(mlx_prewarm, "prewarm_ops",
-                        lambda *_: [{"op": "nonsense", "dtype": "bfloat16", "bits": 4,
-                                               "group_size": 64, "mode": "affine", "rows": 16,
-                                               "k": 64, "n": 64}])
+    monkeypatch.setattr(mlx_prewarm, "prewarm_ops", lambda *_: [NONSENSE])
+    monkeypatch.setattr(mlx_prewarm, "sampler_op", lambda model: None)
     p = Prewarm()
     p.start(toy_model, 32, "cuda")
     assert "0 of 1 ops" in p.wait() and "(1 failed)" in p.note
     assert not (tmp_path / MARKER).exists()
+
+
+def test_the_marker_names_only_the_ops_done_and_a_next_start_runs_the_rest(
+        toy_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(mlx_prewarm, "prewarm_ops", lambda *_: [NONSENSE])
+    p = Prewarm()
+    p.start(toy_model, 32, "cuda")
+    assert "1 of 2 ops" in p.wait() and "(1 failed)" in p.note
+    assert json.loads((tmp_path / MARKER).read_text())["ops"] == [
+        mlx_prewarm.sampler_op(toy_model)]
+    again = Prewarm()
+    again.start(toy_model, 32, "cuda")
+    assert again.ops == [NONSENSE]
+    again.wait()
+
+
+def test_the_sampler_compiles_in_a_worker_of_its_own_at_the_models_vocabulary(
+        toy_model, tmp_path, monkeypatch):
+    """Its op is the warm-up's sampling graph (engine/core/sampler.app_sampling_draws) on
+    logits of the model's vocabulary and dtype; the worker imports the engine from the
+    source tree (python -I: no working folder, no PYTHONPATH) and runs it (on this CPU
+    without kernels, compiling nothing)."""
+    assert mlx_prewarm.sampler_op(toy_model) == {"op": "sampler", "dtype": "bfloat16",
+                                                 "vocab": 1024}
+    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(mlx_prewarm, "prewarm_ops", lambda *_: [])
+    p = Prewarm()
+    p.start(toy_model, 32, "cuda")
+    assert len(p.procs) == 1 and p.ops == [mlx_prewarm.sampler_op(toy_model)]
+    assert "1 of 1 ops" in p.wait() and "(0 failed)" in p.note
 
 
 @pytest.mark.parametrize("backend, env", [(None, "1"), ("metal", "1"), ("cuda", "0")])
