@@ -72,6 +72,11 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clear-cache", action="store_true",
                    help="empty MLX's buffer cache before each run (both engines), so that "
                         "no run inherits the other engine's cached buffers")
+    p.add_argument("--mlx-cache-limit", type=int, default=None, metavar="BYTES",
+                   help="mx.set_cache_limit for the whole run (0: no buffer cache). A "
+                        "diagnostic: MLX 0.32's CUDA cache holds device and host buffers "
+                        "alike, and a host array (a step's index upload) handed a device "
+                        "one is moved with a blocking cudaMemcpy (engine/core/host_arrays.py)")
     add_moe_max_pairs_arg(p)    # B=32 decode is 256 pairs: the sorted path's +560 launches
 
 
@@ -97,6 +102,8 @@ def run_bench(args) -> int:
                        num_pages=max_b * per_row + -(-longest // 16) + 64,
                        prefill_chunk=args.prefill_chunk, max_context=longest + 16,
                        mixed_forward=mixed_forward_arg(args))
+    if args.mlx_cache_limit is not None:
+        mx.set_cache_limit(args.mlx_cache_limit)
     engine = open_engine(args.model, cfg)
     monitor, recording = _telemetry(engine, args.trace)
     log = RunLog(monitor, clear_cache=args.clear_cache)
@@ -112,7 +119,8 @@ def run_bench(args) -> int:
           f"sampler: {monitor.sampler.source if monitor else 'none'}; "
           f"mixed forward: {'on' if runs_mixed_forwards(cfg) else 'off'}; "
           f"decode sampling: {sampling or 'greedy'}; {graph_limit_setting()} ({processes}: "
-          "engine/cuda_graphs.py)", flush=True)
+          "engine/cuda_graphs.py)" + (f"; MLX buffer cache limit {args.mlx_cache_limit} bytes"
+                                      if args.mlx_cache_limit is not None else ""), flush=True)
     _warm_up(engine, peer, vocab, batches, lengths, args, sampling)
     for _ in range(args.rounds):
         for B in batches:
