@@ -8,7 +8,7 @@ slow ones. Splitting the warm-up's shapes over processes did not help (session 1
 shape needs nearly every module). Here each worker meets *different* modules: one op per
 module, chosen from the model itself (its quantized layers' dtype, bits, group size and
 mode) and the row counts the engine will run (MLX picks a module per row tile), and the
-embedding's gathers; and one worker runs the app's sampling graph (its fused kernels:
+embedding's gathers, the cache pools' scatters; and one worker runs the app's sampling graph (its fused kernels:
 ~27 s of the full-size model's cold start on the H100 went to the warm-up's sampler
 step, session 36). Each
 worker is a plain MLX process (mlx_prewarm_worker.py) whose MLX writes into a folder of
@@ -90,6 +90,22 @@ def embedding_gathers(model) -> list[str]:
     return list(seen)
 
 
+def pool_dtypes(model) -> list[str]:
+    """The dtypes of the cache pools a prompt's chunk writes by index (`pool[slots] = rows`,
+    a Scatter): K/V pages and recurrent states. MLX compiles a scatter module per (dtype,
+    index dtype); on the H100 the float32 states' one compiled after "Ready", in a first
+    prompt's steps (session 36: a 20 s gap in the module timeline)."""
+    spec_of = getattr(model, "cache_spec", None)
+    if spec_of is None:
+        return []
+    spec = spec_of()
+    seen = {dtype_name(spec.kv_dtype): None} if spec.num_kv_layers else {}
+    for layer in spec.state_layers:
+        for state in layer:
+            seen.setdefault(dtype_name(state.dtype), None)
+    return list(seen)
+
+
 def sampler_op(model) -> dict | None:
     """The sampler worker's op: the vocabulary (the embedding table's rows) and the
     activations' dtype (a quantized table's scales'), as the warm-up's logits have them."""
@@ -120,15 +136,16 @@ def _key(op: dict) -> tuple:
 
 
 def prewarm_ops(shapes: list[QuantizedShape], max_rows: int,
-                gathers: list[str] = ()) -> list[dict]:
+                gathers: list[str] = (), scatters: list[str] = ()) -> list[dict]:
     """One op per quantized shape and row tile: the first of each (dtype, bits, group, mode,
     tile) compiles its module; the same key at the model's other shapes loads it from the
     cache (unless that shape takes another of MLX's paths, which then compiles there).
-    Then one gather per embedding dtype."""
+    Then one gather per embedding dtype, one scatter per cache pool dtype."""
     return ([{"op": "qmm", "dtype": s.dtype, "bits": s.bits, "group_size": s.group_size,
               "mode": s.mode, "rows": tile, "k": s.k, "n": _fewer_outputs(s.n)}
              for tile in row_tiles(max_rows) for s in shapes]
-            + [{"op": "gather", "dtype": d, "index": "int32"} for d in gathers])
+            + [{"op": "gather", "dtype": d, "index": "int32"} for d in gathers]
+            + [{"op": "scatter", "dtype": d, "index": "int32"} for d in scatters])
 
 
 def _fewer_outputs(n: int) -> int:
@@ -174,7 +191,8 @@ class Prewarm:
             return
         self.cache = mlx_cache_dir()
         done = _marker_ops(self.cache, identity())
-        ops = [o for o in prewarm_ops(quantized_shapes(model), max_rows, embedding_gathers(model))
+        ops = [o for o in prewarm_ops(quantized_shapes(model), max_rows,
+                                      embedding_gathers(model), pool_dtypes(model))
                if _op_id(o) not in done]
         sampling = [o for o in [sampler_op(model)] if o is not None and _op_id(o) not in done]
         if not ops and not sampling:

@@ -11,6 +11,7 @@ mid-write, or read while it writes, would leave a module that fails to load in e
 later start). JSON is a list of ops:
   {"op": "qmm", "dtype": "bfloat16", "bits": 4, "group_size": 64, "mode": "affine",
    "rows": 64, "k": 2048, "n": 512}, {"op": "gather", "dtype": "uint32", "index": "int32"},
+  {"op": "scatter", "dtype": "float32", "index": "int32"},
   {"op": "sampler", "dtype": "bfloat16", "vocab": 248320}: the app's sampling of one row
   and of two, compiled as the engine's warm-up runs it (warm_sampler; ~27 s of NVRTC on a
   cold cache for the full-size model on the H100, session 36), with the kernel set's
@@ -32,6 +33,10 @@ def run_op(op: dict, root: str | None = None):
     dtype = getattr(mx, op["dtype"])
     if op["op"] == "sampler":
         return _sampler(op, dtype, root)
+    if op["op"] == "scatter":       # a pool's rows written at slots: pool[slots] = rows
+        pool = mx.zeros((64, 2, 16), dtype=dtype)
+        pool[mx.array([1, 2], dtype=getattr(mx, op["index"]))] = mx.ones((2, 2, 16), dtype=dtype)
+        return pool
     if op["op"] == "gather":        # an embedding's lookup: table[ids], ids [B, T]
         ids = mx.array([[1, 2]], dtype=getattr(mx, op["index"]))
         return mx.take(mx.zeros((64, 32), dtype=dtype), ids, axis=0)

@@ -47,6 +47,16 @@ def test_the_embeddings_lookups_are_gathers_of_its_packed_words_and_its_scales(t
                         for d in ("uint32", "bfloat16")]
 
 
+def test_the_cache_pools_written_by_index_are_one_scatter_each(toy_model):
+    """K/V pages (bfloat16) and the recurrent states (float32; the conv states are
+    bfloat16 too): each dtype's scatter module once, after the gathers."""
+    assert mlx_prewarm.pool_dtypes(toy_model) == ["bfloat16", "float32"]
+    ops = prewarm_ops(quantized_shapes(toy_model), 512, embedding_gathers(toy_model),
+                      mlx_prewarm.pool_dtypes(toy_model))
+    assert ops[-2:] == [{"op": "scatter", "dtype": d, "index": "int32"}
+                        for d in ("bfloat16", "float32")]
+
+
 def test_a_wide_head_is_asked_for_at_fewer_outputs_of_the_same_alignment():
     from engine.loading.mlx_prewarm import QuantizedShape
     head = QuantizedShape("bfloat16", 4, 64, "affine", 2048, 248320)
@@ -92,7 +102,8 @@ def test_workers_run_every_op_once_and_a_second_start_starts_none(toy_model, tmp
     first.start(toy_model, 32, "cuda")
     assert first.procs
     note = first.wait()
-    n = len(prewarm_ops(quantized_shapes(toy_model), 32, embedding_gathers(toy_model))) + 1
+    n = len(prewarm_ops(quantized_shapes(toy_model), 32, embedding_gathers(toy_model),
+                        mlx_prewarm.pool_dtypes(toy_model))) + 1
     assert f"{n} of {n} ops" in note and "(0 failed)" in note      # + the sampler's
     assert json.loads((tmp_path / MARKER).read_text())["ops"]
     again = Prewarm()
