@@ -93,8 +93,8 @@ def embedding_gathers(model) -> list[str]:
 def pool_dtypes(model) -> list[str]:
     """The dtypes of the cache pools a prompt's chunk writes by index (`pool[slots] = rows`,
     a Scatter): K/V pages and recurrent states. MLX compiles a scatter module per (dtype,
-    index dtype); on the H100 the float32 states' one compiled after "Ready", in a first
-    prompt's steps (session 36: a 20 s gap in the module timeline)."""
+    index dtype); the bfloat16 one took 3 s of the warm-up on the H100 (session 36), and a
+    float32 one compiled after "Ready" there (whose, Tandem's or mlx-lm's, is not known)."""
     spec_of = getattr(model, "cache_spec", None)
     if spec_of is None:
         return []
