@@ -159,7 +159,7 @@ def sample(logits: mx.array, params: Sequence[SamplingParams],
 
 def app_sampling_draws(logits: mx.array, kernels) -> mx.array:
     """logits [1, V] (or [1, 1, V]) sampled at the app's chat settings as one row and as
-    two (lazy [3] ids). On a GPU the sampling graph is compiled (engine/core/sampler.py)
+    two (lazy [3] ids). On a GPU the sampling graph is compiled (`_compiled_draw`)
     and its fused kernels come in two forms, a [B, 1] setting read as one value (B = 1)
     or per row (B > 1): this meets both. Also what engine/loading/mlx_prewarm.py's
     sampler worker runs, so the modules it compiles are the ones the warm-up meets."""
