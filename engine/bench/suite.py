@@ -188,8 +188,8 @@ def _close_for_peer_only(engine, peer, args):
     engine.close()
     gc.collect()
     mx.clear_cache()
-    print(f"# --peer-only: our engine closed; {mx.get_active_memory() / 1e9:.2f} GB held "
-          "(mlx-lm's model)", flush=True)
+    print(f"# --peer-only: our engine closed; {mx.get_active_memory() / 1e9:.2f} GB still "
+          "held (mlx-lm's model, and whatever of ours is still referenced)", flush=True)
     return None
 
 
