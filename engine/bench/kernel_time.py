@@ -10,8 +10,9 @@ engine/core/compiled_forward.py), the host time to build one step's graph in Pyt
 CUDA kernels the step launched, through torch.profiler (CUPTI sees every kernel in the
 process, MLX's included): total GPU kernel time per step, kernels per step, and the
 top kernels by time. GPU kernel time well under the wall time means the step waits on
-the host. --sampling app: each step samples its rows as the app does (temperature 0.7,
-top-p 0.95, through engine/core/sampler.py and the model's kernel set), not by argmax. --peer: mlx-lm's B=1 step on the same weights. --build-only: only the host
+the host. --sampling app: each step samples its rows at the app's chat defaults
+(engine/settings_spec.py, through engine/core/sampler.py and the model's kernel set), not
+by argmax. --peer: mlx-lm's B=1 step on the same weights. --build-only: only the host
 graph-building time (runs on any machine, e.g. a 4-layer slice: --layers 4).
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 import mlx.core as mx
 import numpy as np
 
+from engine.bench.suite import decode_sampling
 from engine.bench.synthetic import SYNTHETIC, synthetic_model_from_config
 from engine.config import EngineConfig
 from engine.core.runner import Runner
@@ -34,9 +36,6 @@ from engine.sampling_params import SamplingParams
 
 CONTEXT = 64
 PAGES_PER_ROW = 40
-
-
-APP_SAMPLING = SamplingParams(temperature=0.7, top_p=0.95)
 
 
 def _step(runner: Runner, batch: int, compiled: bool, evaluate: bool = True,
@@ -116,7 +115,8 @@ def main(argv=None) -> int:
     if not args.build_only:
         from kernels import select_kernels
         use_kernels(model, select_kernels(True))
-    sampling = APP_SAMPLING if args.sampling == "app" else None
+    app = decode_sampling(args.sampling)       # the bench's: the app's chat defaults
+    sampling = SamplingParams(**app) if app else None
     batches = [int(b) for b in args.batch.split(",")]
     cfg = dict(max_num_seqs=max(batches), page_size=16, fixed_shapes=True,
                num_pages=max(batches) * PAGES_PER_ROW + 8, max_context=4096)

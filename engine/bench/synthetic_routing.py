@@ -25,7 +25,7 @@ import statistics
 import mlx.core as mx
 import numpy as np
 
-from engine.bench.suite import _prompt
+from engine.bench.suite import _prompt, decode_sampling
 from engine.bench.synthetic import QWEN3_5_35B_A3B, IdTokenizer, synthetic_model_from_config
 from engine.config import EngineConfig
 from engine.core.engine import Engine
@@ -33,7 +33,7 @@ from engine.loading.model_bundle import InMemoryModel
 from engine.models import moe
 from engine.sampling_params import SamplingParams
 
-SETTINGS = {"greedy": {}, "app sampling": {"temperature": 0.7, "top_p": 0.95}}
+SETTINGS = {"greedy": {}, "app sampling": decode_sampling("app")}    # the app's chat defaults
 
 
 def uniform_expectation(num_experts: int, top_k: int, rows: int) -> float:
