@@ -50,23 +50,28 @@ RPW2 = 2
 _built: dict[str, tuple] = {}
 
 
+def build(backend: str, sources: tuple[str, str, str], suffix: str = "") -> tuple:
+    """(gate_up kernel, down kernel) of `sources` on `backend` (as moe_experts.build); every
+    input read through its strides (the logits are a column slice of the joined router
+    output; the weights are dense)."""
+    header, gate_up, down = sources
+    make = cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
+    return (
+        make(name="tandem_moe_block_gate_up" + suffix,
+             input_names=["x", "logits", "row_map", "w", "scales", "biases", "sw", "ss", "sb"],
+             output_names=["h"], source=gate_up, header=header, ensure_row_contiguous=False),
+        make(name="tandem_moe_block_down" + suffix,
+             input_names=["h", "logits", "row_map", "w", "scales", "biases", "sw", "ss", "sb",
+                          "gate", "residual"],
+             output_names=["y"], source=down, header=header, ensure_row_contiguous=False))
+
+
 def _get(backend: str):
-    """(gate_up kernel, down kernel) on `backend`; every input read through its strides
-    (the logits are a column slice of the joined router output; the weights are dense)."""
+    """(gate_up kernel, down kernel) on `backend`."""
     if backend == COUNT:
         return StandInKernel(NAME), StandInKernel(NAME)
     if backend not in _built:
-        header, gate_up, down = SOURCES[backend]
-        make = cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
-        _built[backend] = (
-            make(name="tandem_moe_block_gate_up",
-                 input_names=["x", "logits", "row_map", "w", "scales", "biases", "sw", "ss", "sb"],
-                 output_names=["h"], source=gate_up, header=header,
-                 ensure_row_contiguous=False),
-            make(name="tandem_moe_block_down",
-                 input_names=["h", "logits", "row_map", "w", "scales", "biases", "sw", "ss", "sb",
-                              "gate", "residual"],
-                 output_names=["y"], source=down, header=header, ensure_row_contiguous=False))
+        _built[backend] = build(backend, SOURCES[backend])
     return _built[backend]
 
 

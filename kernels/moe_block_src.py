@@ -64,6 +64,13 @@ def _hooks(down_route: str) -> dict:
             "down": {"route": down_route, "expert": "s_idx[j < K ? j : 0]", "score": "s_w[j]"}}
 
 
+def block_sources(backend: str, make_sources=sources) -> tuple[str, str, str]:
+    """(header, gate_up body, down body) on `backend`, from `make_sources` (moe_experts_src's
+    `sources`, or another revision's: kernels/bench/moe_experts_ab.py)."""
+    if backend == "cuda":
+        return make_sources("cuda", _hooks(_CUDA_DOWN_ROUTE), route_topk_src.CUDA)
+    return make_sources("metal", _hooks(_METAL_DOWN_ROUTE), route_topk_src.METAL)
+
+
 # backend -> (header, gate_up body, down body)
-SOURCES = {"cuda": sources("cuda", _hooks(_CUDA_DOWN_ROUTE), route_topk_src.CUDA),
-           "metal": sources("metal", _hooks(_METAL_DOWN_ROUTE), route_topk_src.METAL)}
+SOURCES = {backend: block_sources(backend) for backend in ("cuda", "metal")}

@@ -82,23 +82,30 @@ class QuantExperts:
 _built: dict[str, tuple] = {}
 
 
+def build(backend: str, sources: tuple[str, str, str], suffix: str = "") -> tuple:
+    """(gate_up kernel, down kernel) of `sources` (header, gate_up body, down body) on
+    `backend`; suffix ends their names (kernels/bench/moe_experts_ab.py: another revision's
+    sources beside these)."""
+    header, gate_up, down = sources
+    make = cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
+    return (
+        make(name="tandem_moe_gate_up" + suffix,
+             input_names=["x", "idx", "w", "scales", "biases", "sw", "ss", "sb"],
+             output_names=["h"], source=gate_up, header=header),
+        # Strided idx, scores, gate and residual read as they are (the shared gate is
+        # a column of the joined router output); h and the weights are dense.
+        make(name="tandem_moe_down" + suffix,
+             input_names=["h", "idx", "scores", "w", "scales", "biases", "sw", "ss", "sb",
+                          "gate", "residual"],
+             output_names=["y"], source=down, header=header, ensure_row_contiguous=False))
+
+
 def _get(backend: str):
     """(gate_up kernel, down kernel) on `backend`."""
     if backend == COUNT:
         return StandInKernel(NAME), StandInKernel(NAME)
     if backend not in _built:
-        header, gate_up, down = _SOURCES[backend]
-        make = cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
-        _built[backend] = (
-            make(name="tandem_moe_gate_up",
-                 input_names=["x", "idx", "w", "scales", "biases", "sw", "ss", "sb"],
-                 output_names=["h"], source=gate_up, header=header),
-            # Strided idx, scores, gate and residual read as they are (the shared gate is
-            # a column of the joined router output); h and the weights are dense.
-            make(name="tandem_moe_down",
-                 input_names=["h", "idx", "scores", "w", "scales", "biases", "sw", "ss", "sb",
-                              "gate", "residual"],
-                 output_names=["y"], source=down, header=header, ensure_row_contiguous=False))
+        _built[backend] = build(backend, _SOURCES[backend])
     return _built[backend]
 
 

@@ -16,6 +16,25 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// Weight j (bits 4j..4j+3) of a packed word as the float q = 0..15 itself: the nibble put
+// into the mantissa under 2^23's exponent reads 2^23 + q 16^(j % 4) (the word's upper half
+// shifted down first for j >= 4), and one exact fma takes that back to q. Once j is a
+// constant that is a mask and an fma a weight, where float(q) was a shift, a mask and an
+// int-to-float conversion (H100 SASS: I2FP, one a weight); the value is the same float.
+__device__ __forceinline__ float nibble(unsigned w, int j) {
+  const int s = 4 * (j & 3);
+  const unsigned v = j < 4 ? w : w >> 16;
+#ifdef TANDEM_SHIM
+  const unsigned bits = (v & (0xFu << s)) | 0x4B000000u;
+#else
+  // (v & mask) | 2^23's exponent as one LOP3: written in C, both constants are immediates
+  // and ptxas makes it two
+  unsigned bits;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(bits) : "r"(v), "r"(0xFu << s), "r"(0x4B000000u));
+#endif
+  return fmaf(__uint_as_float(bits), 1.f / float(1 << s), -8388608.f / float(1 << s));
+}
+
 // sum over the 32 weights of a chunk of q[t] * x[t] (q: 4 words, 8 nibbles each, low first)
 __device__ __forceinline__ float dot32(const uint4 q, const float* x) {
   const unsigned w[4] = {q.x, q.y, q.z, q.w};
@@ -23,7 +42,7 @@ __device__ __forceinline__ float dot32(const uint4 q, const float* x) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
 #pragma unroll
-    for (int t = 0; t < 8; ++t) acc += float((w[i] >> (4 * t)) & 0xFu) * x[8 * i + t];
+    for (int t = 0; t < 8; ++t) acc += nibble(w[i], t) * x[8 * i + t];
   }
   return acc;
 }
@@ -63,29 +82,43 @@ $expert
       xs[it] += xv[it][t];
     }
   }
+  // A chunk's words and scales of all RPW gate and up rows are loaded before any is used,
+  // and the sums reduced after the last chunk: 2 RPW 16-byte loads in flight a lane, where
+  // a row at a time (load, dot, reduce, store) left 4 and the warp idle in between. Each
+  // row's sum runs over the chunks in the same order as before: the same floats.
+  const size_t rg0 = e * rows + i0;           // gate rows; the up rows are I further
+  float ag[RPW], au[RPW];
 #pragma unroll
-  for (int r = 0; r < RPW; ++r) {
-    const size_t rg = e * rows + i0 + r;      // gate row; the up row is I further
-    const size_t ru = rg + I;
-    const uint4* wg = reinterpret_cast<const uint4*>(wm + rg * WPR);
-    const uint4* wu = reinterpret_cast<const uint4*>(wm + ru * WPR);
-    float ag = 0.f, au = 0.f;
+  for (int r = 0; r < RPW; ++r) ag[r] = au[r] = 0.f;
 #pragma unroll
-    for (int it = 0; it < NCH; ++it) {
-      const int c = it * 32 + lane;
-      if (c < NCHUNK) {
-        const int grp = c * 32 / GS;
-        const uint4 qg = wg[c];
-        const uint4 qu = wu[c];
-        ag += static_cast<float>(sm[rg * G + grp]) * dot32(qg, xv[it])
-              + static_cast<float>(bm[rg * G + grp]) * xs[it];
-        au += static_cast<float>(sm[ru * G + grp]) * dot32(qu, xv[it])
-              + static_cast<float>(bm[ru * G + grp]) * xs[it];
+  for (int it = 0; it < NCH; ++it) {
+    const int c = it * 32 + lane;
+    if (c < NCHUNK) {
+      const int grp = c * 32 / GS;
+      uint4 qg[RPW], qu[RPW];
+      float sg[RPW], bg[RPW], su[RPW], bu[RPW];
+#pragma unroll
+      for (int r = 0; r < RPW; ++r) {
+        const size_t rg = rg0 + r, ru = rg + I;
+        qg[r] = reinterpret_cast<const uint4*>(wm + rg * WPR)[c];
+        qu[r] = reinterpret_cast<const uint4*>(wm + ru * WPR)[c];
+        sg[r] = static_cast<float>(sm[rg * G + grp]);
+        bg[r] = static_cast<float>(bm[rg * G + grp]);
+        su[r] = static_cast<float>(sm[ru * G + grp]);
+        bu[r] = static_cast<float>(bm[ru * G + grp]);
+      }
+#pragma unroll
+      for (int r = 0; r < RPW; ++r) {
+        ag[r] += sg[r] * dot32(qg[r], xv[it]) + bg[r] * xs[it];
+        au[r] += su[r] * dot32(qu[r], xv[it]) + bu[r] * xs[it];
       }
     }
-    ag = warp_sum(ag);
-    au = warp_sum(au);
-    if (lane == 0) h[size_t(pair) * I + i0 + r] = ag / (1.f + __expf(-ag)) * au;
+  }
+#pragma unroll
+  for (int r = 0; r < RPW; ++r) {
+    const float g = warp_sum(ag[r]);
+    const float u = warp_sum(au[r]);
+    if (lane == 0) h[size_t(pair) * I + i0 + r] = g / (1.f + __expf(-g)) * u;
   }
 """)
 
@@ -134,29 +167,40 @@ $route
     for (int t = 0; t < 32; ++t) s += sh[cc * 36 + t];
     hs[it] = s;
   }
+  // As launch 1: a chunk's words and scales of all RPW rows are loaded before any is used,
+  // the sums reduced after the last chunk (each row's sum in the same order as before).
+  float acc[RPW];
+#pragma unroll
+  for (int r = 0; r < RPW; ++r) acc[r] = 0.f;
+#pragma unroll
+  for (int it = 0; it < CPL; ++it) {
+    const int c = it * 32 + lane;
+    if (c < NC) {
+      const uint32_t* wm = own[it] ? sw : w;
+      const auto* sm = own[it] ? ss : scales;
+      const auto* bm = own[it] ? sb : biases;
+      const int grp = part[it] * 32 / GS;
+      uint4 q[RPW];
+      float sc[RPW], bi[RPW];
+#pragma unroll
+      for (int r = 0; r < RPW; ++r) {
+        const size_t row = rows[it] + d0 + r;
+        q[r] = reinterpret_cast<const uint4*>(wm + row * WPR)[part[it]];
+        sc[r] = static_cast<float>(sm[row * G + grp]);
+        bi[r] = static_cast<float>(bm[row * G + grp]);
+      }
+#pragma unroll
+      for (int r = 0; r < RPW; ++r) acc[r] += sc[r] * dot32(q[r], sh + c * 36) + bi[r] * hs[it];
+    }
+  }
 #pragma unroll
   for (int r = 0; r < RPW; ++r) {
     const int d = d0 + r;
-    float acc = 0.f;
-#pragma unroll
-    for (int it = 0; it < CPL; ++it) {
-      const int c = it * 32 + lane;
-      if (c < NC) {
-        const size_t row = rows[it] + d;
-        const uint32_t* wm = own[it] ? sw : w;
-        const auto* sm = own[it] ? ss : scales;
-        const auto* bm = own[it] ? sb : biases;
-        const uint4 q = reinterpret_cast<const uint4*>(wm + row * WPR)[part[it]];
-        const int grp = part[it] * 32 / GS;
-        acc += static_cast<float>(sm[row * G + grp]) * dot32(q, sh + c * 36)
-               + static_cast<float>(bm[row * G + grp]) * hs[it];
-      }
-    }
-    acc = warp_sum(acc);
+    float a = warp_sum(acc[r]);
     if (RES) {
-      acc += static_cast<float>(residual[n * residual_strides[0] + d * residual_strides[1]]);
+      a += static_cast<float>(residual[n * residual_strides[0] + d * residual_strides[1]]);
     }
-    if (lane == 0) y[size_t(n) * D + d] = static_cast<OutT>(acc);
+    if (lane == 0) y[size_t(n) * D + d] = static_cast<OutT>(a);
   }
 """)
 

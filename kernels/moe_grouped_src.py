@@ -45,15 +45,10 @@ __device__ __forceinline__ void mma_tf32(float* d, const unsigned* a, const unsi
 }
 #endif
 
-// Weight j (bits 4j..4j+3) of a packed word as the float q = 0..15 itself, a tf32 value
-// (4 significant bits): the nibble put into the mantissa under 2^23's exponent, which
-// reads 2^23 + q 16^(j % 4) (the word's upper half shifted down first for j >= 4), and one
-// exact fma takes that back to q. Two instructions a weight once j is a constant.
+// Weight j (bits 4j..4j+3) of a packed word as the float q = 0..15 itself (moe_experts'
+// `nibble`: a mask and one exact fma), a tf32 value (4 significant bits).
 __device__ __forceinline__ unsigned nibble_tf32(unsigned w, int j) {
-  const int s = 4 * (j & 3);
-  const unsigned v = j < 4 ? w : w >> 16;
-  const float f = __uint_as_float((v & (0xFu << s)) | 0x4B000000u);
-  return __float_as_uint(fmaf(f, 1.f / float(1 << s), -8388608.f / float(1 << s)));
+  return __float_as_uint(nibble(w, j));
 }
 
 // A float32 value as two tf32 values (low 13 bits zero), each rounded to nearest (ties away

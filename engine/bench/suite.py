@@ -113,7 +113,10 @@ def run_bench(args) -> int:
     model_name = engine.model_name
     processes = "one process" if peer and not args.peer_only else "this engine alone"
     if args.peer_only:
-        engine = _close_for_peer_only(engine, peer, args)
+        _check_peer_only(peer, args)
+        engine.close()
+        engine = None      # before the count below: this frame's reference holds the model
+        _print_held_after_close()
     print(host_line(), flush=True)
     print(f"# model: {model_name}; device: {mx.default_device()}; "
           f"sampler: {monitor.sampler.source if monitor else 'none'}; "
@@ -179,18 +182,19 @@ def _trace_overhead(engine, log, args, vocab) -> None:
           f"untraced at B={B}: {100 * (on / off - 1):+.1f}% (median of {args.rounds})")
 
 
-def _close_for_peer_only(engine, peer, args):
+def _check_peer_only(peer, args) -> None:
     """--peer-only: our engine closes once mlx-lm's model is built from its weights (the
     arrays the peer shares stay), so mlx-lm runs with only its own model and cache."""
     if peer is None or args.ttft_load or args.trace or args.trace_overhead or args.sustained:
         raise SystemExit("error: --peer-only needs mlx-lm, and takes none of --ttft-load, "
                          "--trace, --trace-overhead, --sustained (ours only)")
-    engine.close()
+
+
+def _print_held_after_close() -> None:
     gc.collect()
     mx.clear_cache()
     print(f"# --peer-only: our engine closed; {mx.get_active_memory() / 1e9:.2f} GB still "
-          "held (mlx-lm's model, and whatever of ours is still referenced)", flush=True)
-    return None
+          "held (mlx-lm's model)", flush=True)
 
 
 def _warm_up(engine, peer, vocab, batches, lengths, args, sampling=None) -> None:
