@@ -190,6 +190,10 @@ def add_moe_max_pairs_arg(parser) -> None:
                              "which a prompt chunk's experts run grouped by expert (CUDA; "
                              "0: never; default: as measured at load, "
                              "kernels/moe_grouped_tune.py)")
+    parser.add_argument("--moe-rows", default=None, metavar="G/D",
+                        help="kernels.moe_experts.RPW1/RPW2 for this run: gate/up outputs "
+                             "and down rows a warp at decode (a tuning A/B; "
+                             "kernels/bench/moe_experts_ab.py --rows times them alone)")
 
 
 def apply_moe_max_pairs(args) -> None:
@@ -203,3 +207,6 @@ def apply_moe_max_pairs(args) -> None:
     if args.moe_grouped_from is not None:
         import kernels.moe_grouped as moe_grouped
         moe_grouped.MIN_PAIRS = args.moe_grouped_from
+    if getattr(args, "moe_rows", None):
+        import kernels.moe_experts as moe_experts
+        moe_experts.RPW1, moe_experts.RPW2 = (int(r) for r in args.moe_rows.split("/"))

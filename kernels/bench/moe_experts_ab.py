@@ -7,6 +7,8 @@ built under names ending "_base". Each size prints both times and the largest di
 between the two outputs (a change meant to keep every float prints 0).
 Run: git show REV:kernels/moe_experts_src.py > /tmp/moe_experts_src_base.py
      PYTHONPATH=. python -m kernels.bench.moe_experts_ab /tmp/moe_experts_src_base.py
+With --rows G/D,G/D,...: this tree's moe_experts at each rows-a-warp setting instead
+(moe_experts.RPW1/RPW2: gate/up outputs, down rows), the first the baseline.
 """
 from __future__ import annotations
 
@@ -46,11 +48,45 @@ def _ab(title: str, built: dict, backend: str, ours: tuple, base: tuple, fn) -> 
     report(f"{title} (max diff {diff:.3g})", compare(fns), "base")
 
 
+def _rows_sweep(settings: list[tuple[int, int]], backend: str, experts) -> None:
+    rng = np.random.default_rng(0)
+    saved = me.RPW1, me.RPW2
+
+    def at(rows, fn):
+        def run():
+            me.RPW1, me.RPW2 = rows
+            return fn()
+        return run
+    for N in (1, 4, 8, 16, 32):
+        x, idx, scores, res, gate, _ = _inputs(N, rng)
+
+        def fn():
+            return me.kernel(x, idx, scores, experts, gate, res, backend=backend)
+        report(f"moe_experts N={N}", compare({f"{g}/{d}": at((g, d), fn) for g, d in settings}),
+               f"{settings[0][0]}/{settings[0][1]}")
+    me.RPW1, me.RPW2 = saved
+
+
+def _inputs(N: int, rng):
+    x = mx.random.normal((N, D), key=mx.random.key(N)).astype(mx.bfloat16)
+    idx = mx.array(np.stack([rng.choice(E, 8, replace=False) for _ in range(N)]), mx.int32)
+    scores = mx.softmax(mx.random.normal((N, 8)), axis=-1)
+    res = mx.random.normal((N, D)).astype(mx.bfloat16)
+    gate = mx.random.normal((N, 1)).astype(mx.bfloat16)
+    logits = mx.random.normal((N, E)).astype(mx.bfloat16)
+    mx.eval(x, idx, scores, res, gate, logits)
+    return x, idx, scores, res, gate, logits
+
+
 def main(argv: list[str]) -> None:
     backend = gpu_backend()
     print(f"moe_experts_ab  backend={backend}  device={mx.default_device()}", flush=True)
+    if backend == "cuda" and len(argv) == 2 and argv[0] == "--rows":
+        settings = [tuple(int(r) for r in s.split("/")) for s in argv[1].split(",")]
+        _rows_sweep(settings, backend, _block()._block_experts())
+        return
     if backend != "cuda" or len(argv) != 1:
-        print("needs a CUDA GPU and the base sources' path (see the docstring)")
+        print("needs a CUDA GPU and the base sources' path, or --rows (see the docstring)")
         return
     base_src = _base_module(argv[0])
     experts = _block()._block_experts()
@@ -60,14 +96,7 @@ def main(argv: list[str]) -> None:
              mb.build(backend, mbs.block_sources(backend, base_src.sources), "_base"))
     rng = np.random.default_rng(0)
     for N in (1, 2, 4, 8, 16, 32):
-        x = mx.random.normal((N, D),
-                             key=mx.random.key(N)).astype(mx.bfloat16)
-        idx = mx.array(np.stack([rng.choice(E, 8, replace=False) for _ in range(N)]), mx.int32)
-        scores = mx.softmax(mx.random.normal((N, 8)), axis=-1)
-        res = mx.random.normal((N, D)).astype(mx.bfloat16)
-        gate = mx.random.normal((N, 1)).astype(mx.bfloat16)
-        logits = mx.random.normal((N, E)).astype(mx.bfloat16)
-        mx.eval(x, idx, scores, res, gate, logits)
+        x, idx, scores, res, gate, logits = _inputs(N, rng)
         _ab(f"moe_experts N={N}", me._built, backend, *pair,
             lambda: me.kernel(x, idx, scores, experts, gate, res, backend=backend))
         if N <= mb.MAX_ROWS:
