@@ -20,7 +20,7 @@ from kernels.moe_experts_src import sources
 
 # The token's router row (the row map's entry with ROWS) and the strided loads of x.
 _ROW = "logits + (ROWS ? int64_t(row_map[n * row_map_strides[0]]) : int64_t(n)) * logits_strides[0]"
-_X = {"x_row": "x + n * x_strides[0]", "x_at": "(c * 32 + t) * x_strides[1]"}
+_X = {"x_row": "x + tok * x_strides[0]", "x_at": "(c * 32 + t) * x_strides[1]"}
 
 # Launch 1: the warp's expert is round j of its token's top-k (every lane gets it; the
 # shared expert's warps, j == K, route nothing: `own` is the same across the warp).
@@ -60,7 +60,8 @@ _METAL_DOWN_ROUTE = f"""  threadgroup int s_idx[K];
 
 def _hooks(down_route: str) -> dict:
     # j == K: the shared expert's chunks (their id is not read; s_idx has k entries)
-    return {"gate_up": {"expert": _GATE_UP_EXPERT, **_X},
+    # launch 1 runs its own token once (moe_experts' DEDUPE needs the ids of every token)
+    return {"gate_up": {"expert": _GATE_UP_EXPERT, **_X, "first": "", "next": "  break;"},
             "down": {"route": down_route, "expert": "s_idx[j < K ? j : 0]", "score": "s_w[j]"}}
 
 

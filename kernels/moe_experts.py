@@ -62,6 +62,13 @@ MEASURED_RANGE = True
 RPW1 = 8          # gate/up outputs per warp (launch 1)
 RPW2 = 4          # down rows per warp (launch 2); 8 warps a block
 SMEM_BYTES = 32 * 1024   # launch 2's staged s * h: within Metal's 32 KB threadgroup memory
+# Launch 1 reads each routed expert's rows once for all the tokens that chose it (the first
+# such token's warps run the others', kernels/moe_experts_src.py DEDUPE; CUDA only) from
+# this many (token, expert) pairs. None: never. Written and checked on the CPU
+# (kernels/bench/cuda_on_cpu.py) only; off until `python -m kernels.bench.moe_experts_ab
+# --dedupe` times it on a GPU. At B=16 with independent routing ~20 % of the 128 pairs
+# repeat an expert another token chose.
+DEDUPE_FROM_PAIRS: int | None = None
 GROUP_SIZES = (32, 64, 128)
 
 
@@ -200,6 +207,13 @@ def weight_inputs(experts: QuantExperts) -> tuple[list, list]:
     return [*experts.gate_up, *own[0]], [*experts.down, *own[1]]
 
 
+def dedupes(backend: str, N: int, K: int) -> bool:
+    """Whether launch 1 reads a routed expert once for all its tokens (DEDUPE_FROM_PAIRS):
+    CUDA, more than one token, K <= 32 (a lane a slot finds a token's slot)."""
+    return (backend == "cuda" and DEDUPE_FROM_PAIRS is not None and N > 1 and K <= 32
+            and N * K >= DEDUPE_FROM_PAIRS)
+
+
 def kernel(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=None, *,
            backend: str) -> mx.array:
     """Launch on `backend`: y [N, D] in x.dtype, as `reference`."""
@@ -212,7 +226,7 @@ def kernel(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=Non
         inputs=[x, idx, *gu_weights],
         template=[("D", D), ("I", hidden), ("K", K), ("R", gu_weights[0].shape[1]),
                   ("RS", gu_weights[3].shape[-2]), ("GS", gs), ("RPW", RPW1),
-                  ("SHARED", shared)],
+                  ("SHARED", shared), ("DEDUPE", dedupes(backend, N, K))],
         grid=(N * KK * (hidden // RPW1) * 32, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(N * KK, hidden)], output_dtypes=[mx.float32])
     gate = scores if shared_gate is None else shared_gate.reshape(N, 1)

@@ -69,6 +69,9 @@ $expert
   const auto* sm = own ? ss : scales;
   const auto* bm = own ? sb : biases;
   const size_t rows = own ? size_t(RS) : size_t(R);
+$first
+  int tok = n, jt = j;                        // the token this pass runs, and its slot
+  for (;;) {
   const auto* xr = $x_row;
   float xv[NCH][32];
   float xs[NCH];
@@ -118,7 +121,9 @@ $expert
   for (int r = 0; r < RPW; ++r) {
     const float g = warp_sum(ag[r]);
     const float u = warp_sum(au[r]);
-    if (lane == 0) h[size_t(pair) * I + i0 + r] = g / (1.f + __expf(-g)) * u;
+    if (lane == 0) h[(size_t(tok) * KK + jt) * I + i0 + r] = g / (1.f + __expf(-g)) * u;
+  }
+$next
   }
 """)
 
@@ -247,6 +252,7 @@ $expert
   auto sm = own ? ss : scales;
   auto bm = own ? sb : biases;
   const size_t rows = own ? size_t(RS) : size_t(R);
+  const int tok = n;                          // (DEDUPE: CUDA only)
   auto xr = $x_row;
   float xv[NCH][32];
   float xs[NCH];
@@ -349,11 +355,30 @@ $route
 _TEMPLATES = {"cuda": (_CUDA_HEADER, _CUDA_GATE_UP, _CUDA_DOWN),
               "metal": (_METAL_HEADER, _METAL_GATE_UP, _METAL_DOWN)}
 
+# Launch 1 with DEDUPE (a template constant; idx given): the first token to choose a routed
+# expert runs every later token that chose it too, right after its own, while the rows
+# are in L1/L2, and the later tokens' warps for that expert leave. Each (token, row) sum is
+# the same floats as without. Warp-uniform: every lane gets warp_sum's total.
+_DEDUPE_FIRST = """  if (DEDUPE && !own) {
+    float earlier = 0.f;
+    for (int p = lane; p < n * K; p += 32) earlier += float(int(idx[p]) == int(e));
+    if (warp_sum(earlier) > 0.f) return;
+  }"""
+_DEDUPE_NEXT = """  if (!DEDUPE || own) break;
+  int slot = -1;                              // the next token that chose e, and its slot
+  while (slot < 0 && ++tok < N) {
+    const bool hit = lane < K && int(idx[tok * K + lane]) == int(e);
+    slot = int(warp_sum(hit ? float(lane + 1) : 0.f)) - 1;
+  }
+  if (slot < 0) break;
+  jt = slot;"""
+
 # moe_experts.py's kernels: the expert ids and weights are inputs (idx [N, k] dense in
 # launch 1; idx and scores read through their strides in launch 2); x is dense.
 IDX_HOOKS = {
     "gate_up": {"expert": "  const size_t e = own ? 0 : static_cast<size_t>(idx[n * K + j]);",
-                "x_row": "x + size_t(n) * D", "x_at": "c * 32 + t"},
+                "x_row": "x + size_t(tok) * D", "x_at": "c * 32 + t",
+                "first": _DEDUPE_FIRST, "next": _DEDUPE_NEXT},
     "down": {"route": "", "expert": "idx[n * idx_strides[0] + j * idx_strides[1]]",
              "score": "static_cast<float>(scores[n * scores_strides[0] + j * scores_strides[1]])"},
 }

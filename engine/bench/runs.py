@@ -194,6 +194,10 @@ def add_moe_max_pairs_arg(parser) -> None:
                         help="kernels.moe_experts.RPW1/RPW2 for this run: gate/up outputs "
                              "and down rows a warp at decode (a tuning A/B; "
                              "kernels/bench/moe_experts_ab.py --rows times them alone)")
+    parser.add_argument("--moe-dedupe-from", type=int, default=None, metavar="PAIRS",
+                        help="kernels.moe_experts.DEDUPE_FROM_PAIRS for this run: from this "
+                             "many (token, expert) pairs a decode step's gate/up launch reads "
+                             "each routed expert once for all its tokens (CUDA; default off)")
 
 
 def apply_moe_max_pairs(args) -> None:
@@ -210,3 +214,6 @@ def apply_moe_max_pairs(args) -> None:
     if getattr(args, "moe_rows", None):
         import kernels.moe_experts as moe_experts
         moe_experts.RPW1, moe_experts.RPW2 = (int(r) for r in args.moe_rows.split("/"))
+    if getattr(args, "moe_dedupe_from", None) is not None:
+        import kernels.moe_experts as moe_experts
+        moe_experts.DEDUPE_FROM_PAIRS = args.moe_dedupe_from

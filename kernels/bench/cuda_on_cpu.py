@@ -188,11 +188,13 @@ def build_and_run(src: str, work: str) -> None:
     subprocess.run([f"{work}/emu"], check=True)
 
 
-def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False, sgc=False):  # noqa: E741
+def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False, sgc=False,  # noqa: E741
+            dedupe=False, out=None):
     """moe_experts' two kernels; with the shared expert (weight sigmoid(gate), the gate a
     column of a wider array: a view starting there, or with sgc the whole array and the
     column SGC=E, as moe_block reads the router's joined output) and a residual; scores a
-    strided view too."""
+    strided view too. dedupe: launch 1 reads each routed expert once for all its tokens
+    (moe_experts.DEDUPE_FROM_PAIRS). out: a list that gets the kernels' y."""
     rng = np.random.default_rng(seed)
     gu = mx.array(rng.normal(size=(E, 2 * I + pad, D)).astype(np.float32) * D**-0.5)
     dn = mx.array(rng.normal(size=(E, D, I)).astype(np.float32) * I**-0.5)
@@ -220,7 +222,7 @@ def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False, sgc=False):  
                  " const float* scales, const float* biases, const uint32_t* sw,"
                  " const float* ss, const float* sb, float* h",
                  [("D", D), ("I", I), ("K", K), ("R", R), ("RS", R), ("GS", GS),
-                  ("RPW", me.RPW1), ("SHARED", int(shared))])
+                  ("RPW", me.RPW1), ("SHARED", int(shared)), ("DEDUPE", int(dedupe))])
     src += kfunc("down", down,
                  "const float* h, const uint32_t* idx, const int64_t* idx_strides,"
                  " const float* scores, const int64_t* scores_strides, const uint32_t* w,"
@@ -258,6 +260,8 @@ int main() {{
                    check=True)
     subprocess.run([f"{d}/emu"], check=True)
     y = np.fromfile(f"{d}/y.bin", np.float32).reshape(N, D)
+    if out is not None:
+        out.append(y)
     ref = _numpy_reference(x, idx, sc_wide[:, 1:1 + K], q[0:3], q[3:6], I)
     if shared:
         wgu, wd = _dequantize(*q[6:9]), _dequantize(*q[9:12])
@@ -269,7 +273,7 @@ int main() {{
         ref += resid
     err = float(np.abs(y - ref).max())
     print(f"N={N} E={E} K={K} D={D} I={I} GS={GS} pad={pad} shared={shared} residual={res} "
-          f"sgc={sgc}: "
+          f"sgc={sgc} dedupe={dedupe} ({N * K - len(set(idx.ravel().tolist()))} repeats): "
           f"max|y - ref| = {err:.2e}, max|ref| = {np.abs(ref).max():.2f}")
     return err
 
@@ -373,7 +377,12 @@ if __name__ == "__main__":
                                                        "sgc": True}),
                         ((2, 8, 4, 256, 128, 64, 0), {"res": True}),
                         # a prompt chunk's 520 pairs: past the decode range (experts_to)
-                        ((40, 16, 13, 128, 64, 64, 0), {"shared": True, "res": True})]:
+                        ((40, 16, 13, 128, 64, 64, 0), {"shared": True, "res": True}),
+                        # each routed expert read once for all its tokens
+                        ((3, 8, 4, 256, 256, 64, 128), {"dedupe": True}),
+                        ((2, 12, 10, 96, 128, 32, 0), {"shared": True, "res": True,
+                                                       "dedupe": True}),
+                        ((9, 16, 8, 128, 64, 64, 0), {"shared": True, "dedupe": True})]:
         assert emulate(*case, seed=1, **extra) < 1e-4
     # (B, slots, (Hk, Hv, Dk, Dv), taps, fresh rows): the real head layout at 2+2+4 heads
     for case in [(3, 5, (2, 4, 128, 128), 4, {1}), (2, 4, (1, 2, 32, 64), 3, set())]:

@@ -8,7 +8,9 @@ between the two outputs (a change meant to keep every float prints 0).
 Run: git show REV:kernels/moe_experts_src.py > /tmp/moe_experts_src_base.py
      PYTHONPATH=. python -m kernels.bench.moe_experts_ab /tmp/moe_experts_src_base.py
 With --rows G/D,G/D,...: this tree's moe_experts at each rows-a-warp setting instead
-(moe_experts.RPW1/RPW2: gate/up outputs, down rows), the first the baseline.
+(moe_experts.RPW1/RPW2: gate/up outputs, down rows), the first the baseline. With
+--dedupe: this tree's moe_experts with launch 1 reading each routed expert once for all
+its tokens (moe_experts.DEDUPE_FROM_PAIRS) against without, and their largest difference.
 """
 from __future__ import annotations
 
@@ -67,6 +69,28 @@ def _rows_sweep(settings: list[tuple[int, int]], backend: str, experts) -> None:
     me.RPW1, me.RPW2 = saved
 
 
+def _dedupe_ab(backend: str, experts) -> None:
+    rng = np.random.default_rng(0)
+    saved = me.DEDUPE_FROM_PAIRS
+
+    def at(setting, fn):
+        def run():
+            me.DEDUPE_FROM_PAIRS = setting
+            return fn()
+        return run
+    for N in (2, 4, 8, 16, 32):
+        x, idx, scores, res, gate, _ = _inputs(N, rng)
+
+        def fn():
+            return me.kernel(x, idx, scores, experts, gate, res, backend=backend)
+        fns = {"off": at(None, fn), "dedupe": at(1, fn)}
+        a, b = fns["off"](), fns["dedupe"]()
+        diff = mx.abs(a.astype(mx.float32) - b.astype(mx.float32)).max().item()
+        shared = N * 8 - len(set(np.array(idx).ravel().tolist()))
+        report(f"N={N} ({shared} repeats, max diff {diff:.3g})", compare(fns), "off")
+    me.DEDUPE_FROM_PAIRS = saved
+
+
 def _inputs(N: int, rng):
     x = mx.random.normal((N, D), key=mx.random.key(N)).astype(mx.bfloat16)
     idx = mx.array(np.stack([rng.choice(E, 8, replace=False) for _ in range(N)]), mx.int32)
@@ -81,6 +105,9 @@ def _inputs(N: int, rng):
 def main(argv: list[str]) -> None:
     backend = gpu_backend()
     print(f"moe_experts_ab  backend={backend}  device={mx.default_device()}", flush=True)
+    if backend == "cuda" and argv == ["--dedupe"]:
+        _dedupe_ab(backend, _block()._block_experts())
+        return
     if backend == "cuda" and len(argv) == 2 and argv[0] == "--rows":
         settings = [tuple(int(r) for r in s.split("/")) for s in argv[1].split(",")]
         _rows_sweep(settings, backend, _block()._block_experts())

@@ -151,9 +151,10 @@ def moe_cases(dt: str):
                             [("logits", dt, 2)], [("indices", i32), ("weights", f32)],
                             [("E", 256), ("K", 8), ("NORM", 1)])
     header, gate_up, down = mes._SOURCES["cuda"]
-    yield "moe_experts gate_up", wrap("gu", header, gate_up,
-                                      [("x", dt, 2), ("idx", i32, 2)] + weights, [("h", f32)],
-                                      gu_t)
+    for dedupe in (0, 1):
+        yield f"moe_experts gate_up DEDUPE={dedupe}", wrap(
+            "gu", header, gate_up, [("x", dt, 2), ("idx", i32, 2)] + weights, [("h", f32)],
+            gu_t + [("DEDUPE", dedupe)])
     yield "moe_experts down", wrap("dn", header, down, [("h", f32, 2), ("idx", i32, 2),
                                                         ("scores", f32, 2)] + weights + tail,
                                    [("y", dt)], dn_t + [("SGC", 0)])

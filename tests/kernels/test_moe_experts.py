@@ -1,5 +1,7 @@
 """Routed experts as gathered matrix-vector products (kernels/moe_experts.py) against an
 independent float64 numpy reference (nibbles unpacked by hand, not mx.dequantize)."""
+import shutil
+
 import kernel_numpy_ref as numpy_ref
 import mlx.core as mx
 import numpy as np
@@ -76,6 +78,21 @@ def test_kernel_matches_numpy(backend, case, shared, residual, dtype):
     args = _make(1, *case, dtype, shared, residual)
     assert me.applies(args[0], args[1], *args[3:])
     assert _close(me.kernel(*args, backend=backend), *_expected(*args), dtype)
+
+
+@pytest.mark.parametrize("case, shared, residual", CASES)
+def test_reading_each_expert_once_matches_numpy_on_the_gpu(backend, case, shared, residual,
+                                                           monkeypatch):
+    """DEDUPE on the GPU (off by default until timed): the reference's tolerance, and
+    bit for bit the kernel without it."""
+    if backend != "cuda":
+        pytest.skip("DEDUPE is in the CUDA source only")
+    args = _make(1, *case, mx.bfloat16, shared, residual)
+    without = me.kernel(*args, backend=backend)
+    monkeypatch.setattr(me, "DEDUPE_FROM_PAIRS", 1)
+    with_ = me.kernel(*args, backend=backend)
+    assert _close(with_, *_expected(*args), mx.bfloat16)
+    assert np.array_equal(to_np(with_), to_np(without))
 
 
 def test_dispatcher_matches_numpy(backend):
@@ -175,3 +192,40 @@ def test_the_moe_block_on_the_kernel_matches_its_plain_path(backend):
     plain = np.array(block(x, residual))
     block.kernel_set = _only_experts(backend)
     np.testing.assert_allclose(np.array(block(x, residual)), plain, rtol=1e-4, atol=1e-4)
+
+
+# (N, E, K, D, I, group, pad, shared): 5 tokens choosing 4 of 8 experts (most pairs repeat
+# an expert an earlier token chose), the shared expert beside; 3 tokens, padded rows
+DEDUPE_CASES = [(5, 8, 4, 128, 64, 64, 0, True), (3, 8, 4, 128, 64, 32, 64, False)]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run the CUDA body with")
+@pytest.mark.parametrize("case", DEDUPE_CASES)
+def test_reading_each_expert_once_changes_no_float(case):
+    """kernels/bench/cuda_on_cpu.py runs the CUDA bodies as written (a block's threads as
+    std::threads): with DEDUPE the first token to choose an expert runs every later
+    token's rows of it, and each (token, row) sum is the same floats as without, so y is
+    bit for bit the same (~10 s a case)."""
+    from kernels.bench.cuda_on_cpu import emulate
+    *shape, shared = case
+    with_, without = [], []
+    emulate(*shape, seed=3, shared=shared, dedupe=True, out=with_)
+    emulate(*shape, seed=3, shared=shared, dedupe=False, out=without)
+    assert np.array_equal(with_[0], without[0])
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run the CUDA body with")
+def test_a_dedupe_fault_is_caught(monkeypatch):
+    """The check of the check: the owner warp writing every token's rows to its own slot
+    (j, not the token's jt) changes y."""
+    import kernels.moe_experts_src as mes
+    from kernels.bench.cuda_on_cpu import emulate
+    header, gate_up, down = mes._SOURCES["cuda"]
+    planted = gate_up.replace("(size_t(tok) * KK + jt)", "(size_t(tok) * KK + j)")
+    assert planted != gate_up
+    monkeypatch.setitem(mes._SOURCES, "cuda", (header, planted, down))
+    *shape, shared = DEDUPE_CASES[0]
+    with_, without = [], []
+    emulate(*shape, seed=3, shared=shared, dedupe=True, out=with_)
+    emulate(*shape, seed=3, shared=shared, dedupe=False, out=without)
+    assert not np.array_equal(with_[0], without[0])
