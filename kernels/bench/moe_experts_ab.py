@@ -35,60 +35,55 @@ def _base_module(path: str):
     return module
 
 
-def _with(built: dict, backend: str, kernels: tuple, fn):
-    """fn() with `kernels` as the module's built pair on `backend`."""
+def _after(setup, fn):
+    """fn() after setup() (which sets the module state a candidate runs with)."""
     def run():
-        built[backend] = kernels
+        setup()
         return fn()
     return run
 
 
+def _max_diff(a: mx.array, b: mx.array) -> float:
+    return mx.abs(a.astype(mx.float32) - b.astype(mx.float32)).max().item()
+
+
 def _ab(title: str, built: dict, backend: str, ours: tuple, base: tuple, fn) -> None:
-    fns = {"base": _with(built, backend, base, fn), "this": _with(built, backend, ours, fn)}
-    a, b = fns["base"](), fns["this"]()
-    diff = mx.abs(a.astype(mx.float32) - b.astype(mx.float32)).max().item()
+    fns = {"base": _after(lambda: built.__setitem__(backend, base), fn),
+           "this": _after(lambda: built.__setitem__(backend, ours), fn)}
+    diff = _max_diff(fns["base"](), fns["this"]())
     report(f"{title} (max diff {diff:.3g})", compare(fns), "base")
 
 
-def _rows_sweep(settings: list[tuple[int, int]], backend: str, experts) -> None:
+def _sweep(sizes, settings: dict, backend: str, experts) -> None:
+    """This tree's moe_experts at each size under each setting (name -> a function that
+    sets moe_experts' constants), alternating, the first the baseline; with the routed
+    pairs that repeat an expert and the largest difference from the baseline's output."""
     rng = np.random.default_rng(0)
-    saved = me.RPW1, me.RPW2
-
-    def at(rows, fn):
-        def run():
-            me.RPW1, me.RPW2 = rows
-            return fn()
-        return run
-    for N in (1, 4, 8, 16, 32):
+    saved = me.RPW1, me.RPW2, me.DEDUPE_FROM_PAIRS
+    for N in sizes:
         x, idx, scores, res, gate, _ = _inputs(N, rng)
 
         def fn():
             return me.kernel(x, idx, scores, experts, gate, res, backend=backend)
-        report(f"moe_experts N={N}", compare({f"{g}/{d}": at((g, d), fn) for g, d in settings}),
-               f"{settings[0][0]}/{settings[0][1]}")
-    me.RPW1, me.RPW2 = saved
+        fns = {name: _after(setup, fn) for name, setup in settings.items()}
+        outs = [f() for f in fns.values()]
+        diff = max(_max_diff(outs[0], y) for y in outs)
+        repeats = N * 8 - len(set(np.array(idx).ravel().tolist()))
+        report(f"N={N} ({repeats} repeats, max diff {diff:.3g})", compare(fns),
+               next(iter(settings)))
+    me.RPW1, me.RPW2, me.DEDUPE_FROM_PAIRS = saved
 
 
-def _dedupe_ab(backend: str, experts) -> None:
-    rng = np.random.default_rng(0)
-    saved = me.DEDUPE_FROM_PAIRS
+def _rows(g: int, d: int):
+    def setup():
+        me.RPW1, me.RPW2 = g, d
+    return setup
 
-    def at(setting, fn):
-        def run():
-            me.DEDUPE_FROM_PAIRS = setting
-            return fn()
-        return run
-    for N in (2, 4, 8, 16, 32):
-        x, idx, scores, res, gate, _ = _inputs(N, rng)
 
-        def fn():
-            return me.kernel(x, idx, scores, experts, gate, res, backend=backend)
-        fns = {"off": at(None, fn), "dedupe": at(1, fn)}
-        a, b = fns["off"](), fns["dedupe"]()
-        diff = mx.abs(a.astype(mx.float32) - b.astype(mx.float32)).max().item()
-        shared = N * 8 - len(set(np.array(idx).ravel().tolist()))
-        report(f"N={N} ({shared} repeats, max diff {diff:.3g})", compare(fns), "off")
-    me.DEDUPE_FROM_PAIRS = saved
+def _dedupe(pairs):
+    def setup():
+        me.DEDUPE_FROM_PAIRS = pairs
+    return setup
 
 
 def _inputs(N: int, rng):
@@ -106,11 +101,13 @@ def main(argv: list[str]) -> None:
     backend = gpu_backend()
     print(f"moe_experts_ab  backend={backend}  device={mx.default_device()}", flush=True)
     if backend == "cuda" and argv == ["--dedupe"]:
-        _dedupe_ab(backend, _block()._block_experts())
+        _sweep((2, 4, 8, 16, 32), {"off": _dedupe(None), "dedupe": _dedupe(1)}, backend,
+               _block()._block_experts())
         return
     if backend == "cuda" and len(argv) == 2 and argv[0] == "--rows":
-        settings = [tuple(int(r) for r in s.split("/")) for s in argv[1].split(",")]
-        _rows_sweep(settings, backend, _block()._block_experts())
+        rows = [tuple(int(r) for r in s.split("/")) for s in argv[1].split(",")]
+        _sweep((1, 4, 8, 16, 32), {f"{g}/{d}": _rows(g, d) for g, d in rows}, backend,
+               _block()._block_experts())
         return
     if backend != "cuda" or len(argv) != 1:
         print("needs a CUDA GPU and the base sources' path, or --rows (see the docstring)")
