@@ -164,13 +164,13 @@ def applies(x, idx, experts: QuantExperts, shared_gate=None, residual=None,
 
 
 def fits(x, K: int, experts: QuantExperts, shared_gate=None, residual=None,
-         smem_extra: int = 0, rows: tuple[int, int] = (RPW1, RPW2),
+         smem_extra: int = 0, rows: tuple[int, int] | None = None,
          max_pairs: int | None = None, shared_gate_col: int = 0) -> bool:
     """`applies` for K experts a token; smem_extra: launch 2's shared bytes beside s * h
     (kernels/moe_block.py's routed ids and weights); rows: the launches' rows a warp;
     shared_gate_col: the shared gate's column of shared_gate [N, > col] (0: [N, 1] or
-    [N])."""
-    rpw1, rpw2 = rows
+    [N]). rows None: RPW1 and RPW2 as they are now (a bench's --moe-rows sets them)."""
+    rpw1, rpw2 = rows or (RPW1, RPW2)
     if x.ndim != 2:
         return False
     (N, D), hidden, gs = x.shape, experts.hidden, experts.group_size
