@@ -72,6 +72,9 @@ class StepEvent:
     # (docs/ENGINE.md, "What the floor allows").
     queue_s: float = 0.0
     read_s: float = 0.0
+    # The engine thread's CPU seconds within queue_s (time.thread_time): near queue_s where
+    # the host's own work is the queue; far below it where the thread waited.
+    queue_cpu_s: float = 0.0
     # A mixed step: the seconds the prefill budget predicted when it chose the chunk
     # (engine/core/prefill_budget.py); 0 where nothing was predicted.
     predicted_s: float = 0.0

@@ -128,10 +128,11 @@ def ours_decode(engine: Engine, prompts: list[list[int]], steps: int,
     first = next((e.duration for e in rec.events if e.kind == "decode" and e.batch_size == B),
                  float("nan"))
     # Where a step's time went on the engine thread (StepEvent): queuing the next step's
-    # work, and reading this one's tokens back (mostly waiting for the device). A step
-    # far longer than queue + read waited elsewhere (the host between steps).
+    # work (and the thread's CPU time of it), and reading this one's tokens back (mostly
+    # waiting for the device). A step far longer than queue + read waited elsewhere (the
+    # host between steps); a queue far longer than its CPU time waited inside it.
     host = {f"{name}_ms": round(1e3 * statistics.median(getattr(e, f"{name}_s") for e in steady), 2)
-            for name in ("queue", "read")} if steady else {}
+            for name in ("queue", "queue_cpu", "read")} if steady else {}
     return (statistics.median(times) if times else float("nan"),
             {"steps": len(times), "slowest_s": max(times, default=float("nan")),
              "first_full_s": round(first, 4), **host})

@@ -10,7 +10,8 @@ from engine.events import StepEvent
 
 
 def step_event(step: int, plan: StepPlan, t0: float, t1: float, cache: CacheManager,
-               scheduler: Scheduler, queue_s: float = 0.0, read_s: float = 0.0) -> StepEvent:
+               scheduler: Scheduler, queue_s: float = 0.0, queue_cpu_s: float = 0.0,
+               read_s: float = 0.0) -> StepEvent:
     kind = ("mixed" if plan.decode and plan.prefills
             else "decode" if plan.decode else "prefill")
     return StepEvent(
@@ -22,5 +23,5 @@ def step_event(step: int, plan: StepPlan, t0: float, t1: float, cache: CacheMana
         kv_pages_cached=cache.num_cached_pages,
         num_waiting=len(scheduler.waiting), num_running=len(scheduler.running),
         waiting_request_ids=tuple(s.request_id for s in scheduler.waiting),
-        degraded=plan.degraded, queue_s=queue_s, read_s=read_s,
+        degraded=plan.degraded, queue_s=queue_s, queue_cpu_s=queue_cpu_s, read_s=read_s,
         predicted_s=plan.predicted_s, chunk_reason=plan.chunk_reason)

@@ -129,11 +129,13 @@ class StepLoop:
             self._hand_to_disk(saves)
             self.host_copies.pump(float("inf"))     # idle: nothing to stall
             return
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         sampled = self._run(plan, [a for _, arrays in saves for a in arrays.values()])
-        queue_s = time.perf_counter() - t0
+        # wall and this thread's CPU seconds: a queue far longer than its CPU time waited
+        # (MLX's eval blocking, or the host's other work taking this thread's core)
+        queued = (time.perf_counter() - t0, time.thread_time() - c0)
         self.budget.queued(len(plan.decode), plan.prefill_tokens)   # observed when read back
-        previous, self._inflight = self._inflight, (plan, sampled, t0, saves, queue_s)
+        previous, self._inflight = self._inflight, (plan, sampled, t0, saves, queued)
         if previous is not None:
             self._complete(previous, t_end=t0)
         # Nothing left to run: read the last step now, or it would last until the next
@@ -208,7 +210,7 @@ class StepLoop:
         self.host_copies.add(saves)
 
     def _complete(self, inflight, t_end: float | None) -> None:
-        plan, sampled, t0, saves, queue_s = inflight
+        plan, sampled, t0, saves, queued = inflight
         self._completing = plan          # involved if reading it back raises
         t_read = time.perf_counter()
         self._hand_to_disk(saves)          # evaluated with that step
@@ -216,7 +218,7 @@ class StepLoop:
         self._completing = None
         read_s = time.perf_counter() - t_read
         # A step lasts until the next one starts: the cadence a stream sees.
-        self._emit_step(plan, t0, t_end or time.perf_counter(), queue_s, read_s)
+        self._emit_step(plan, t0, t_end or time.perf_counter(), queued, read_s)
 
     # -- run ----------------------------------------------------------------
     def _run(self, plan: StepPlan, extra: list[mx.array]) -> list[tuple[Request, mx.array, int]]:
@@ -368,9 +370,9 @@ class StepLoop:
             req.seq.pending.clear()
             self._finish(req, "cancelled", req.stream.finish())
 
-    def _emit_step(self, plan: StepPlan, t0: float, t1: float, queue_s: float,
-                   read_s: float) -> None:
+    def _emit_step(self, plan: StepPlan, t0: float, t1: float,
+                   queued: tuple[float, float], read_s: float) -> None:
         self.num_steps += 1
         self.budget.observe(t1 - t0, len(plan.decode), plan.prefill_tokens)
         self.emit(step_event(self.num_steps, plan, t0, t1, self.cache, self.scheduler,
-                             queue_s, read_s))
+                             *queued, read_s=read_s))

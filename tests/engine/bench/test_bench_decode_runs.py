@@ -72,7 +72,7 @@ def test_ours_decode_times_the_first_steps_steady_steps():
     median, extra = ours_decode(engine, [[1] * 32] * 8, steps=4)
     assert math.isclose(median, (0.019 + 0.02) / 2)
     assert extra == {"steps": 4, "slowest_s": 0.03, "first_full_s": 0.11,
-                     "queue_ms": 0.0, "read_ms": 0.0}   # the scripted events carry none
+                     "queue_ms": 0.0, "queue_cpu_ms": 0.0, "read_ms": 0.0}   # scripted: none
     assert engine.max_tokens == 4 + 2 * 8 + 4 and engine.listeners == []
 
 
