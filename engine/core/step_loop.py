@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from time import thread_time  # apart: tests replace `time` with a simulated clock
 
 import mlx.core as mx
 
@@ -129,11 +130,11 @@ class StepLoop:
             self._hand_to_disk(saves)
             self.host_copies.pump(float("inf"))     # idle: nothing to stall
             return
-        t0, c0 = time.perf_counter(), time.thread_time()
+        t0, c0 = time.perf_counter(), thread_time()
         sampled = self._run(plan, [a for _, arrays in saves for a in arrays.values()])
         # wall and this thread's CPU seconds: a queue far longer than its CPU time waited
         # (MLX's eval blocking, or the host's other work taking this thread's core)
-        queued = (time.perf_counter() - t0, time.thread_time() - c0)
+        queued = (time.perf_counter() - t0, thread_time() - c0)
         self.budget.queued(len(plan.decode), plan.prefill_tokens)   # observed when read back
         previous, self._inflight = self._inflight, (plan, sampled, t0, saves, queued)
         if previous is not None:

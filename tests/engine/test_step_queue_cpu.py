@@ -19,6 +19,6 @@ def test_every_step_carries_its_queue_cpu_time_within_its_wall_time(tmp_path):
         engine.generate(["hello world", "a second prompt"])
     steps = [e for e in events if e.kind == "decode"]
     assert steps
-    # thread_time's granularity is far finer than a millisecond on Linux and macOS
+    # CPU time within the wall time (how much of it depends on the host's load: no ratio
+    # here); thread_time's granularity is far finer than a millisecond on Linux and macOS
     assert all(0.0 < e.queue_cpu_s <= e.queue_s + 1e-3 for e in steps)
-    assert sum(e.queue_cpu_s for e in steps) > 0.1 * sum(e.queue_s for e in steps)
