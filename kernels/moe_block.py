@@ -128,7 +128,7 @@ def kernel(x, logits, k: int, normalize: bool, experts: me.QuantExperts, shared_
         inputs=[x, logits, rows, *gu_weights],
         template=[("D", D), ("I", hidden), ("K", k), ("E", E), ("R", gu_weights[0].shape[1]),
                   ("RS", gu_weights[3].shape[-2]), ("GS", gs), ("RPW", RPW1),
-                  ("SHARED", shared), ("ROWS", routed)],
+                  ("SHARED", shared), ("ROWS", routed), ("TILE_MAJOR", False)],
         grid=(N * KK * (hidden // RPW1) * 32, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(N * KK, hidden)], output_dtypes=[mx.float32])
     gate = (logits if shared_gate is None else shared_gate if shared_gate_col
@@ -137,7 +137,8 @@ def kernel(x, logits, k: int, normalize: bool, experts: me.QuantExperts, shared_
         inputs=[h, logits, rows, *down_weights, gate, x if residual is None else residual],
         template=[("OutT", x.dtype), ("D", D), ("I", hidden), ("K", k), ("E", E),
                   ("NORM", bool(normalize)), ("GS", gs), ("RPW", RPW2), ("SHARED", shared),
-                  ("RES", residual is not None), ("ROWS", routed), ("SGC", shared_gate_col)],
+                  ("RES", residual is not None), ("ROWS", routed), ("SGC", shared_gate_col),
+                  ("TILE_MAJOR", False)],
         grid=(N * (D // (8 * RPW2)) * 256, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(N, D)], output_dtypes=[x.dtype])
     return y

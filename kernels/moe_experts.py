@@ -69,6 +69,11 @@ SMEM_BYTES = 32 * 1024   # launch 2's staged s * h: within Metal's 32 KB threadg
 # --dedupe` times it on a GPU. At B=16 with independent routing ~20 % of the 128 pairs
 # repeat an expert another token chose.
 DEDUPE_FROM_PAIRS: int | None = None
+# Both launches' grid in row-tile-major order (kernels/moe_experts_src.py TILE_MAJOR; CUDA
+# only): the pairs that share an expert read its rows at about the same time, the later
+# ones from L2, with no token waiting on another's (DEDUPE's owner runs them one after
+# another). The same floats. Off until `moe_experts_ab --order` times it on a GPU.
+TILE_MAJOR = False
 GROUP_SIZES = (32, 64, 128)
 
 
@@ -214,6 +219,11 @@ def dedupes(backend: str, N: int, K: int) -> bool:
             and N * K >= DEDUPE_FROM_PAIRS)
 
 
+def tile_major(backend: str) -> bool:
+    """Whether both launches run their grid row-tile-major (TILE_MAJOR: CUDA only)."""
+    return backend == "cuda" and TILE_MAJOR
+
+
 def kernel(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=None, *,
            backend: str) -> mx.array:
     """Launch on `backend`: y [N, D] in x.dtype, as `reference`."""
@@ -226,7 +236,8 @@ def kernel(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=Non
         inputs=[x, idx, *gu_weights],
         template=[("D", D), ("I", hidden), ("K", K), ("R", gu_weights[0].shape[1]),
                   ("RS", gu_weights[3].shape[-2]), ("GS", gs), ("RPW", RPW1),
-                  ("SHARED", shared), ("DEDUPE", dedupes(backend, N, K))],
+                  ("SHARED", shared), ("DEDUPE", dedupes(backend, N, K)),
+                  ("TILE_MAJOR", tile_major(backend))],
         grid=(N * KK * (hidden // RPW1) * 32, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(N * KK, hidden)], output_dtypes=[mx.float32])
     gate = scores if shared_gate is None else shared_gate.reshape(N, 1)
@@ -234,7 +245,7 @@ def kernel(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=Non
         inputs=[h, idx, scores, *down_weights, gate, x if residual is None else residual],
         template=[("OutT", x.dtype), ("D", D), ("I", hidden), ("K", K), ("GS", gs),
                   ("RPW", RPW2), ("SHARED", shared), ("RES", residual is not None),
-                  ("SGC", 0)],
+                  ("SGC", 0), ("TILE_MAJOR", tile_major(backend))],
         grid=(N * (D // (8 * RPW2)) * 256, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(N, D)], output_dtypes=[x.dtype])
     return y

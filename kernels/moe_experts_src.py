@@ -58,9 +58,14 @@ _CUDA_GATE_UP = Template("""
   const int N = x_shape[0];
   const int lane = threadIdx.x % 32;
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
-  const int pair = warp / TILES;              // n * KK + j
-  if (pair >= N * KK) return;                 // whole warps
-  const int i0 = (warp % TILES) * RPW;
+  // TILE_MAJOR: the warps of one row tile of every pair are neighbours in the grid, so
+  // pairs that share an expert (tokens that chose the same one; every token's shared
+  // expert) read its rows at about the same time, all but the first from L2. Else each
+  // pair's tiles are neighbours (one expert's rows in a block).
+  const int pair = TILE_MAJOR ? warp % (N * KK) : warp / TILES;   // n * KK + j
+  const int tile = TILE_MAJOR ? warp / (N * KK) : warp % TILES;
+  if (pair >= N * KK || tile >= TILES) return;                   // whole warps
+  const int i0 = tile * RPW;
   const int n = pair / KK;
   const int j = pair % KK;
   const bool own = SHARED && j == K;          // the shared expert: its own arrays
@@ -137,8 +142,12 @@ _CUDA_DOWN = Template("""
   constexpr int RPB = 8 * RPW;                // rows per block: 8 warps
   constexpr int BPT = D / RPB;                // blocks per token
   __shared__ float sh[NC * 36];               // s * h, 32-float chunks padded to 36
-  const int n = blockIdx.x / BPT;             // the grid is exact: no early return
-  const int d0 = (blockIdx.x % BPT) * RPB + (threadIdx.x / 32) * RPW;
+  // the grid is exact (tokens x BPT blocks): no early return. TILE_MAJOR as launch 1: the
+  // blocks of one row block of every token are neighbours
+  const int tokens = gridDim.x / BPT;
+  const int n = TILE_MAJOR ? blockIdx.x % tokens : blockIdx.x / BPT;
+  const int d0 = (TILE_MAJOR ? blockIdx.x / tokens : blockIdx.x % BPT) * RPB
+                 + (threadIdx.x / 32) * RPW;
   const int lane = threadIdx.x % 32;
   float sgate = 0.f;                          // the shared expert's weight
   if (SHARED) {

@@ -199,6 +199,9 @@ def add_moe_max_pairs_arg(parser) -> None:
                         help="kernels.moe_experts.DEDUPE_FROM_PAIRS for this run: from this "
                              "many (token, expert) pairs a decode step's gate/up launch reads "
                              "each routed expert once for all its tokens (CUDA; default off)")
+    parser.add_argument("--moe-tile-major", action="store_true",
+                        help="kernels.moe_experts.TILE_MAJOR for this run: the decode experts' "
+                             "grids in row-tile-major order (CUDA; default off)")
 
 
 def apply_moe_max_pairs(args) -> None:
@@ -218,3 +221,6 @@ def apply_moe_max_pairs(args) -> None:
     if getattr(args, "moe_dedupe_from", None) is not None:
         import kernels.moe_experts as moe_experts
         moe_experts.DEDUPE_FROM_PAIRS = args.moe_dedupe_from
+    if getattr(args, "moe_tile_major", False):
+        import kernels.moe_experts as moe_experts
+        moe_experts.TILE_MAJOR = True

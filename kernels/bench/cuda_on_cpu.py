@@ -122,7 +122,7 @@ PRE = r'''
 struct uint4 { unsigned x, y, z, w; };
 struct D3 { int x, y, z; };
 thread_local D3 blockIdx, threadIdx;
-D3 blockDim{256, 1, 1};
+D3 blockDim{256, 1, 1}, gridDim{1, 1, 1};
 std::barrier<>* g_block;
 std::vector<std::unique_ptr<std::barrier<>>> g_warps;
 float g_buf[1024];
@@ -152,9 +152,11 @@ def launch(name, call, nblocks, threads=256):
     """run_<name>(): nblocks blocks of `threads` (a multiple of 32, <= 1024) one after another;
     nblocks a list: only the blocks it names, in its order."""
     blocks = list(nblocks) if isinstance(nblocks, (list, tuple, range)) else range(nblocks)
+    grid = max(blocks, default=-1) + 1          # a list: the grid up to its last block
     return f'''
 void run_{name}() {{
   blockDim = {{{threads}, 1, 1}};
+  gridDim = {{{grid}, 1, 1}};
   static const int blocks[] = {{{", ".join(map(str, blocks)) or "-1"}}};
   for (int b : blocks) {{
     if (b < 0) continue;
@@ -189,12 +191,13 @@ def build_and_run(src: str, work: str) -> None:
 
 
 def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False, sgc=False,  # noqa: E741
-            dedupe=False, out=None):
+            dedupe=False, tile_major=False, out=None):
     """moe_experts' two kernels; with the shared expert (weight sigmoid(gate), the gate a
     column of a wider array: a view starting there, or with sgc the whole array and the
     column SGC=E, as moe_block reads the router's joined output) and a residual; scores a
     strided view too. dedupe: launch 1 reads each routed expert once for all its tokens
-    (moe_experts.DEDUPE_FROM_PAIRS). out: a list that gets the kernels' y."""
+    (moe_experts.DEDUPE_FROM_PAIRS); tile_major: both grids row-tile-major
+    (moe_experts.TILE_MAJOR). out: a list that gets the kernels' y."""
     rng = np.random.default_rng(seed)
     gu = mx.array(rng.normal(size=(E, 2 * I + pad, D)).astype(np.float32) * D**-0.5)
     dn = mx.array(rng.normal(size=(E, D, I)).astype(np.float32) * I**-0.5)
@@ -222,7 +225,8 @@ def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False, sgc=False,  #
                  " const float* scales, const float* biases, const uint32_t* sw,"
                  " const float* ss, const float* sb, float* h",
                  [("D", D), ("I", I), ("K", K), ("R", R), ("RS", R), ("GS", GS),
-                  ("RPW", me.RPW1), ("SHARED", int(shared)), ("DEDUPE", int(dedupe))])
+                  ("RPW", me.RPW1), ("SHARED", int(shared)), ("DEDUPE", int(dedupe)),
+                  ("TILE_MAJOR", int(tile_major))])
     src += kfunc("down", down,
                  "const float* h, const uint32_t* idx, const int64_t* idx_strides,"
                  " const float* scores, const int64_t* scores_strides, const uint32_t* w,"
@@ -232,7 +236,7 @@ def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False, sgc=False,  #
                  " const int64_t* residual_strides, float* y",
                  [("OutT", "float"), ("D", D), ("I", I), ("K", K), ("GS", GS),
                   ("RPW", me.RPW2), ("SHARED", int(shared)), ("RES", int(res)),
-                  ("SGC", E if sgc else 0)])
+                  ("SGC", E if sgc else 0), ("TILE_MAJOR", int(tile_major))])
     loads = "".join(f'  {n.upper()} = load<{"uint32_t" if n.endswith("w") else "float"}>'
                     f'("{d}/{n}.bin", {a.size});\n' for n, a in arrs.items() if n != "idx")
     src += f'''
@@ -273,7 +277,8 @@ int main() {{
         ref += resid
     err = float(np.abs(y - ref).max())
     print(f"N={N} E={E} K={K} D={D} I={I} GS={GS} pad={pad} shared={shared} residual={res} "
-          f"sgc={sgc} dedupe={dedupe} ({N * K - len(set(idx.ravel().tolist()))} repeats): "
+          f"sgc={sgc} dedupe={dedupe} tile_major={tile_major} "
+          f"({N * K - len(set(idx.ravel().tolist()))} repeats): "
           f"max|y - ref| = {err:.2e}, max|ref| = {np.abs(ref).max():.2f}")
     return err
 
@@ -382,7 +387,12 @@ if __name__ == "__main__":
                         ((3, 8, 4, 256, 256, 64, 128), {"dedupe": True}),
                         ((2, 12, 10, 96, 128, 32, 0), {"shared": True, "res": True,
                                                        "dedupe": True}),
-                        ((9, 16, 8, 128, 64, 64, 0), {"shared": True, "dedupe": True})]:
+                        ((9, 16, 8, 128, 64, 64, 0), {"shared": True, "dedupe": True}),
+                        # both grids row-tile-major, alone and with DEDUPE
+                        ((5, 8, 4, 128, 64, 64, 0), {"shared": True, "res": True,
+                                                     "tile_major": True}),
+                        ((9, 16, 8, 128, 64, 64, 0), {"shared": True, "dedupe": True,
+                                                      "tile_major": True})]:
         assert emulate(*case, seed=1, **extra) < 1e-4
     # (B, slots, (Hk, Hv, Dk, Dv), taps, fresh rows): the real head layout at 2+2+4 heads
     for case in [(3, 5, (2, 4, 128, 128), 4, {1}), (2, 4, (1, 2, 32, 64), 3, set())]:

@@ -129,9 +129,10 @@ def _program(N, E, K, D, I, GS, pad, shared, res, norm, rows, d) -> str:  # noqa
     R, KK = 2 * I + pad, K + shared
     XW, LW = D + 8, E + 8                     # x = XW[:, 3:3+D], logits = LW[:, :E], gate LW[:, E]
     common = [("D", D), ("I", I), ("K", K), ("GS", GS)]
-    gu_t = common + [("R", R), ("RS", R), ("RPW", mb.RPW1), ("SHARED", int(shared))]
+    gu_t = common + [("R", R), ("RS", R), ("RPW", mb.RPW1), ("SHARED", int(shared)),
+                     ("DEDUPE", 0), ("TILE_MAJOR", 0)]
     dn_t = [("OutT", "float")] + common + [("RPW", mb.RPW2), ("SHARED", int(shared)),
-                                           ("RES", int(res))]
+                                           ("RES", int(res)), ("TILE_MAJOR", 0)]
     routed = [("E", E), ("ROWS", int(rows))]
     _, idx_gu, idx_dn = mes._SOURCES["cuda"]
     header, blk_gu, blk_dn = mbs.SOURCES["cuda"]

@@ -9,8 +9,9 @@ Run: git show REV:kernels/moe_experts_src.py > /tmp/moe_experts_src_base.py
      PYTHONPATH=. python -m kernels.bench.moe_experts_ab /tmp/moe_experts_src_base.py
 With --rows G/D,G/D,...: this tree's moe_experts at each rows-a-warp setting instead
 (moe_experts.RPW1/RPW2: gate/up outputs, down rows), the first the baseline. With
---dedupe: this tree's moe_experts with launch 1 reading each routed expert once for all
-its tokens (moe_experts.DEDUPE_FROM_PAIRS) against without, and their largest difference.
+--order: this tree's moe_experts as it is, with launch 1 reading each routed expert once
+for all its tokens (moe_experts.DEDUPE_FROM_PAIRS), with both grids row-tile-major
+(moe_experts.TILE_MAJOR), and with both; the largest difference from the first.
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def _sweep(sizes, settings: dict, backend: str, experts) -> None:
     sets moe_experts' constants), alternating, the first the baseline; with the routed
     pairs that repeat an expert and the largest difference from the baseline's output."""
     rng = np.random.default_rng(0)
-    saved = me.RPW1, me.RPW2, me.DEDUPE_FROM_PAIRS
+    saved = me.RPW1, me.RPW2, me.DEDUPE_FROM_PAIRS, me.TILE_MAJOR
     for N in sizes:
         x, idx, scores, res, gate, _ = _inputs(N, rng)
 
@@ -71,7 +72,7 @@ def _sweep(sizes, settings: dict, backend: str, experts) -> None:
         repeats = N * 8 - len(set(np.array(idx).ravel().tolist()))
         report(f"N={N} ({repeats} repeats, max diff {diff:.3g})", compare(fns),
                next(iter(settings)))
-    me.RPW1, me.RPW2, me.DEDUPE_FROM_PAIRS = saved
+    me.RPW1, me.RPW2, me.DEDUPE_FROM_PAIRS, me.TILE_MAJOR = saved
 
 
 def _rows(g: int, d: int):
@@ -80,9 +81,9 @@ def _rows(g: int, d: int):
     return setup
 
 
-def _dedupe(pairs):
+def _order(dedupe_from, tile_major: bool):
     def setup():
-        me.DEDUPE_FROM_PAIRS = pairs
+        me.DEDUPE_FROM_PAIRS, me.TILE_MAJOR = dedupe_from, tile_major
     return setup
 
 
@@ -100,9 +101,10 @@ def _inputs(N: int, rng):
 def main(argv: list[str]) -> None:
     backend = gpu_backend()
     print(f"moe_experts_ab  backend={backend}  device={mx.default_device()}", flush=True)
-    if backend == "cuda" and argv == ["--dedupe"]:
-        _sweep((2, 4, 8, 16, 32), {"off": _dedupe(None), "dedupe": _dedupe(1)}, backend,
-               _block()._block_experts())
+    if backend == "cuda" and argv == ["--order"]:
+        _sweep((2, 4, 8, 16, 32), {"plain": _order(None, False), "dedupe": _order(1, False),
+                                   "tile": _order(None, True), "both": _order(1, True)},
+               backend, _block()._block_experts())
         return
     if backend == "cuda" and len(argv) == 2 and argv[0] == "--rows":
         rows = [tuple(int(r) for r in s.split("/")) for s in argv[1].split(",")]
@@ -110,7 +112,8 @@ def main(argv: list[str]) -> None:
                _block()._block_experts())
         return
     if backend != "cuda" or len(argv) != 1:
-        print("needs a CUDA GPU and the base sources' path, or --rows (see the docstring)")
+        print("needs a CUDA GPU and the base sources' path, --rows or --order (see the "
+              "docstring)")
         return
     base_src = _base_module(argv[0])
     experts = _block()._block_experts()

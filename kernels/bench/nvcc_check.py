@@ -144,8 +144,8 @@ def moe_cases(dt: str):
     weights = [("w", u32, 3), ("scales", dt, 3), ("biases", dt, 3), ("sw", u32, 2),
                ("ss", dt, 2), ("sb", dt, 2)]
     size = [("D", 2048), ("I", 512), ("K", 8), ("GS", 64)]
-    gu_t = size + [("R", 1024), ("RS", 1024), ("RPW", 4), ("SHARED", 1)]
-    dn_t = [("OutT", dt)] + size + [("RPW", 2), ("SHARED", 1), ("RES", 1)]
+    gu_t = size + [("R", 1024), ("RS", 1024), ("RPW", 4), ("SHARED", 1), ("TILE_MAJOR", 0)]
+    dn_t = [("OutT", dt)] + size + [("RPW", 2), ("SHARED", 1), ("RES", 1), ("TILE_MAJOR", 0)]
     tail = [("gate", dt, 2), ("residual", dt, 2)]
     yield "moe_route", wrap("route", mr._KERNEL.headers["cuda"], mr._CUDA_SOURCE,
                             [("logits", dt, 2)], [("indices", i32), ("weights", f32)],

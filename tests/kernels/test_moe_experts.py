@@ -81,15 +81,16 @@ def test_kernel_matches_numpy(backend, case, shared, residual, dtype):
 
 
 @pytest.mark.parametrize("case, shared, residual", CASES)
-def test_reading_each_expert_once_matches_numpy_on_the_gpu(backend, case, shared, residual,
-                                                           monkeypatch):
-    """DEDUPE on the GPU (off by default until timed): the reference's tolerance, and
-    bit for bit the kernel without it."""
+@pytest.mark.parametrize("setting", [("DEDUPE_FROM_PAIRS", 1), ("TILE_MAJOR", True)])
+def test_dedupe_and_tile_major_match_numpy_on_the_gpu(backend, case, shared, residual,
+                                                      setting, monkeypatch):
+    """DEDUPE and TILE_MAJOR on the GPU (off by default until timed): the reference's
+    tolerance, and bit for bit the kernels without them."""
     if backend != "cuda":
-        pytest.skip("DEDUPE is in the CUDA source only")
+        pytest.skip("DEDUPE and TILE_MAJOR are in the CUDA source only")
     args = _make(1, *case, mx.bfloat16, shared, residual)
     without = me.kernel(*args, backend=backend)
-    monkeypatch.setattr(me, "DEDUPE_FROM_PAIRS", 1)
+    monkeypatch.setattr(me, *setting)
     with_ = me.kernel(*args, backend=backend)
     assert _close(with_, *_expected(*args), mx.bfloat16)
     assert np.array_equal(to_np(with_), to_np(without))
@@ -194,23 +195,27 @@ def test_the_moe_block_on_the_kernel_matches_its_plain_path(backend):
     np.testing.assert_allclose(np.array(block(x, residual)), plain, rtol=1e-4, atol=1e-4)
 
 
-# (N, E, K, D, I, group, pad, shared): 5 tokens choosing 4 of 8 experts (most pairs repeat
-# an expert an earlier token chose), the shared expert beside; 3 tokens, padded rows
-DEDUPE_CASES = [(5, 8, 4, 128, 64, 64, 0, True), (3, 8, 4, 128, 64, 32, 64, False)]
+# (N, E, K, D, I, group, pad, shared), the settings: 5 tokens choosing 4 of 8 experts (most
+# pairs repeat an expert an earlier token chose) with the shared expert; 3 tokens, padded
+# rows; both grids row-tile-major, alone and with DEDUPE
+ORDER_CASES = [((5, 8, 4, 128, 64, 64, 0, True), {"dedupe": True}),
+               ((3, 8, 4, 128, 64, 32, 64, False), {"dedupe": True}),
+               ((5, 8, 4, 128, 64, 64, 0, True), {"tile_major": True}),
+               ((5, 8, 4, 128, 64, 64, 0, True), {"tile_major": True, "dedupe": True})]
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run the CUDA body with")
-@pytest.mark.parametrize("case", DEDUPE_CASES)
-def test_reading_each_expert_once_changes_no_float(case):
+@pytest.mark.parametrize("case, settings", ORDER_CASES)
+def test_reading_each_expert_once_or_tile_major_changes_no_float(case, settings):
     """kernels/bench/cuda_on_cpu.py runs the CUDA bodies as written (a block's threads as
     std::threads): with DEDUPE the first token to choose an expert runs every later
-    token's rows of it, and each (token, row) sum is the same floats as without, so y is
-    bit for bit the same (~10 s a case)."""
+    token's rows of it; with TILE_MAJOR the grids run in another order. Each (token, row)
+    sum is the same floats as without, so y is bit for bit the same (~10 s a case)."""
     from kernels.bench.cuda_on_cpu import emulate
     *shape, shared = case
     with_, without = [], []
-    emulate(*shape, seed=3, shared=shared, dedupe=True, out=with_)
-    emulate(*shape, seed=3, shared=shared, dedupe=False, out=without)
+    emulate(*shape, seed=3, shared=shared, out=with_, **settings)
+    emulate(*shape, seed=3, shared=shared, out=without)
     assert np.array_equal(with_[0], without[0])
 
 
@@ -224,7 +229,7 @@ def test_a_dedupe_fault_is_caught(monkeypatch):
     planted = gate_up.replace("(size_t(tok) * KK + jt)", "(size_t(tok) * KK + j)")
     assert planted != gate_up
     monkeypatch.setitem(mes._SOURCES, "cuda", (header, planted, down))
-    *shape, shared = DEDUPE_CASES[0]
+    *shape, shared = ORDER_CASES[0][0]
     with_, without = [], []
     emulate(*shape, seed=3, shared=shared, dedupe=True, out=with_)
     emulate(*shape, seed=3, shared=shared, dedupe=False, out=without)
