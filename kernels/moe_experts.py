@@ -66,7 +66,7 @@ SMEM_BYTES = 32 * 1024   # launch 2's staged s * h: within Metal's 32 KB threadg
 # such token's warps run the others', kernels/moe_experts_src.py DEDUPE; CUDA only) from
 # this many (token, expert) pairs. None: never. Written and checked on the CPU
 # (kernels/bench/cuda_on_cpu.py) only; off until `python -m kernels.bench.moe_experts_ab
-# --dedupe` times it on a GPU. At B=16 with independent routing ~20 % of the 128 pairs
+# --order` times it on a GPU. At B=16 with independent routing ~20 % of the 128 pairs
 # repeat an expert another token chose.
 DEDUPE_FROM_PAIRS: int | None = None
 # Both launches' grid in row-tile-major order (kernels/moe_experts_src.py TILE_MAJOR; CUDA

@@ -205,22 +205,19 @@ def add_moe_max_pairs_arg(parser) -> None:
 
 
 def apply_moe_max_pairs(args) -> None:
-    """Set kernels.moe_experts.MAX_PAIRS from --moe-max-pairs and kernels.moe_grouped.
-    MIN_PAIRS from --moe-grouped-from, before a model is built (their applies() read the
-    constants at every call)."""
+    """Set kernels.moe_experts' constants (MAX_PAIRS from --moe-max-pairs, the rows a warp,
+    DEDUPE_FROM_PAIRS, TILE_MAJOR) and kernels.moe_grouped.MIN_PAIRS from --moe-grouped-from,
+    before a model is built (their kernels and applies() read them at every call)."""
+    import kernels.moe_experts as moe_experts
+    import kernels.moe_grouped as moe_grouped
     if args.moe_max_pairs is not None:
-        import kernels.moe_experts as moe_experts
         moe_experts.MAX_PAIRS = args.moe_max_pairs
         moe_experts.MEASURED_RANGE = False      # the flag's range, not the load's measure
     if args.moe_grouped_from is not None:
-        import kernels.moe_grouped as moe_grouped
         moe_grouped.MIN_PAIRS = args.moe_grouped_from
     if getattr(args, "moe_rows", None):
-        import kernels.moe_experts as moe_experts
         moe_experts.RPW1, moe_experts.RPW2 = (int(r) for r in args.moe_rows.split("/"))
     if getattr(args, "moe_dedupe_from", None) is not None:
-        import kernels.moe_experts as moe_experts
         moe_experts.DEDUPE_FROM_PAIRS = args.moe_dedupe_from
     if getattr(args, "moe_tile_major", False):
-        import kernels.moe_experts as moe_experts
         moe_experts.TILE_MAJOR = True
