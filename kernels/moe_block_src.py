@@ -20,7 +20,13 @@ from kernels.moe_experts_src import sources
 
 # The token's router row (the row map's entry with ROWS) and the strided loads of x.
 _ROW = "logits + (ROWS ? int64_t(row_map[n * row_map_strides[0]]) : int64_t(n)) * logits_strides[0]"
-_X = {"x_row": "x + tok * x_strides[0]", "x_at": "(c * 32 + t) * x_strides[1]"}
+_X = {"x_row": "x + tok * x_strides[0]", "x_at": "(c * 32 + t) * x_strides[1]",
+      "x_chunk": """      if (x_strides[1] == 1) {
+        load32(xr + c * 32, xv[it]);
+      } else {
+#pragma unroll
+        for (int t = 0; t < 32; ++t) xv[it][t] = static_cast<float>(xr[(c * 32 + t) * x_strides[1]]);
+      }"""}
 
 # Launch 1: the warp's expert is round j of its token's top-k (every lane gets it; the
 # shared expert's warps, j == K, route nothing: `own` is the same across the warp).

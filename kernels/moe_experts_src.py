@@ -38,6 +38,29 @@ __device__ __forceinline__ float nibble(unsigned w, int j) {
   return fmaf(__uint_as_float(bits), 1.f / float(1 << s), -8388608.f / float(1 << s));
 }
 
+// 32 consecutive values of a row from p, as floats: four (eight for float32) 16-byte loads
+// where p is 16-byte aligned, else a load a value. A lane's 32 values are 64 bytes apart
+// from its neighbour's, so each scalar load of a warp touched 16-32 sectors and launch 1
+// spent 64 of them a lane on x (H100 SASS: LDG.E.U16 x 64): most of its L1 traffic at
+// B=16. The same values either way.
+template <typename T>
+__device__ __forceinline__ void load32(const T* p, float* v) {
+  constexpr int PER = 16 / sizeof(T);
+  if ((reinterpret_cast<size_t>(p) & 15) == 0) {
+#pragma unroll
+    for (int k = 0; k < 32 / PER; ++k) {
+      const uint4 u = reinterpret_cast<const uint4*>(p)[k];
+      T e[PER];
+      memcpy(e, &u, 16);
+#pragma unroll
+      for (int t = 0; t < PER; ++t) v[k * PER + t] = static_cast<float>(e[t]);
+    }
+  } else {
+#pragma unroll
+    for (int t = 0; t < 32; ++t) v[t] = static_cast<float>(p[t]);
+  }
+}
+
 // sum over the 32 weights of a chunk of q[t] * x[t] (q: 4 words, 8 nibbles each, low first)
 __device__ __forceinline__ float dot32(const uint4 q, const float* x) {
   const unsigned w[4] = {q.x, q.y, q.z, q.w};
@@ -86,12 +109,15 @@ $first
 #pragma unroll
   for (int it = 0; it < NCH; ++it) {
     const int c = it * 32 + lane;
+    if (c < NCHUNK) {
+$x_chunk
+    } else {
+#pragma unroll
+      for (int t = 0; t < 32; ++t) xv[it][t] = 0.f;
+    }
     xs[it] = 0.f;
 #pragma unroll
-    for (int t = 0; t < 32; ++t) {
-      xv[it][t] = c < NCHUNK ? static_cast<float>(xr[$x_at]) : 0.f;
-      xs[it] += xv[it][t];
-    }
+    for (int t = 0; t < 32; ++t) xs[it] += xv[it][t];
   }
   // A chunk's words and scales of all RPW gate and up rows are loaded before any is used,
   // and the sums reduced after the last chunk: 2 RPW 16-byte loads in flight a lane, where
@@ -247,6 +273,7 @@ _DEDUPE_NEXT = """  if (!DEDUPE || own) break;
 IDX_HOOKS = {
     "gate_up": {"expert": "  const size_t e = own ? 0 : static_cast<size_t>(idx[n * K + j]);",
                 "x_row": "x + size_t(tok) * D", "x_at": "c * 32 + t",
+                "x_chunk": "      load32(xr + c * 32, xv[it]);",
                 "first": _DEDUPE_FIRST, "next": _DEDUPE_NEXT},
     "down": {"route": "", "expert": "idx[n * idx_strides[0] + j * idx_strides[1]]",
              "score": "static_cast<float>(scores[n * scores_strides[0] + j * scores_strides[1]])"},
