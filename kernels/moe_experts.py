@@ -64,16 +64,16 @@ RPW2 = 4          # down rows per warp (launch 2); 8 warps a block
 SMEM_BYTES = 32 * 1024   # launch 2's staged s * h: within Metal's 32 KB threadgroup memory
 # Launch 1 reads each routed expert's rows once for all the tokens that chose it (the first
 # such token's warps run the others', kernels/moe_experts_src.py DEDUPE; CUDA only) from
-# this many (token, expert) pairs. None: never. Written and checked on the CPU
-# (kernels/bench/cuda_on_cpu.py) only; off until `python -m kernels.bench.moe_experts_ab
-# --order` times it on a GPU. At B=16 with independent routing ~20 % of the 128 pairs
-# repeat an expert another token chose.
+# this many (token, expert) pairs. None: never. Measured slower on the H100 (session 38,
+# `python -m kernels.bench.moe_experts_ab --order`: 0.91x at N=4, 0.85x at N=16, 0.80x at
+# N=32): the owner's warps run the repeats one after another while the others sit idle, and
+# at B=16 only ~20 % of the 128 pairs repeat an expert. Off.
 DEDUPE_FROM_PAIRS: int | None = None
 # Both launches' grid in row-tile-major order (kernels/moe_experts_src.py TILE_MAJOR; CUDA
 # only): the pairs that share an expert read its rows at about the same time, the later
-# ones from L2, with no token waiting on another's (DEDUPE's owner runs them one after
-# another). The same floats. Off until `moe_experts_ab --order` times it on a GPU.
-TILE_MAJOR = False
+# ones from L2, with no token waiting on another's. The same floats. H100, session 38
+# (`moe_experts_ab --order`): N=16 134.0 -> 130.7 us, N=32 235.5 -> 224.5 us, N=4 0.99x.
+TILE_MAJOR = True
 GROUP_SIZES = (32, 64, 128)
 
 

@@ -120,6 +120,8 @@ PRE = r'''
 #include <cstddef>
 #include <memory>
 struct uint4 { unsigned x, y, z, w; };
+struct float4 { float x, y, z, w; };
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 struct D3 { int x, y, z; };
 thread_local D3 blockIdx, threadIdx;
 D3 blockDim{256, 1, 1}, gridDim{1, 1, 1};

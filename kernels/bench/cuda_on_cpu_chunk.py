@@ -15,7 +15,6 @@ import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
 import kernels.gdn_conv_chunk as gcc
 from kernels.bench.cuda_on_cpu import PRE, WORK, build_and_run, kfunc, launch
-from kernels.bench.cuda_on_cpu_decode import STEP_PRE
 
 
 def emulate_chunk(B, T, S, heads, lanes, lengths, fresh_rows, seed, gates=True):
@@ -49,7 +48,7 @@ def emulate_chunk(B, T, S, heads, lanes, lengths, fresh_rows, seed, gates=True):
             " const float* dt_bias, float* y")
     consts = [("OutT", "float"), ("Hk", Hk), ("Hv", Hv), ("Dk", D), ("Dv", D), ("LPR", lanes),
               ("GATES", int(gates))]
-    src = (PRE + STEP_PRE + "using std::min;\n" + gds.CUDA_HEADER
+    src = (PRE + "using std::min;\n" + gds.CUDA_HEADER
            + kfunc("chunk", gdc._CUDA_SOURCE, args, consts))
     call = ("chunk(QW.data() + 4, QS, QKS, KW.data() + 4, QKS, VW.data() + 4, VS, ABW.data() + 1,"
             f" ABS, ABW.data() + 1 + {Hv}, ABS, POOL.data(), PS, SL.data(), FR.data(), LN.data(),"

@@ -61,7 +61,7 @@ def emulate_step(B, S, heads, lanes, fresh_rows, seed, gates=True, rows=None, z3
             f"{a_at}, ABS, {b_at}, ABS, POOL.data(), PS, SL.data(), ONE, FR.data(), ONE,"
             " ALOG.data(), DTB.data(), ")
     if norm:      # a block per head: Dv * lanes / rows threads
-        src = PRE + STEP_PRE + gds.CUDA_HEADER + kfunc(
+        src = PRE + gds.CUDA_HEADER + kfunc(
             "step", gdsn._CUDA_SOURCE, args + "const float* z, const int64_t* z_strides,"
             " const float* weight, const int64_t* weight_strides, const float* eps, float* out",
             consts + [("ROWS", rows), ("Z3", int(z3)), ("ZC", 8 if cols else 0)])
@@ -69,7 +69,7 @@ def emulate_step(B, S, heads, lanes, fresh_rows, seed, gates=True, rows=None, z3
         run = launch("st", call + f"{z_at}, ZS, NW.data(), ONE, EPS.data(), Y.data())",
                      B * Hv, threads=D * lanes // rows)
     else:
-        src = PRE + STEP_PRE + gds.CUDA_HEADER + kfunc("step", gds._CUDA_SOURCE,
+        src = PRE + gds.CUDA_HEADER + kfunc("step", gds._CUDA_SOURCE,
                                                        args + "float* y", consts)
         run = launch("st", call + "Y.data())", -(-(B * Hv * D * lanes) // 256))
     AB = 2 * Hv + 3
@@ -351,12 +351,6 @@ int main() {{
     print(f"attention_prep norm={norm} kv_columns={kv_columns} B={B} heads={heads} rotary={rd} positions < {max_pos} "
           f"(+ gated pass 2, GATED=1 and 2): max err {err:.2e}")
     return err
-
-
-STEP_PRE = r'''
-struct float4 { float x, y, z, w; };
-inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
-'''
 
 
 def main():

@@ -16,7 +16,7 @@ import kernels.top_p_cut_src as tps
 from kernels.bench.cuda_on_cpu import PRE, build_and_run, kfunc, launch
 
 # CUDA's vector types as the kernel reads them (four ids a load)
-VECTORS = "struct int4 { int x, y, z, w; };\nstruct float4 { float x, y, z, w; };\n"
+VECTORS = "struct int4 { int x, y, z, w; };\n"
 
 
 def emulate(key: np.ndarray, w: np.ndarray, target: np.ndarray, work: str) -> np.ndarray:
