@@ -8,21 +8,13 @@ from functools import cache
 import mlx.core as mx
 
 from kernels.kernel_seeding import SEEDER, dtype_name
-from kernels.source_minify import minify_c
 from kernels.stand_in import COUNT, StandInKernel
-
-# MLX gets each CUDA source without comments and indentation (kernels/source_minify.py: MLX
-# hashes the whole source every time a kernel runs). False (a bench's
-# --cuda-source-as-written): as written, for an A/B of the host's time.
-MINIFY_CUDA = True
 
 
 def cuda_kernel(*, name: str, input_names: list[str], output_names: list[str], source: str,
                 header: str = "", ensure_row_contiguous: bool = True):
     """`mx.fast.cuda_kernel`, whose every new instance is also compiled into MLX's disk
     cache by kernels/kernel_seeding.py (MLX keeps none of a custom kernel's)."""
-    if MINIFY_CUDA:
-        source, header = minify_c(source), minify_c(header)
     return _SeededCudaKernel(name, input_names, output_names, source, header,
                              ensure_row_contiguous)
 

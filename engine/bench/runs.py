@@ -202,16 +202,12 @@ def add_moe_max_pairs_arg(parser) -> None:
     parser.add_argument("--moe-pair-major", action="store_true",
                         help="kernels.moe_experts.TILE_MAJOR off for this run: the decode "
                              "experts' grids pair-major, as before session 38 (CUDA)")
-    parser.add_argument("--cuda-source-as-written", action="store_true",
-                        help="kernels.kernel_build.MINIFY_CUDA off for this run: MLX gets the "
-                             "CUDA sources with their comments (it hashes each at every run)")
 
 
 def apply_moe_max_pairs(args) -> None:
     """Set kernels.moe_experts' constants (MAX_PAIRS from --moe-max-pairs, the rows a warp,
-    DEDUPE_FROM_PAIRS, TILE_MAJOR), kernels.moe_grouped.MIN_PAIRS from --moe-grouped-from and
-    kernels.kernel_build.MINIFY_CUDA, before a model is built (their kernels and applies()
-    read them at every call)."""
+    DEDUPE_FROM_PAIRS, TILE_MAJOR) and kernels.moe_grouped.MIN_PAIRS from --moe-grouped-from,
+    before a model is built (their kernels and applies() read them at every call)."""
     import kernels.moe_experts as moe_experts
     import kernels.moe_grouped as moe_grouped
     if args.moe_max_pairs is not None:
@@ -225,6 +221,3 @@ def apply_moe_max_pairs(args) -> None:
         moe_experts.DEDUPE_FROM_PAIRS = args.moe_dedupe_from
     if getattr(args, "moe_pair_major", False):
         moe_experts.TILE_MAJOR = False
-    if getattr(args, "cuda_source_as_written", False):
-        import kernels.kernel_build as kernel_build
-        kernel_build.MINIFY_CUDA = False
