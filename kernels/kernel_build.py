@@ -12,18 +12,21 @@ from kernels.stand_in import COUNT, StandInKernel
 
 
 def cuda_kernel(*, name: str, input_names: list[str], output_names: list[str], source: str,
-                header: str = "", ensure_row_contiguous: bool = True):
+                header: str = "", ensure_row_contiguous: bool = True, shared_memory: int = 0):
     """`mx.fast.cuda_kernel`, whose every new instance is also compiled into MLX's disk
-    cache by kernels/kernel_seeding.py (MLX keeps none of a custom kernel's)."""
+    cache by kernels/kernel_seeding.py (MLX keeps none of a custom kernel's).
+    shared_memory: the dynamic shared memory of every launch, in bytes (MLX raises the
+    kernel's limit past 48 KB)."""
     return _SeededCudaKernel(name, input_names, output_names, source, header,
-                             ensure_row_contiguous)
+                             ensure_row_contiguous, shared_memory)
 
 
 class _SeededCudaKernel:
-    def __init__(self, name, input_names, output_names, source, header, row_contiguous):
+    def __init__(self, name, input_names, output_names, source, header, row_contiguous,
+                 shared_memory=0):
         self._kernel = mx.fast.cuda_kernel(
             name=name, input_names=input_names, output_names=output_names, source=source,
-            header=header, ensure_row_contiguous=row_contiguous)
+            header=header, ensure_row_contiguous=row_contiguous, shared_memory=shared_memory)
         self._spec = (name, header, source, input_names, output_names)
         self._seen: set = set()
 

@@ -128,7 +128,8 @@ def kernel(x, logits, k: int, normalize: bool, experts: me.QuantExperts, shared_
         inputs=[x, logits, rows, *gu_weights],
         template=[("D", D), ("I", hidden), ("K", k), ("E", E), ("R", gu_weights[0].shape[1]),
                   ("RS", gu_weights[3].shape[-2]), ("GS", gs), ("RPW", RPW1),
-                  ("SHARED", shared), ("ROWS", routed), ("TILE_MAJOR", False)],
+                  ("SHARED", shared), ("ROWS", routed), ("TILE_MAJOR", False),
+                  ("STAGED", False)],
         grid=(N * KK * (hidden // RPW1) * 32, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(N * KK, hidden)], output_dtypes=[mx.float32])
     gate = (logits if shared_gate is None else shared_gate if shared_gate_col

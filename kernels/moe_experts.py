@@ -74,6 +74,15 @@ DEDUPE_FROM_PAIRS: int | None = None
 # ones from L2, with no token waiting on another's. The same floats. H100, session 38
 # (`moe_experts_ab --order`): N=16 134.0 -> 130.7 us, N=32 235.5 -> 224.5 us, N=4 0.99x.
 TILE_MAJOR = True
+# Launch 1 copies each lane's pieces of the warp's weight rows into shared memory with
+# cp.async before using them (kernels/moe_experts_src.py STAGED; CUDA only; 4 warps a block,
+# 16 KB of shared memory a warp at the real shapes): every byte of a warp's tile in flight
+# at once without holding registers, where loads into registers keep ~12 of its 32 pieces
+# in flight (ptxas' choice, session 38). The same floats. Written and checked on the CPU
+# (kernels/bench/cuda_on_cpu.py) only: off until `python -m kernels.bench.moe_experts_ab
+# --staged` times it on a GPU.
+STAGED = False
+STAGED_WARPS = 4          # warps a block when STAGED
 GROUP_SIZES = (32, 64, 128)
 
 
@@ -119,6 +128,28 @@ def _get(backend: str):
     if backend not in _built:
         _built[backend] = build(backend, _SOURCES[backend])
     return _built[backend]
+
+
+_staged_built: dict[int, object] = {}
+
+
+def staged_bytes(D: int) -> int:
+    """STAGED launch 1's shared memory a block: each warp's 2 RPW1 rows of 16-byte pieces,
+    a piece a lane a chunk."""
+    return STAGED_WARPS * -(-(D // 32) // 32) * 2 * RPW1 * 32 * 16
+
+
+def _staged_gate_up(D: int):
+    """Launch 1 built with STAGED's dynamic shared memory (a kernel's size is fixed when
+    MLX builds it)."""
+    smem = staged_bytes(D)
+    if smem not in _staged_built:
+        header, gate_up, _ = _SOURCES["cuda"]
+        _staged_built[smem] = cuda_kernel(
+            name="tandem_moe_gate_up_staged",
+            input_names=["x", "idx", "w", "scales", "biases", "sw", "ss", "sb"],
+            output_names=["h"], source=gate_up, header=header, shared_memory=smem)
+    return _staged_built[smem]
 
 
 def _dequantized(parts, group_size: int, idx=None) -> mx.array:
@@ -224,6 +255,11 @@ def tile_major(backend: str) -> bool:
     return backend == "cuda" and TILE_MAJOR
 
 
+def staged(backend: str) -> bool:
+    """Whether launch 1 stages its weight rows in shared memory (STAGED: CUDA only)."""
+    return backend == "cuda" and STAGED
+
+
 def kernel(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=None, *,
            backend: str) -> mx.array:
     """Launch on `backend`: y [N, D] in x.dtype, as `reference`."""
@@ -231,14 +267,18 @@ def kernel(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=Non
     shared = experts.shared is not None
     KK = K + shared
     gate_up, down = _get(backend)
+    stage = staged(backend)
+    if stage:
+        gate_up = _staged_gate_up(D)
     gu_weights, down_weights = weight_inputs(experts)
     (h,) = gate_up(
         inputs=[x, idx, *gu_weights],
         template=[("D", D), ("I", hidden), ("K", K), ("R", gu_weights[0].shape[1]),
                   ("RS", gu_weights[3].shape[-2]), ("GS", gs), ("RPW", RPW1),
                   ("SHARED", shared), ("DEDUPE", dedupes(backend, N, K)),
-                  ("TILE_MAJOR", tile_major(backend))],
-        grid=(N * KK * (hidden // RPW1) * 32, 1, 1), threadgroup=(256, 1, 1),
+                  ("TILE_MAJOR", tile_major(backend)), ("STAGED", stage)],
+        grid=(N * KK * (hidden // RPW1) * 32, 1, 1),
+        threadgroup=(32 * STAGED_WARPS if stage else 256, 1, 1),
         output_shapes=[(N * KK, hidden)], output_dtypes=[mx.float32])
     gate = scores if shared_gate is None else shared_gate.reshape(N, 1)
     (y,) = down(

@@ -65,6 +65,32 @@ __device__ __forceinline__ void load32(const T* p, float* v) {
   }
 }
 
+// STAGED launch 1: each lane copies its 16-byte pieces of the warp's weight rows into its
+// own slots of shared memory with cp.async (no register held while a copy is in flight,
+// where a load into registers holds four until used) and reads them back after
+// cp.async.wait_group. A lane reads only what it copied: no warp or block barrier. The
+// CPU shim (TANDEM_SHIM) copies at once and provides dyn_smem.
+#ifndef TANDEM_SHIM
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  unsigned s;
+  asm volatile("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }"
+               : "=r"(s) : "l"(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(PENDING) : "memory");
+}
+template <typename T>
+__device__ __forceinline__ T* dyn_smem() {
+  extern __shared__ __align__(16) unsigned char tandem_dyn_smem[];
+  return reinterpret_cast<T*>(tandem_dyn_smem);
+}
+#endif
+
 // sum over the 32 weights of a chunk of q[t] * x[t] (q: 4 words, 8 nibbles each, low first)
 __device__ __forceinline__ float dot32(const uint4 q, const float* x) {
   const unsigned w[4] = {q.x, q.y, q.z, q.w};
@@ -106,7 +132,29 @@ $expert
   const size_t rows = own ? size_t(RS) : size_t(R);
 $first
   int tok = n, jt = j;                        // the token this pass runs, and its slot
+  const size_t rg0 = e * rows + i0;           // gate rows; the up rows are I further
   for (;;) {
+  // STAGED: every chunk's copies are issued first, a commit group a chunk (an empty group
+  // where the lane has no chunk), so x's loads and the first chunk's arithmetic run while
+  // the later chunks' bytes are on their way. A lane's slots: [chunk][gate rows, up rows].
+  uint4* st = nullptr;
+  if (STAGED) {
+    st = dyn_smem<uint4>() + (threadIdx.x / 32) * (NCH * 2 * RPW * 32) + lane;
+#pragma unroll
+    for (int it = 0; it < NCH; ++it) {
+      const int c = it * 32 + lane;
+      if (c < NCHUNK) {
+#pragma unroll
+        for (int r = 0; r < RPW; ++r) {
+          const size_t rg = rg0 + r, ru = rg + I;
+          cp_async16(st + (it * 2 * RPW + r) * 32, reinterpret_cast<const uint4*>(wm + rg * WPR) + c);
+          cp_async16(st + (it * 2 * RPW + RPW + r) * 32,
+                     reinterpret_cast<const uint4*>(wm + ru * WPR) + c);
+        }
+      }
+      cp_async_commit();
+    }
+  }
   const auto* xr = $x_row;
   float xv[NCH][32];
   float xs[NCH];
@@ -127,13 +175,15 @@ $x_chunk
   // and the sums reduced after the last chunk: 2 RPW 16-byte loads in flight a lane, where
   // a row at a time (load, dot, reduce, store) left 4 and the warp idle in between. Each
   // row's sum runs over the chunks in the same order as before: the same floats.
-  const size_t rg0 = e * rows + i0;           // gate rows; the up rows are I further
   float ag[RPW], au[RPW];
 #pragma unroll
   for (int r = 0; r < RPW; ++r) ag[r] = au[r] = 0.f;
 #pragma unroll
   for (int it = 0; it < NCH; ++it) {
     const int c = it * 32 + lane;
+    if (STAGED) {                             // chunk it's group done (groups end in order)
+      if (it + 1 < NCH) cp_async_wait<1>(); else cp_async_wait<0>();
+    }
     if (c < NCHUNK) {
       const int grp = c * 32 / GS;
       uint4 qg[RPW], qu[RPW];
@@ -141,8 +191,13 @@ $x_chunk
 #pragma unroll
       for (int r = 0; r < RPW; ++r) {
         const size_t rg = rg0 + r, ru = rg + I;
-        qg[r] = reinterpret_cast<const uint4*>(wm + rg * WPR)[c];
-        qu[r] = reinterpret_cast<const uint4*>(wm + ru * WPR)[c];
+        if (STAGED) {
+          qg[r] = st[(it * 2 * RPW + r) * 32];
+          qu[r] = st[(it * 2 * RPW + RPW + r) * 32];
+        } else {
+          qg[r] = reinterpret_cast<const uint4*>(wm + rg * WPR)[c];
+          qu[r] = reinterpret_cast<const uint4*>(wm + ru * WPR)[c];
+        }
         sg[r] = static_cast<float>(sm[rg * G + grp]);
         bg[r] = static_cast<float>(bm[rg * G + grp]);
         su[r] = static_cast<float>(sm[ru * G + grp]);

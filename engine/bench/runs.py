@@ -199,6 +199,10 @@ def add_moe_max_pairs_arg(parser) -> None:
                         help="kernels.moe_experts.DEDUPE_FROM_PAIRS for this run: from this "
                              "many (token, expert) pairs a decode step's gate/up launch reads "
                              "each routed expert once for all its tokens (CUDA; default off)")
+    parser.add_argument("--moe-staged", action="store_true",
+                        help="kernels.moe_experts.STAGED for this run: the decode gate/up "
+                             "launch copies its weight rows into shared memory with cp.async "
+                             "first (CUDA; default off)")
     parser.add_argument("--moe-pair-major", action="store_true",
                         help="kernels.moe_experts.TILE_MAJOR off for this run: the decode "
                              "experts' grids pair-major, as before session 38 (CUDA)")
@@ -206,7 +210,7 @@ def add_moe_max_pairs_arg(parser) -> None:
 
 def apply_moe_max_pairs(args) -> None:
     """Set kernels.moe_experts' constants (MAX_PAIRS from --moe-max-pairs, the rows a warp,
-    DEDUPE_FROM_PAIRS, TILE_MAJOR) and kernels.moe_grouped.MIN_PAIRS from --moe-grouped-from,
+    DEDUPE_FROM_PAIRS, STAGED, TILE_MAJOR) and kernels.moe_grouped.MIN_PAIRS from --moe-grouped-from,
     before a model is built (their kernels and applies() read them at every call)."""
     import kernels.moe_experts as moe_experts
     import kernels.moe_grouped as moe_grouped
@@ -219,5 +223,7 @@ def apply_moe_max_pairs(args) -> None:
         moe_experts.RPW1, moe_experts.RPW2 = (int(r) for r in args.moe_rows.split("/"))
     if getattr(args, "moe_dedupe_from", None) is not None:
         moe_experts.DEDUPE_FROM_PAIRS = args.moe_dedupe_from
+    if getattr(args, "moe_staged", False):
+        moe_experts.STAGED = True
     if getattr(args, "moe_pair_major", False):
         moe_experts.TILE_MAJOR = False

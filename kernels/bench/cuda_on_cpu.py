@@ -112,6 +112,7 @@ void mma_tf32(float* d, const unsigned* a, const unsigned* b) {
 
 PRE = r'''
 #include <barrier>
+#include <cstring>
 #include <thread>
 #include <vector>
 #include <cmath>
@@ -140,6 +141,13 @@ float __shfl_xor_sync(unsigned, float v, int off) {
   float o = g_buf[(g_tid / 32) * 32 + ((g_tid % 32) ^ off)]; b.arrive_and_wait();
   return o;
 }
+// kernels/moe_experts_src.py's STAGED copies: at once; a block's dynamic shared memory (the
+// blocks run one after another)
+alignas(16) unsigned char g_dyn_smem[256 * 1024];
+template <class T> T* dyn_smem() { return reinterpret_cast<T*>(g_dyn_smem); }
+inline void cp_async16(void* d, const void* s) { std::memcpy(d, s, 16); }
+inline void cp_async_commit() {}
+template <int PENDING> void cp_async_wait() {}
 float __expf(float x) { return std::exp(x); }
 float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 ''' + TF32_MMA
@@ -193,13 +201,15 @@ def build_and_run(src: str, work: str) -> None:
 
 
 def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False, sgc=False,  # noqa: E741
-            dedupe=False, tile_major=False, out=None):
+            dedupe=False, tile_major=False, staged=False, out=None):
     """moe_experts' two kernels; with the shared expert (weight sigmoid(gate), the gate a
     column of a wider array: a view starting there, or with sgc the whole array and the
     column SGC=E, as moe_block reads the router's joined output) and a residual; scores a
     strided view too. dedupe: launch 1 reads each routed expert once for all its tokens
     (moe_experts.DEDUPE_FROM_PAIRS); tile_major: both grids row-tile-major
-    (moe_experts.TILE_MAJOR). out: a list that gets the kernels' y."""
+    (moe_experts.TILE_MAJOR); staged: launch 1 copies its weight rows into shared memory
+    first (moe_experts.STAGED, blocks of moe_experts.STAGED_WARPS warps). out: a list that
+    gets the kernels' y."""
     rng = np.random.default_rng(seed)
     gu = mx.array(rng.normal(size=(E, 2 * I + pad, D)).astype(np.float32) * D**-0.5)
     dn = mx.array(rng.normal(size=(E, D, I)).astype(np.float32) * I**-0.5)
@@ -218,7 +228,8 @@ def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False, sgc=False,  #
     for k, v in arrs.items():
         v.tofile(f"{d}/{k}.bin")
     R, KK = 2 * I + pad, K + shared
-    nb1 = -(-(N * KK * (I // me.RPW1) * 32) // 256)
+    threads1 = 32 * me.STAGED_WARPS if staged else 256
+    nb1 = -(-(N * KK * (I // me.RPW1) * 32) // threads1)
     nb2 = N * (D // (8 * me.RPW2))
     header, gate_up, down = mes._SOURCES["cuda"]
     src = PRE + header
@@ -228,7 +239,7 @@ def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False, sgc=False,  #
                  " const float* ss, const float* sb, float* h",
                  [("D", D), ("I", I), ("K", K), ("R", R), ("RS", R), ("GS", GS),
                   ("RPW", me.RPW1), ("SHARED", int(shared)), ("DEDUPE", int(dedupe)),
-                  ("TILE_MAJOR", int(tile_major))])
+                  ("TILE_MAJOR", int(tile_major)), ("STAGED", int(staged))])
     src += kfunc("down", down,
                  "const float* h, const uint32_t* idx, const int64_t* idx_strides,"
                  " const float* scores, const int64_t* scores_strides, const uint32_t* w,"
@@ -248,7 +259,7 @@ std::vector<float> X, GS, GB, DS, DB, SGS, SGB, SDS, SDB, SCX, GTX, RES, H, Y;
 std::vector<uint32_t> IDX, GW, DW, SGW, SDW; int XS[1] = {{{N}}};
 int64_t IST[2] = {{{K}, 1}}, SST[2] = {{{K + 3}, 1}}, GST[2] = {{{E + 1}, 1}}, RST[2] = {{{D}, 1}};
 ''' + launch("gu", "gate_up(X.data(), XS, IDX.data(), GW.data(), GS.data(), GB.data(),"
-                   " SGW.data(), SGS.data(), SGB.data(), H.data())", nb1) \
+                   " SGW.data(), SGS.data(), SGB.data(), H.data())", nb1, threads1) \
         + launch("dn", "down(H.data(), IDX.data(), IST, SCX.data() + 1, SST, DW.data(), DS.data(),"
                  " DB.data(), SDW.data(), SDS.data(), SDB.data(), GTX.data() + "
                  + str(0 if sgc else E)
@@ -279,7 +290,7 @@ int main() {{
         ref += resid
     err = float(np.abs(y - ref).max())
     print(f"N={N} E={E} K={K} D={D} I={I} GS={GS} pad={pad} shared={shared} residual={res} "
-          f"sgc={sgc} dedupe={dedupe} tile_major={tile_major} "
+          f"sgc={sgc} dedupe={dedupe} tile_major={tile_major} staged={staged} "
           f"({N * K - len(set(idx.ravel().tolist()))} repeats): "
           f"max|y - ref| = {err:.2e}, max|ref| = {np.abs(ref).max():.2f}")
     return err
@@ -394,7 +405,15 @@ if __name__ == "__main__":
                         ((5, 8, 4, 128, 64, 64, 0), {"shared": True, "res": True,
                                                      "tile_major": True}),
                         ((9, 16, 8, 128, 64, 64, 0), {"shared": True, "dedupe": True,
-                                                      "tile_major": True})]:
+                                                      "tile_major": True}),
+                        # launch 1's rows staged in shared memory: lanes without a chunk,
+                        # a chunk a lane, two a lane; with DEDUPE and TILE_MAJOR
+                        ((3, 8, 4, 256, 256, 64, 128), {"staged": True}),
+                        ((1, 8, 8, 1024, 96, 32, 64), {"shared": True, "staged": True}),
+                        ((2, 8, 4, 2048, 64, 64, 0), {"shared": True, "res": True,
+                                                      "staged": True}),
+                        ((9, 16, 8, 128, 64, 64, 0), {"shared": True, "dedupe": True,
+                                                      "tile_major": True, "staged": True})]:
         assert emulate(*case, seed=1, **extra) < 1e-4
     # (B, slots, (Hk, Hv, Dk, Dv), taps, fresh rows): the real head layout at 2+2+4 heads
     for case in [(3, 5, (2, 4, 128, 128), 4, {1}), (2, 4, (1, 2, 32, 64), 3, set())]:

@@ -130,7 +130,7 @@ def _program(N, E, K, D, I, GS, pad, shared, res, norm, rows, d) -> str:  # noqa
     XW, LW = D + 8, E + 8                     # x = XW[:, 3:3+D], logits = LW[:, :E], gate LW[:, E]
     common = [("D", D), ("I", I), ("K", K), ("GS", GS)]
     gu_t = common + [("R", R), ("RS", R), ("RPW", mb.RPW1), ("SHARED", int(shared)),
-                     ("DEDUPE", 0), ("TILE_MAJOR", 0)]
+                     ("DEDUPE", 0), ("TILE_MAJOR", 0), ("STAGED", 0)]
     dn_t = [("OutT", "float")] + common + [("RPW", mb.RPW2), ("SHARED", int(shared)),
                                            ("RES", int(res)), ("TILE_MAJOR", 0)]
     routed = [("E", E), ("ROWS", int(rows))]

@@ -11,7 +11,9 @@ With --rows G/D,G/D,...: this tree's moe_experts at each rows-a-warp setting ins
 (moe_experts.RPW1/RPW2: gate/up outputs, down rows), the first the baseline. With
 --order: this tree's moe_experts as it is, with launch 1 reading each routed expert once
 for all its tokens (moe_experts.DEDUPE_FROM_PAIRS), with both grids row-tile-major
-(moe_experts.TILE_MAJOR), and with both; the largest difference from the first.
+(moe_experts.TILE_MAJOR), and with both; the largest difference from the first. With
+--staged: as it is, and with launch 1 copying its rows into shared memory first
+(moe_experts.STAGED), alone and with TILE_MAJOR's other setting.
 """
 from __future__ import annotations
 
@@ -60,7 +62,7 @@ def _sweep(sizes, settings: dict, backend: str, experts) -> None:
     sets moe_experts' constants), alternating, the first the baseline; with the routed
     pairs that repeat an expert and the largest difference from the baseline's output."""
     rng = np.random.default_rng(0)
-    saved = me.RPW1, me.RPW2, me.DEDUPE_FROM_PAIRS, me.TILE_MAJOR
+    saved = me.RPW1, me.RPW2, me.DEDUPE_FROM_PAIRS, me.TILE_MAJOR, me.STAGED
     for N in sizes:
         x, idx, scores, res, gate, _ = _inputs(N, rng)
 
@@ -72,7 +74,7 @@ def _sweep(sizes, settings: dict, backend: str, experts) -> None:
         repeats = N * 8 - len(set(np.array(idx).ravel().tolist()))
         report(f"N={N} ({repeats} repeats, max diff {diff:.3g})", compare(fns),
                next(iter(settings)))
-    me.RPW1, me.RPW2, me.DEDUPE_FROM_PAIRS, me.TILE_MAJOR = saved
+    me.RPW1, me.RPW2, me.DEDUPE_FROM_PAIRS, me.TILE_MAJOR, me.STAGED = saved
 
 
 def _rows(g: int, d: int):
@@ -84,6 +86,12 @@ def _rows(g: int, d: int):
 def _order(dedupe_from, tile_major: bool):
     def setup():
         me.DEDUPE_FROM_PAIRS, me.TILE_MAJOR = dedupe_from, tile_major
+    return setup
+
+
+def _staged(on: bool, tile_major: bool):
+    def setup():
+        me.STAGED, me.TILE_MAJOR = on, tile_major
     return setup
 
 
@@ -106,14 +114,20 @@ def main(argv: list[str]) -> None:
                                    "tile": _order(None, True), "both": _order(1, True)},
                backend, _block()._block_experts())
         return
+    if backend == "cuda" and argv == ["--staged"]:
+        tm = me.TILE_MAJOR
+        _sweep((1, 4, 8, 16, 32), {"plain": _staged(False, tm), "staged": _staged(True, tm),
+                                   "staged+other order": _staged(True, not tm)},
+               backend, _block()._block_experts())
+        return
     if backend == "cuda" and len(argv) == 2 and argv[0] == "--rows":
         rows = [tuple(int(r) for r in s.split("/")) for s in argv[1].split(",")]
         _sweep((1, 4, 8, 16, 32), {f"{g}/{d}": _rows(g, d) for g, d in rows}, backend,
                _block()._block_experts())
         return
     if backend != "cuda" or len(argv) != 1:
-        print("needs a CUDA GPU and the base sources' path, --rows or --order (see the "
-              "docstring)")
+        print("needs a CUDA GPU and the base sources' path, --rows, --order or --staged "
+              "(see the docstring)")
         return
     base_src = _base_module(argv[0])
     experts = _block()._block_experts()

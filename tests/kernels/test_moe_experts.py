@@ -81,13 +81,15 @@ def test_kernel_matches_numpy(backend, case, shared, residual, dtype):
 
 
 @pytest.mark.parametrize("case, shared, residual", CASES)
-@pytest.mark.parametrize("setting", [("DEDUPE_FROM_PAIRS", 1), ("TILE_MAJOR", not me.TILE_MAJOR)])
+@pytest.mark.parametrize("setting", [("DEDUPE_FROM_PAIRS", 1), ("TILE_MAJOR", not me.TILE_MAJOR),
+                                     ("STAGED", not me.STAGED)])
 def test_dedupe_and_tile_major_match_numpy_on_the_gpu(backend, case, shared, residual,
                                                       setting, monkeypatch):
-    """DEDUPE (off: measured slower) and the grid order other than the default (TILE_MAJOR)
-    on the GPU: the reference's tolerance, and bit for bit the default kernels."""
+    """DEDUPE (off: measured slower), the grid order other than the default (TILE_MAJOR)
+    and launch 1 staging its rows or not (STAGED) on the GPU: the reference's tolerance,
+    and bit for bit the default kernels."""
     if backend != "cuda":
-        pytest.skip("DEDUPE and TILE_MAJOR are in the CUDA source only")
+        pytest.skip("DEDUPE, TILE_MAJOR and STAGED are in the CUDA source only")
     args = _make(1, *case, mx.bfloat16, shared, residual)
     without = me.kernel(*args, backend=backend)
     monkeypatch.setattr(me, *setting)
@@ -201,7 +203,12 @@ def test_the_moe_block_on_the_kernel_matches_its_plain_path(backend):
 ORDER_CASES = [((5, 8, 4, 128, 64, 64, 0, True), {"dedupe": True}),
                ((3, 8, 4, 128, 64, 32, 64, False), {"dedupe": True}),
                ((5, 8, 4, 128, 64, 64, 0, True), {"tile_major": True}),
-               ((5, 8, 4, 128, 64, 64, 0, True), {"tile_major": True, "dedupe": True})]
+               ((5, 8, 4, 128, 64, 64, 0, True), {"tile_major": True, "dedupe": True}),
+               # launch 1's rows staged in shared memory: fewer chunks than lanes, two a lane
+               ((3, 8, 4, 256, 64, 64, 32, False), {"staged": True}),
+               ((2, 8, 4, 2048, 64, 64, 0, True), {"staged": True}),
+               ((5, 8, 4, 128, 64, 64, 0, True), {"staged": True, "tile_major": True,
+                                                  "dedupe": True})]
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run the CUDA body with")
@@ -233,4 +240,23 @@ def test_a_dedupe_fault_is_caught(monkeypatch):
     with_, without = [], []
     emulate(*shape, seed=3, shared=shared, dedupe=True, out=with_)
     emulate(*shape, seed=3, shared=shared, dedupe=False, out=without)
+    assert not np.array_equal(with_[0], without[0])
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run the CUDA body with")
+def test_a_staging_fault_is_caught(monkeypatch):
+    """The check of the check: STAGED reading a gate row's piece from an up row's slot
+    changes y (the shim copies at once, so only the slots' layout is checked on the CPU;
+    the copies' timing is cp.async.wait_group's, on the GPU)."""
+    import kernels.moe_experts_src as mes
+    from kernels.bench.cuda_on_cpu import emulate
+    header, gate_up, down = mes._SOURCES["cuda"]
+    planted = gate_up.replace("qg[r] = st[(it * 2 * RPW + r) * 32];",
+                              "qg[r] = st[(it * 2 * RPW + RPW + r) * 32];")
+    assert planted != gate_up
+    monkeypatch.setitem(mes._SOURCES, "cuda", (header, planted, down))
+    *shape, shared = ORDER_CASES[-2][0]
+    with_, without = [], []
+    emulate(*shape, seed=3, shared=shared, staged=True, out=with_)
+    emulate(*shape, seed=3, shared=shared, staged=False, out=without)
     assert not np.array_equal(with_[0], without[0])
