@@ -255,9 +255,14 @@ def tile_major(backend: str) -> bool:
     return backend == "cuda" and TILE_MAJOR
 
 
-def staged(backend: str) -> bool:
+# STAGED's shared memory a block at most: within every sm_80+ GPU's opt-in limit (an A100's
+# 163 KB; the real shapes need 64 KB), else the plain launch 1.
+STAGED_MAX_BYTES = 160 * 1024
+
+
+def staged(backend: str, D: int) -> bool:
     """Whether launch 1 stages its weight rows in shared memory (STAGED: CUDA only)."""
-    return backend == "cuda" and STAGED
+    return backend == "cuda" and STAGED and staged_bytes(D) <= STAGED_MAX_BYTES
 
 
 def kernel(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=None, *,
@@ -267,7 +272,7 @@ def kernel(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=Non
     shared = experts.shared is not None
     KK = K + shared
     gate_up, down = _get(backend)
-    stage = staged(backend)
+    stage = staged(backend, D)
     if stage:
         gate_up = _staged_gate_up(D)
     gu_weights, down_weights = weight_inputs(experts)

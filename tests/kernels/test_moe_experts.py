@@ -260,3 +260,15 @@ def test_a_staging_fault_is_caught(monkeypatch):
     emulate(*shape, seed=3, shared=shared, staged=True, out=with_)
     emulate(*shape, seed=3, shared=shared, staged=False, out=without)
     assert not np.array_equal(with_[0], without[0])
+
+
+def test_staged_launch_1_fits_its_shared_memory(monkeypatch):
+    """STAGED asks for each warp's 2 RPW1 rows of 16-byte pieces: 64 KB a block at the real
+    shapes (D = 2048: two chunks a lane), and falls back to the plain launch 1 where that
+    passes STAGED_MAX_BYTES or off CUDA."""
+    monkeypatch.setattr(me, "STAGED", True)
+    assert me.staged_bytes(2048) == me.STAGED_WARPS * 2 * 2 * me.RPW1 * 32 * 16 == 64 * 1024
+    assert me.staged("cuda", 2048) and not me.staged("metal", 2048)
+    assert not me.staged("cuda", 16384)
+    monkeypatch.setattr(me, "STAGED", False)
+    assert not me.staged("cuda", 2048)
