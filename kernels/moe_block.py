@@ -139,7 +139,8 @@ def kernel(x, logits, k: int, normalize: bool, experts: me.QuantExperts, shared_
         template=[("OutT", x.dtype), ("D", D), ("I", hidden), ("K", k), ("E", E),
                   ("NORM", bool(normalize)), ("GS", gs), ("RPW", RPW2), ("SHARED", shared),
                   ("RES", residual is not None), ("ROWS", routed), ("SGC", shared_gate_col),
-                  ("TILE_MAJOR", False)],
+                  ("TILE_MAJOR", False),
+                  ("STAGED_DOWN", False)],
         grid=(N * (D // (8 * RPW2)) * 256, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(N, D)], output_dtypes=[x.dtype])
     return y

@@ -83,6 +83,11 @@ TILE_MAJOR = True
 # --staged` times it on a GPU.
 STAGED = False
 STAGED_WARPS = 4          # warps a block when STAGED
+# Launch 2 alike (STAGED_DOWN): each lane's pieces of its warp's down rows copied into shared
+# memory before the block stages s * h, so their latency runs under that staging and its
+# barrier (10 KB a warp, 80 KB a block at the real shapes). The same floats. CPU-checked
+# only, off until `moe_experts_ab --staged` times it.
+STAGED_DOWN = False
 GROUP_SIZES = (32, 64, 128)
 
 
@@ -101,6 +106,8 @@ class QuantExperts:
 
 
 _built: dict[str, tuple] = {}
+DOWN_INPUTS = ["h", "idx", "scores", "w", "scales", "biases", "sw", "ss", "sb", "gate",
+               "residual"]
 
 
 def build(backend: str, sources: tuple[str, str, str], suffix: str = "") -> tuple:
@@ -116,9 +123,8 @@ def build(backend: str, sources: tuple[str, str, str], suffix: str = "") -> tupl
         # Strided idx, scores, gate and residual read as they are (the shared gate is
         # a column of the joined router output); h and the weights are dense.
         make(name="tandem_moe_down" + suffix,
-             input_names=["h", "idx", "scores", "w", "scales", "biases", "sw", "ss", "sb",
-                          "gate", "residual"],
-             output_names=["y"], source=down, header=header, ensure_row_contiguous=False))
+             input_names=DOWN_INPUTS, output_names=["y"], source=down, header=header,
+             ensure_row_contiguous=False))
 
 
 def _get(backend: str):
@@ -137,6 +143,16 @@ def staged_bytes(D: int) -> int:
     """STAGED launch 1's shared memory a block: each warp's 2 RPW1 rows of 16-byte pieces,
     a piece a lane a chunk."""
     return STAGED_WARPS * -(-(D // 32) // 32) * 2 * RPW1 * 32 * 16
+
+
+def _staged_down(smem: int):
+    """Launch 2 built with STAGED_DOWN's dynamic shared memory."""
+    if -smem not in _staged_built:
+        header, _, down = _SOURCES["cuda"]
+        _staged_built[-smem] = cuda_kernel(
+            name="tandem_moe_down_staged", input_names=DOWN_INPUTS, output_names=["y"],
+            source=down, header=header, ensure_row_contiguous=False, shared_memory=smem)
+    return _staged_built[-smem]
 
 
 def _staged_gate_up(D: int):
@@ -265,6 +281,20 @@ def staged(backend: str, D: int) -> bool:
     return backend == "cuda" and STAGED and staged_bytes(D) <= STAGED_MAX_BYTES
 
 
+def staged_down_bytes(K: int, hidden: int, shared: bool) -> int:
+    """STAGED_DOWN launch 2's shared memory a block: 8 warps, each RPW2 rows of a lane's
+    chunks (KK * hidden / 32 chunks a row over 32 lanes), 16 bytes a piece."""
+    chunks = (K + shared) * (hidden // 32)
+    return 8 * -(-chunks // 32) * RPW2 * 32 * 16
+
+
+def staged_down(backend: str, K: int, hidden: int, shared: bool) -> bool:
+    """Whether launch 2 stages its weight rows in shared memory (STAGED_DOWN: CUDA only),
+    beside its s * h (SMEM_BYTES at most)."""
+    return (backend == "cuda" and STAGED_DOWN
+            and staged_down_bytes(K, hidden, shared) + SMEM_BYTES <= STAGED_MAX_BYTES)
+
+
 def kernel(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=None, *,
            backend: str) -> mx.array:
     """Launch on `backend`: y [N, D] in x.dtype, as `reference`."""
@@ -286,11 +316,15 @@ def kernel(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=Non
         threadgroup=(32 * STAGED_WARPS if stage else 256, 1, 1),
         output_shapes=[(N * KK, hidden)], output_dtypes=[mx.float32])
     gate = scores if shared_gate is None else shared_gate.reshape(N, 1)
+    stage_down = staged_down(backend, K, hidden, shared)
+    if stage_down:
+        down = _staged_down(staged_down_bytes(K, hidden, shared))
     (y,) = down(
         inputs=[h, idx, scores, *down_weights, gate, x if residual is None else residual],
         template=[("OutT", x.dtype), ("D", D), ("I", hidden), ("K", K), ("GS", gs),
                   ("RPW", RPW2), ("SHARED", shared), ("RES", residual is not None),
-                  ("SGC", 0), ("TILE_MAJOR", tile_major(backend))],
+                  ("SGC", 0), ("TILE_MAJOR", tile_major(backend)),
+                  ("STAGED_DOWN", stage_down)],
         grid=(N * (D // (8 * RPW2)) * 256, 1, 1), threadgroup=(256, 1, 1),
         output_shapes=[(N, D)], output_dtypes=[x.dtype])
     return y

@@ -245,6 +245,30 @@ _CUDA_DOWN = Template("""
         gate[n * gate_strides[0] + SGC * gate_strides[1]])));
   }
 $route
+  // STAGED_DOWN: each lane's pieces of the warp's rows are copied into its own slots of
+  // shared memory (cp.async, one commit group) before the block stages s * h, so their
+  // latency runs under that staging and its barrier, where the loads were issued after it.
+  uint4* st = nullptr;
+  if (STAGED_DOWN) {
+    st = dyn_smem<uint4>() + (threadIdx.x / 32) * (CPL * RPW * 32) + lane;
+#pragma unroll
+    for (int it = 0; it < CPL; ++it) {
+      const int c = it * 32 + lane;
+      if (c < NC) {
+        const int j = c / CPR;
+        const bool mine = SHARED && j == K;
+        // the shared expert's chunks read no id (a token has K of them)
+        const size_t base = mine ? 0 : static_cast<size_t>($expert) * D;
+        const uint32_t* wm = mine ? sw : w;
+#pragma unroll
+        for (int r = 0; r < RPW; ++r) {
+          cp_async16(st + (it * RPW + r) * 32,
+                     reinterpret_cast<const uint4*>(wm + (base + d0 + r) * WPR) + c % CPR);
+        }
+      }
+    }
+    cp_async_commit();
+  }
   // Four values a load (I % 32 == 0: a float4 stays within one expert and one chunk): a
   // quarter of the loop's trips, and each block's staging ends sooner. H100, session 38:
   // moe_experts at N=16 134.7 -> 122.4 us, N=32 235.2 -> 212.5 us, the same floats.
@@ -267,8 +291,7 @@ $route
     const int cc = c < NC ? c : 0;
     const int j = cc / CPR;
     own[it] = SHARED && j == K;
-    const auto e = $expert;
-    rows[it] = own[it] ? 0 : static_cast<size_t>(e) * D;
+    rows[it] = own[it] ? 0 : static_cast<size_t>($expert) * D;   // no id read for the shared
     part[it] = cc % CPR;
     float s = 0.f;
 #pragma unroll
@@ -280,6 +303,7 @@ $route
   float acc[RPW];
 #pragma unroll
   for (int r = 0; r < RPW; ++r) acc[r] = 0.f;
+  if (STAGED_DOWN) cp_async_wait<0>();
 #pragma unroll
   for (int it = 0; it < CPL; ++it) {
     const int c = it * 32 + lane;
@@ -293,7 +317,8 @@ $route
 #pragma unroll
       for (int r = 0; r < RPW; ++r) {
         const size_t row = rows[it] + d0 + r;
-        q[r] = reinterpret_cast<const uint4*>(wm + row * WPR)[part[it]];
+        q[r] = STAGED_DOWN ? st[(it * RPW + r) * 32]
+                           : reinterpret_cast<const uint4*>(wm + row * WPR)[part[it]];
         sc[r] = static_cast<float>(sm[row * G + grp]);
         bi[r] = static_cast<float>(bm[row * G + grp]);
       }

@@ -203,6 +203,10 @@ def add_moe_max_pairs_arg(parser) -> None:
                         help="kernels.moe_experts.STAGED for this run: the decode gate/up "
                              "launch copies its weight rows into shared memory with cp.async "
                              "first (CUDA; default off)")
+    parser.add_argument("--moe-staged-down", action="store_true",
+                        help="kernels.moe_experts.STAGED_DOWN for this run: the decode down "
+                             "launch copies its weight rows into shared memory with cp.async "
+                             "before staging s * h (CUDA; default off)")
     parser.add_argument("--moe-pair-major", action="store_true",
                         help="kernels.moe_experts.TILE_MAJOR off for this run: the decode "
                              "experts' grids pair-major, as before session 38 (CUDA)")
@@ -210,7 +214,7 @@ def add_moe_max_pairs_arg(parser) -> None:
 
 def apply_moe_max_pairs(args) -> None:
     """Set kernels.moe_experts' constants (MAX_PAIRS from --moe-max-pairs, the rows a warp,
-    DEDUPE_FROM_PAIRS, STAGED, TILE_MAJOR) and kernels.moe_grouped.MIN_PAIRS from --moe-grouped-from,
+    DEDUPE_FROM_PAIRS, STAGED, STAGED_DOWN, TILE_MAJOR) and kernels.moe_grouped.MIN_PAIRS from --moe-grouped-from,
     before a model is built (their kernels and applies() read them at every call)."""
     import kernels.moe_experts as moe_experts
     import kernels.moe_grouped as moe_grouped
@@ -225,5 +229,7 @@ def apply_moe_max_pairs(args) -> None:
         moe_experts.DEDUPE_FROM_PAIRS = args.moe_dedupe_from
     if getattr(args, "moe_staged", False):
         moe_experts.STAGED = True
+    if getattr(args, "moe_staged_down", False):
+        moe_experts.STAGED_DOWN = True
     if getattr(args, "moe_pair_major", False):
         moe_experts.TILE_MAJOR = False

@@ -201,15 +201,15 @@ def build_and_run(src: str, work: str) -> None:
 
 
 def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False, sgc=False,  # noqa: E741
-            dedupe=False, tile_major=False, staged=False, out=None):
+            dedupe=False, tile_major=False, staged=False, staged_down=False, out=None):
     """moe_experts' two kernels; with the shared expert (weight sigmoid(gate), the gate a
     column of a wider array: a view starting there, or with sgc the whole array and the
     column SGC=E, as moe_block reads the router's joined output) and a residual; scores a
     strided view too. dedupe: launch 1 reads each routed expert once for all its tokens
     (moe_experts.DEDUPE_FROM_PAIRS); tile_major: both grids row-tile-major
     (moe_experts.TILE_MAJOR); staged: launch 1 copies its weight rows into shared memory
-    first (moe_experts.STAGED, blocks of moe_experts.STAGED_WARPS warps). out: a list that
-    gets the kernels' y."""
+    first (moe_experts.STAGED, blocks of moe_experts.STAGED_WARPS warps); staged_down:
+    launch 2 alike (moe_experts.STAGED_DOWN). out: a list that gets the kernels' y."""
     rng = np.random.default_rng(seed)
     gu = mx.array(rng.normal(size=(E, 2 * I + pad, D)).astype(np.float32) * D**-0.5)
     dn = mx.array(rng.normal(size=(E, D, I)).astype(np.float32) * I**-0.5)
@@ -249,7 +249,8 @@ def emulate(N, E, K, D, I, GS, pad, seed, shared=False, res=False, sgc=False,  #
                  " const int64_t* residual_strides, float* y",
                  [("OutT", "float"), ("D", D), ("I", I), ("K", K), ("GS", GS),
                   ("RPW", me.RPW2), ("SHARED", int(shared)), ("RES", int(res)),
-                  ("SGC", E if sgc else 0), ("TILE_MAJOR", int(tile_major))])
+                  ("SGC", E if sgc else 0), ("TILE_MAJOR", int(tile_major)),
+                  ("STAGED_DOWN", int(staged_down))])
     loads = "".join(f'  {n.upper()} = load<{"uint32_t" if n.endswith("w") else "float"}>'
                     f'("{d}/{n}.bin", {a.size});\n' for n, a in arrs.items() if n != "idx")
     src += f'''
@@ -290,7 +291,7 @@ int main() {{
         ref += resid
     err = float(np.abs(y - ref).max())
     print(f"N={N} E={E} K={K} D={D} I={I} GS={GS} pad={pad} shared={shared} residual={res} "
-          f"sgc={sgc} dedupe={dedupe} tile_major={tile_major} staged={staged} "
+          f"sgc={sgc} dedupe={dedupe} tile_major={tile_major} staged={staged}/{staged_down} "
           f"({N * K - len(set(idx.ravel().tolist()))} repeats): "
           f"max|y - ref| = {err:.2e}, max|ref| = {np.abs(ref).max():.2f}")
     return err
@@ -413,7 +414,14 @@ if __name__ == "__main__":
                         ((2, 8, 4, 2048, 64, 64, 0), {"shared": True, "res": True,
                                                       "staged": True}),
                         ((9, 16, 8, 128, 64, 64, 0), {"shared": True, "dedupe": True,
-                                                      "tile_major": True, "staged": True})]:
+                                                      "tile_major": True, "staged": True}),
+                        # launch 2's rows staged: chunks over lanes unevenly, the shared
+                        # expert's among them; with the residual and TILE_MAJOR
+                        ((2, 12, 10, 96, 128, 32, 0), {"shared": True, "res": True,
+                                                       "staged_down": True}),
+                        ((5, 8, 4, 128, 64, 64, 0), {"shared": True, "res": True,
+                                                     "tile_major": True, "staged": True,
+                                                     "staged_down": True})]:
         assert emulate(*case, seed=1, **extra) < 1e-4
     # (B, slots, (Hk, Hv, Dk, Dv), taps, fresh rows): the real head layout at 2+2+4 heads
     for case in [(3, 5, (2, 4, 128, 128), 4, {1}), (2, 4, (1, 2, 32, 64), 3, set())]:

@@ -132,7 +132,8 @@ def _program(N, E, K, D, I, GS, pad, shared, res, norm, rows, d) -> str:  # noqa
     gu_t = common + [("R", R), ("RS", R), ("RPW", mb.RPW1), ("SHARED", int(shared)),
                      ("DEDUPE", 0), ("TILE_MAJOR", 0), ("STAGED", 0)]
     dn_t = [("OutT", "float")] + common + [("RPW", mb.RPW2), ("SHARED", int(shared)),
-                                           ("RES", int(res)), ("TILE_MAJOR", 0)]
+                                           ("RES", int(res)), ("TILE_MAJOR", 0),
+                                           ("STAGED_DOWN", 0)]
     routed = [("E", E), ("ROWS", int(rows))]
     _, idx_gu, idx_dn = mes._SOURCES["cuda"]
     header, blk_gu, blk_dn = mbs.SOURCES["cuda"]

@@ -12,8 +12,8 @@ With --rows G/D,G/D,...: this tree's moe_experts at each rows-a-warp setting ins
 --order: this tree's moe_experts as it is, with launch 1 reading each routed expert once
 for all its tokens (moe_experts.DEDUPE_FROM_PAIRS), with both grids row-tile-major
 (moe_experts.TILE_MAJOR), and with both; the largest difference from the first. With
---staged: as it is, and with launch 1 copying its rows into shared memory first
-(moe_experts.STAGED), alone and with TILE_MAJOR's other setting.
+--staged: as it is, with launch 1 copying its rows into shared memory first
+(moe_experts.STAGED), with launch 2 doing so (STAGED_DOWN), and with both.
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def _sweep(sizes, settings: dict, backend: str, experts) -> None:
     sets moe_experts' constants), alternating, the first the baseline; with the routed
     pairs that repeat an expert and the largest difference from the baseline's output."""
     rng = np.random.default_rng(0)
-    saved = me.RPW1, me.RPW2, me.DEDUPE_FROM_PAIRS, me.TILE_MAJOR, me.STAGED
+    saved = me.RPW1, me.RPW2, me.DEDUPE_FROM_PAIRS, me.TILE_MAJOR, me.STAGED, me.STAGED_DOWN
     for N in sizes:
         x, idx, scores, res, gate, _ = _inputs(N, rng)
 
@@ -74,7 +74,7 @@ def _sweep(sizes, settings: dict, backend: str, experts) -> None:
         repeats = N * 8 - len(set(np.array(idx).ravel().tolist()))
         report(f"N={N} ({repeats} repeats, max diff {diff:.3g})", compare(fns),
                next(iter(settings)))
-    me.RPW1, me.RPW2, me.DEDUPE_FROM_PAIRS, me.TILE_MAJOR, me.STAGED = saved
+    me.RPW1, me.RPW2, me.DEDUPE_FROM_PAIRS, me.TILE_MAJOR, me.STAGED, me.STAGED_DOWN = saved
 
 
 def _rows(g: int, d: int):
@@ -89,9 +89,9 @@ def _order(dedupe_from, tile_major: bool):
     return setup
 
 
-def _staged(on: bool, tile_major: bool):
+def _staged(gate_up: bool, down: bool):
     def setup():
-        me.STAGED, me.TILE_MAJOR = on, tile_major
+        me.STAGED, me.STAGED_DOWN = gate_up, down
     return setup
 
 
@@ -115,9 +115,8 @@ def main(argv: list[str]) -> None:
                backend, _block()._block_experts())
         return
     if backend == "cuda" and argv == ["--staged"]:
-        tm = me.TILE_MAJOR
-        _sweep((1, 4, 8, 16, 32), {"plain": _staged(False, tm), "staged": _staged(True, tm),
-                                   "staged+other order": _staged(True, not tm)},
+        _sweep((1, 4, 8, 16, 32), {"plain": _staged(False, False), "gate_up": _staged(True, False),
+                                   "down": _staged(False, True), "both": _staged(True, True)},
                backend, _block()._block_experts())
         return
     if backend == "cuda" and len(argv) == 2 and argv[0] == "--rows":

@@ -82,12 +82,13 @@ def test_kernel_matches_numpy(backend, case, shared, residual, dtype):
 
 @pytest.mark.parametrize("case, shared, residual", CASES)
 @pytest.mark.parametrize("setting", [("DEDUPE_FROM_PAIRS", 1), ("TILE_MAJOR", not me.TILE_MAJOR),
-                                     ("STAGED", not me.STAGED)])
+                                     ("STAGED", not me.STAGED),
+                                     ("STAGED_DOWN", not me.STAGED_DOWN)])
 def test_dedupe_and_tile_major_match_numpy_on_the_gpu(backend, case, shared, residual,
                                                       setting, monkeypatch):
     """DEDUPE (off: measured slower), the grid order other than the default (TILE_MAJOR)
-    and launch 1 staging its rows or not (STAGED) on the GPU: the reference's tolerance,
-    and bit for bit the default kernels."""
+    and each launch staging its rows or not (STAGED, STAGED_DOWN) on the GPU: the
+    reference's tolerance, and bit for bit the default kernels."""
     if backend != "cuda":
         pytest.skip("DEDUPE, TILE_MAJOR and STAGED are in the CUDA source only")
     args = _make(1, *case, mx.bfloat16, shared, residual)
@@ -208,7 +209,11 @@ ORDER_CASES = [((5, 8, 4, 128, 64, 64, 0, True), {"dedupe": True}),
                ((3, 8, 4, 256, 64, 64, 32, False), {"staged": True}),
                ((2, 8, 4, 2048, 64, 64, 0, True), {"staged": True}),
                ((5, 8, 4, 128, 64, 64, 0, True), {"staged": True, "tile_major": True,
-                                                  "dedupe": True})]
+                                                  "dedupe": True}),
+               # launch 2's rows staged: its chunks over lanes unevenly, the shared expert's
+               ((2, 12, 10, 96, 128, 32, 0, True), {"staged_down": True}),
+               ((5, 8, 4, 128, 64, 64, 0, True), {"staged_down": True, "staged": True,
+                                                  "tile_major": True})]
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run the CUDA body with")
@@ -255,10 +260,26 @@ def test_a_staging_fault_is_caught(monkeypatch):
                               "qg[r] = st[(it * 2 * RPW + RPW + r) * 32];")
     assert planted != gate_up
     monkeypatch.setitem(mes._SOURCES, "cuda", (header, planted, down))
-    *shape, shared = ORDER_CASES[-2][0]
+    *shape, shared = ORDER_CASES[5][0]
     with_, without = [], []
     emulate(*shape, seed=3, shared=shared, staged=True, out=with_)
     emulate(*shape, seed=3, shared=shared, staged=False, out=without)
+    assert not np.array_equal(with_[0], without[0])
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run the CUDA body with")
+def test_a_down_staging_fault_is_caught(monkeypatch):
+    """The same for launch 2: a piece copied from the row after its own changes y."""
+    import kernels.moe_experts_src as mes
+    from kernels.bench.cuda_on_cpu import emulate
+    header, gate_up, down = mes._SOURCES["cuda"]
+    planted = down.replace("(wm + (base + d0 + r) * WPR)", "(wm + (base + d0 + r + 1) * WPR)")
+    assert planted != down
+    monkeypatch.setitem(mes._SOURCES, "cuda", (header, gate_up, planted))
+    *shape, shared = ORDER_CASES[-2][0]
+    with_, without = [], []
+    emulate(*shape, seed=3, shared=shared, staged_down=True, out=with_)
+    emulate(*shape, seed=3, shared=shared, staged_down=False, out=without)
     assert not np.array_equal(with_[0], without[0])
 
 
@@ -272,3 +293,12 @@ def test_staged_launch_1_fits_its_shared_memory(monkeypatch):
     assert not me.staged("cuda", 16384)
     monkeypatch.setattr(me, "STAGED", False)
     assert not me.staged("cuda", 2048)
+
+
+def test_staged_launch_2_fits_its_shared_memory(monkeypatch):
+    """STAGED_DOWN asks for 8 warps of RPW2 rows of a lane's chunks: 80 KB a block at the
+    real shapes (9 experts' 16 chunks a row: 5 a lane), beside SMEM_BYTES of s * h."""
+    monkeypatch.setattr(me, "STAGED_DOWN", True)
+    assert me.staged_down_bytes(8, 512, True) == 8 * 5 * me.RPW2 * 32 * 16 == 80 * 1024
+    assert me.staged_down("cuda", 8, 512, True) and not me.staged_down("metal", 8, 512, True)
+    assert not me.staged_down("cuda", 32, 1024, True)
