@@ -136,7 +136,9 @@ def _get(backend: str):
     return _built[backend]
 
 
-_staged_built: dict[int, object] = {}
+# STAGED kernels by their shared memory in bytes (MLX fixes it when it builds a kernel)
+_staged_gate_ups: dict[int, object] = {}
+_staged_downs: dict[int, object] = {}
 
 
 def staged_bytes(D: int) -> int:
@@ -147,25 +149,25 @@ def staged_bytes(D: int) -> int:
 
 def _staged_down(smem: int):
     """Launch 2 built with STAGED_DOWN's dynamic shared memory."""
-    if -smem not in _staged_built:
+    if smem not in _staged_downs:
         header, _, down = _SOURCES["cuda"]
-        _staged_built[-smem] = cuda_kernel(
+        _staged_downs[smem] = cuda_kernel(
             name="tandem_moe_down_staged", input_names=DOWN_INPUTS, output_names=["y"],
             source=down, header=header, ensure_row_contiguous=False, shared_memory=smem)
-    return _staged_built[-smem]
+    return _staged_downs[smem]
 
 
 def _staged_gate_up(D: int):
     """Launch 1 built with STAGED's dynamic shared memory (a kernel's size is fixed when
     MLX builds it)."""
     smem = staged_bytes(D)
-    if smem not in _staged_built:
+    if smem not in _staged_gate_ups:
         header, gate_up, _ = _SOURCES["cuda"]
-        _staged_built[smem] = cuda_kernel(
+        _staged_gate_ups[smem] = cuda_kernel(
             name="tandem_moe_gate_up_staged",
             input_names=["x", "idx", "w", "scales", "biases", "sw", "ss", "sb"],
             output_names=["h"], source=gate_up, header=header, shared_memory=smem)
-    return _staged_built[smem]
+    return _staged_gate_ups[smem]
 
 
 def _dequantized(parts, group_size: int, idx=None) -> mx.array:
