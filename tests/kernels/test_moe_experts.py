@@ -231,55 +231,35 @@ def test_reading_each_expert_once_or_tile_major_changes_no_float(case, settings)
     assert np.array_equal(with_[0], without[0])
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run the CUDA body with")
-def test_a_dedupe_fault_is_caught(monkeypatch):
-    """The check of the check: the owner warp writing every token's rows to its own slot
-    (j, not the token's jt) changes y."""
-    import kernels.moe_experts_src as mes
-    from kernels.bench.cuda_on_cpu import emulate
-    header, gate_up, down = mes._SOURCES["cuda"]
-    planted = gate_up.replace("(size_t(tok) * KK + jt)", "(size_t(tok) * KK + j)")
-    assert planted != gate_up
-    monkeypatch.setitem(mes._SOURCES, "cuda", (header, planted, down))
-    *shape, shared = ORDER_CASES[0][0]
-    with_, without = [], []
-    emulate(*shape, seed=3, shared=shared, dedupe=True, out=with_)
-    emulate(*shape, seed=3, shared=shared, dedupe=False, out=without)
-    assert not np.array_equal(with_[0], without[0])
+# Planted faults, each in the part it checks (1: launch 1, 2: launch 2), and the case and
+# setting that run the planted code:
+# - DEDUPE: the owner warp writing every token's rows to its own slot (j, not jt);
+# - STAGED: a gate row's piece read from an up row's slot (the shim copies at once, so only
+#   the slots' layout is checked on the CPU; the copies' timing is cp.async.wait_group's);
+# - STAGED_DOWN: a piece copied from the row after its own.
+PLANTED = [(1, "(size_t(tok) * KK + jt)", "(size_t(tok) * KK + j)", 0, "dedupe"),
+           (1, "qg[r] = st[(it * 2 * RPW + r) * 32];",
+            "qg[r] = st[(it * 2 * RPW + RPW + r) * 32];", 5, "staged"),
+           (2, "(wm + (base + d0 + r) * WPR)", "(wm + (base + d0 + r + 1) * WPR)", 7,
+            "staged_down")]
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run the CUDA body with")
-def test_a_staging_fault_is_caught(monkeypatch):
-    """The check of the check: STAGED reading a gate row's piece from an up row's slot
-    changes y (the shim copies at once, so only the slots' layout is checked on the CPU;
-    the copies' timing is cp.async.wait_group's, on the GPU)."""
+@pytest.mark.parametrize("part, old, new, case, setting", PLANTED)
+def test_a_planted_fault_is_caught(part, old, new, case, setting, monkeypatch):
+    """The check of the check: each fault above changes y against the same kernels
+    without the setting, where the bit-for-bit test found no change."""
     import kernels.moe_experts_src as mes
     from kernels.bench.cuda_on_cpu import emulate
-    header, gate_up, down = mes._SOURCES["cuda"]
-    planted = gate_up.replace("qg[r] = st[(it * 2 * RPW + r) * 32];",
-                              "qg[r] = st[(it * 2 * RPW + RPW + r) * 32];")
-    assert planted != gate_up
-    monkeypatch.setitem(mes._SOURCES, "cuda", (header, planted, down))
-    *shape, shared = ORDER_CASES[5][0]
+    sources = list(mes._SOURCES["cuda"])
+    planted = sources[part].replace(old, new)
+    assert planted != sources[part]
+    sources[part] = planted
+    monkeypatch.setitem(mes._SOURCES, "cuda", tuple(sources))
+    *shape, shared = ORDER_CASES[case][0]
     with_, without = [], []
-    emulate(*shape, seed=3, shared=shared, staged=True, out=with_)
-    emulate(*shape, seed=3, shared=shared, staged=False, out=without)
-    assert not np.array_equal(with_[0], without[0])
-
-
-@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to run the CUDA body with")
-def test_a_down_staging_fault_is_caught(monkeypatch):
-    """The same for launch 2: a piece copied from the row after its own changes y."""
-    import kernels.moe_experts_src as mes
-    from kernels.bench.cuda_on_cpu import emulate
-    header, gate_up, down = mes._SOURCES["cuda"]
-    planted = down.replace("(wm + (base + d0 + r) * WPR)", "(wm + (base + d0 + r + 1) * WPR)")
-    assert planted != down
-    monkeypatch.setitem(mes._SOURCES, "cuda", (header, gate_up, planted))
-    *shape, shared = ORDER_CASES[-2][0]
-    with_, without = [], []
-    emulate(*shape, seed=3, shared=shared, staged_down=True, out=with_)
-    emulate(*shape, seed=3, shared=shared, staged_down=False, out=without)
+    emulate(*shape, seed=3, shared=shared, out=with_, **{setting: True})
+    emulate(*shape, seed=3, shared=shared, out=without)
     assert not np.array_equal(with_[0], without[0])
 
 
