@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import mlx.core as mx
 
+from engine.bench.gc_pauses import GcPauses
 from engine.core.engine import Engine
 from engine.events import StepEvent
 from engine.sampling_params import SamplingParams
@@ -117,7 +118,7 @@ def ours_decode(engine: Engine, prompts: list[list[int]], steps: int,
     B rows (the one left out: it holds the prompts' reading on a GPU). sampling:
     SamplingParams fields (default: greedy)."""
     B = len(prompts)
-    with Steps(engine) as rec:
+    with Steps(engine) as rec, GcPauses() as pauses:
         # Prompts are read while the first rows decode, at worst one 16-token chunk of
         # one 32-token prompt per step: the first must still run `steps` steady steps
         # after the last joins.
@@ -135,7 +136,7 @@ def ours_decode(engine: Engine, prompts: list[list[int]], steps: int,
             for name in ("queue", "queue_cpu", "read")} if steady else {}
     return (statistics.median(times) if times else float("nan"),
             {"steps": len(times), "slowest_s": max(times, default=float("nan")),
-             "first_full_s": round(first, 4), **host})
+             "first_full_s": round(first, 4), **host, **pauses.summary()})
 
 
 def ours_prefill(engine: Engine, prompt: list[int]):

@@ -16,6 +16,7 @@ from concurrent.futures import Future
 from engine.cache.kv_budget import num_pages_for
 from engine.cache.model_identity import open_disk_cache, weights_mode
 from engine.config import EngineConfig
+from engine.core import gc_freeze
 from engine.core.inbox import CacheNotice, Cancel, Close, Logits, Message, SetReadingPace, Submit
 from engine.core.mlx_threads import clear_thread_streams
 from engine.core.step_loop import StepLoop
@@ -82,7 +83,15 @@ class EngineThread:
             self.warmed.set()
             self._loaded.set_exception(e)
             return
-        self._loaded.set_result(bundle)
+        gc_freeze.engine_ready()        # what is alive now lives as long as the engine
+        try:
+            self._loaded.set_result(bundle)
+            self._run(loop, background, cluster)
+        finally:
+            gc_freeze.engine_closed()
+
+    def _run(self, loop: StepLoop, background: BackgroundWarmUp, cluster) -> None:
+        """Serve until Close: the inbox between steps, idle time to the background warm-up."""
         while True:
             try:
                 # A cancel reads the step in flight back: it can raise like a step.

@@ -71,8 +71,10 @@ def test_ours_decode_times_the_first_steps_steady_steps():
     engine = _ScriptedEngine(events)
     median, extra = ours_decode(engine, [[1] * 32] * 8, steps=4)
     assert math.isclose(median, (0.019 + 0.02) / 2)
+    gc_pauses = {k: extra.pop(k) for k in ("gc_full", "gc_max_ms")}   # whatever ran
     assert extra == {"steps": 4, "slowest_s": 0.03, "first_full_s": 0.11,
                      "queue_ms": 0.0, "queue_cpu_ms": 0.0, "read_ms": 0.0}   # scripted: none
+    assert gc_pauses["gc_full"] >= 0 and gc_pauses["gc_max_ms"] >= 0.0
     assert engine.max_tokens == 4 + 2 * 8 + 4 and engine.listeners == []
 
 
