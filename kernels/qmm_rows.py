@@ -38,6 +38,14 @@ BITS = (4, 8)                     # the 35B-A3B's projections (4) and its router
 K_BLOCK = 128                     # K is read in blocks of 128 weights (4 lanes x 32)
 MAX_SPLIT = 8                     # warps a block splitting K
 NT = 2                            # 8-column output tiles a warp (16 weight rows)
+# A block reads all of x over its K split (64 KB at M=16, K=2048) for 8 NT weight rows
+# (16 KB of 4-bit weights at NT=2): at B=16 its L2 reads of x are ~4x its DRAM reads of
+# weights (kernel_time, session 38: 13.6 us a projection, ~0.6 TB/s of weights). WIDE_NT
+# tiles a warp take twice the rows a block, halving x's reads, where N >= WIDE_FROM (a
+# narrow projection keeps NT: its blocks would not fill the GPU). None: never; off until
+# timed on a GPU (`bench --qmm-wide-from N`).
+WIDE_NT = 4
+WIDE_FROM: int | None = None
 
 _KERNEL = KernelBuild(NAME, "tandem_qmm_rows", ["x", "w", "scales", "biases"], ["y"],
                       CUDA_SOURCE, "", cuda_header=CUDA_HEADER)
@@ -62,16 +70,23 @@ def split(K: int) -> int:
     return min(MAX_SPLIT, K // K_BLOCK)
 
 
+def tiles(N: int) -> int:
+    """8-column output tiles a warp for N output columns (NT, or WIDE_NT from WIDE_FROM)."""
+    wide = WIDE_FROM is not None and N >= WIDE_FROM and N % (8 * WIDE_NT) == 0
+    return WIDE_NT if wide else NT
+
+
 def kernel(x, w, scales, biases, group_size: int, bits: int = 4, *, backend: str) -> mx.array:
     """Launch on `backend` ('cuda', or the counting stand-in): y [M, N] in x's dtype."""
     M, K = x.shape
     N = w.shape[0]
     ks = split(K)
+    nt = tiles(N)
     return _KERNEL.get(backend)(
         inputs=[x, w, scales, biases],
-        template=[("MT", -(-M // 16)), ("NT", NT), ("BITS", bits), ("GS", group_size),
+        template=[("MT", -(-M // 16)), ("NT", nt), ("BITS", bits), ("GS", group_size),
                   ("KSPLIT", ks), ("OT", x.dtype)],
-        grid=(N // (8 * NT) * 32 * ks, 1, 1), threadgroup=(32 * ks, 1, 1),
+        grid=(N // (8 * nt) * 32 * ks, 1, 1), threadgroup=(32 * ks, 1, 1),
         output_shapes=[(M, N)], output_dtypes=[x.dtype])[0]
 
 

@@ -208,6 +208,10 @@ def add_moe_max_pairs_arg(parser) -> None:
                         help="kernels.moe_experts.STAGED_DOWN for this run: the decode down "
                              "launch copies its weight rows into shared memory with cp.async "
                              "before staging s * h (CUDA; default off)")
+    parser.add_argument("--qmm-wide-from", type=int, default=None, metavar="N",
+                        help="kernels.qmm_rows.WIDE_FROM for this run: decode projections of "
+                             "at least N outputs take twice the weight rows a block (CUDA; "
+                             "default off)")
     parser.add_argument("--moe-pair-major", action="store_true",
                         help="kernels.moe_experts.TILE_MAJOR off for this run: the decode "
                              "experts' grids pair-major, as before session 38 (CUDA)")
@@ -215,8 +219,9 @@ def add_moe_max_pairs_arg(parser) -> None:
 
 def apply_moe_max_pairs(args) -> None:
     """Set kernels.moe_experts' constants (MAX_PAIRS from --moe-max-pairs, the rows a warp,
-    DEDUPE_FROM_PAIRS, STAGED, STAGED_DOWN, TILE_MAJOR) and kernels.moe_grouped.MIN_PAIRS from --moe-grouped-from,
-    before a model is built (their kernels and applies() read them at every call)."""
+    DEDUPE_FROM_PAIRS, STAGED, STAGED_DOWN, TILE_MAJOR), kernels.moe_grouped.MIN_PAIRS from
+    --moe-grouped-from and kernels.qmm_rows.WIDE_FROM, before a model is built (their
+    kernels and applies() read them at every call)."""
     import kernels.moe_experts as moe_experts
     import kernels.moe_grouped as moe_grouped
     if args.moe_max_pairs is not None:
@@ -232,5 +237,8 @@ def apply_moe_max_pairs(args) -> None:
         moe_experts.STAGED = True
     if getattr(args, "moe_staged_down", False):
         moe_experts.STAGED_DOWN = True
+    if getattr(args, "qmm_wide_from", None) is not None:
+        import kernels.qmm_rows as qmm_rows
+        qmm_rows.WIDE_FROM = args.qmm_wide_from
     if getattr(args, "moe_pair_major", False):
         moe_experts.TILE_MAJOR = False

@@ -78,7 +78,9 @@ def _dequantize(w, s, b, bits) -> np.ndarray:
     return np.repeat(s, g, 1) * q + np.repeat(b, g, 1)          # float32, as the kernel's fmaf
 
 
-def emulate(M: int, N: int, K: int, GS: int, bits: int, seed: int, work: str) -> float:
+def emulate(M: int, N: int, K: int, GS: int, bits: int, nt: int = qr.NT, *, seed: int,
+            work: str) -> float:
+    """nt: the 8-column tiles a warp (qmm_rows.NT, or WIDE_NT)."""
     rng = np.random.default_rng(seed)
     x_bits = _bf16(rng.standard_normal((M, K)).astype(np.float32))
     w = rng.integers(0, 2**32, size=(N, K * bits // 32), dtype=np.uint64).astype(np.uint32)
@@ -95,7 +97,7 @@ def emulate(M: int, N: int, K: int, GS: int, bits: int, seed: int, work: str) ->
         "qmm", CUDA_SOURCE,
         "const unsigned short* x, const int* x_shape, const uint32_t* w, const int* w_shape,"
         " const float* scales, const float* biases, float* y",
-        [("MT", mt), ("NT", qr.NT), ("BITS", bits), ("GS", GS), ("KSPLIT", ks),
+        [("MT", mt), ("NT", nt), ("BITS", bits), ("GS", GS), ("KSPLIT", ks),
          ("OT", "float")])
     src += f'''
 template <class T> std::vector<T> load(const char* n, size_t c) {{
@@ -103,7 +105,7 @@ template <class T> std::vector<T> load(const char* n, size_t c) {{
 std::vector<unsigned short> X; std::vector<uint32_t> W; std::vector<float> S, B, Y;
 int XS[2] = {{{M}, {K}}}, WS[2] = {{{N}, {K * bits // 32}}};
 ''' + launch("q", "qmm(X.data(), XS, W.data(), WS, S.data(), B.data(), Y.data())",
-             N // (8 * qr.NT), threads=32 * ks) + f'''
+             N // (8 * nt), threads=32 * ks) + f'''
 int main() {{
   X = load<unsigned short>("{work}/x.bin", {M * K}); W = load<uint32_t>("{work}/w.bin", {N * K * bits // 32});
   S = load<float>("{work}/s.bin", {N * K // GS}); B = load<float>("{work}/b.bin", {N * K // GS});
@@ -121,13 +123,16 @@ int main() {{
     mag = np.abs(x) @ np.abs(w16).T
     err = float((np.abs(y - ref) / mag).max())
     unrounded = float((np.abs(y - x @ wf.astype(np.float64).T) / mag).max())
-    print(f"M={M} N={N} K={K} GS={GS} bits={bits} (KSPLIT {ks}, {mt} row tiles): max |y - ref| / sum|terms|"
+    print(f"M={M} N={N} K={K} GS={GS} bits={bits} (KSPLIT {ks}, {mt} row tiles, NT {nt}): "
+          f"max |y - ref| / sum|terms|"
           f" = {err:.2e} (bf16 weights); against unrounded weights {unrounded:.2e}", flush=True)
     return err
 
 
 CASES = [(16, 32, 256, 64, 4), (3, 16, 128, 32, 4), (32, 32, 1024, 128, 4),
-         (21, 48, 2048, 64, 4), (5, 32, 256, 64, 8), (19, 16, 2048, 64, 8)]
+         (21, 48, 2048, 64, 4), (5, 32, 256, 64, 8), (19, 16, 2048, 64, 8),
+         # qmm_rows.WIDE_NT tiles a warp: 4 and 8 bits, one and two row tiles
+         (16, 64, 2048, 64, 4, qr.WIDE_NT), (19, 32, 256, 32, 8, qr.WIDE_NT)]
 
 
 def main(argv: list[str]) -> int:

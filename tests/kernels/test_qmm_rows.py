@@ -67,6 +67,22 @@ def test_kernel_matches_numpy(backend, case):
     assert _within(y, *_numpy(*args), BOUND)
 
 
+@pytest.mark.parametrize("case", [c for c in GRID if c[1] % (8 * qr.WIDE_NT) == 0])
+def test_wide_tiles_match_numpy(backend, case, monkeypatch):
+    """WIDE_NT tiles a warp (twice the rows a block) within the same bound."""
+    monkeypatch.setattr(qr, "WIDE_FROM", 0)
+    args = _make(1, *case)
+    assert qr.tiles(case[1]) == qr.WIDE_NT
+    assert _within(qr.kernel(*args, backend=backend), *_numpy(*args), BOUND)
+
+
+def test_wide_tiles_only_where_asked_and_whole(monkeypatch):
+    assert qr.tiles(12352) == qr.NT                 # WIDE_FROM None: never
+    monkeypatch.setattr(qr, "WIDE_FROM", 8192)
+    assert qr.tiles(12352) == qr.WIDE_NT and qr.tiles(2048) == qr.NT
+    assert qr.tiles(8192 + 16) == qr.NT             # not a whole number of wide blocks
+
+
 def test_kernel_is_deterministic(backend):
     args = _make(2, 19, 256, 2048, 64)
     a, b = (np.array(qr.kernel(*args, backend=backend).astype(mx.float32)) for _ in range(2))
