@@ -200,21 +200,26 @@ def add_moe_max_pairs_arg(parser) -> None:
                         help="kernels.moe_experts.DEDUPE_FROM_PAIRS for this run: from this "
                              "many (token, expert) pairs a decode step's gate/up launch reads "
                              "each routed expert once for all its tokens (CUDA; default off)")
-    parser.add_argument("--moe-staged", action="store_true",
-                        help="kernels.moe_experts.STAGED for this run: the decode gate/up "
-                             "launch copies its weight rows into shared memory with cp.async "
-                             "first (CUDA; default off)")
-    parser.add_argument("--moe-staged-down", action="store_true",
-                        help="kernels.moe_experts.STAGED_DOWN for this run: the decode down "
-                             "launch copies its weight rows into shared memory with cp.async "
-                             "before staging s * h (CUDA; default off)")
     parser.add_argument("--qmm-wide-from", type=int, default=None, metavar="N",
                         help="kernels.qmm_rows.WIDE_FROM for this run: decode projections of "
                              "at least N outputs take twice the weight rows a block (CUDA; "
                              "default off)")
-    parser.add_argument("--moe-pair-major", action="store_true",
-                        help="kernels.moe_experts.TILE_MAJOR off for this run: the decode "
-                             "experts' grids pair-major, as before session 38 (CUDA)")
+    for flag, (attr, value, what) in _MOE_SWITCHES.items():
+        parser.add_argument(flag, action="store_true",
+                            help=f"kernels.moe_experts.{attr} = {value} for this run: {what}")
+
+
+# On/off settings of kernels/moe_experts.py for a tuning A/B: flag -> (constant, its value
+# with the flag, what that does; all CUDA only)
+_MOE_SWITCHES = {
+    "--moe-staged": ("STAGED", True, "the decode gate/up launch copies its weight rows "
+                     "into shared memory with cp.async first (default off)"),
+    "--moe-staged-down": ("STAGED_DOWN", True, "the decode down launch copies its weight "
+                          "rows into shared memory with cp.async before staging s * h "
+                          "(default off)"),
+    "--moe-pair-major": ("TILE_MAJOR", False, "the decode experts' grids pair-major, as "
+                         "before session 38"),
+}
 
 
 def apply_moe_max_pairs(args) -> None:
@@ -233,12 +238,9 @@ def apply_moe_max_pairs(args) -> None:
         moe_experts.RPW1, moe_experts.RPW2 = (int(r) for r in args.moe_rows.split("/"))
     if getattr(args, "moe_dedupe_from", None) is not None:
         moe_experts.DEDUPE_FROM_PAIRS = args.moe_dedupe_from
-    if getattr(args, "moe_staged", False):
-        moe_experts.STAGED = True
-    if getattr(args, "moe_staged_down", False):
-        moe_experts.STAGED_DOWN = True
+    for flag, (attr, value, _) in _MOE_SWITCHES.items():
+        if getattr(args, flag.removeprefix("--").replace("-", "_"), False):
+            setattr(moe_experts, attr, value)
     if getattr(args, "qmm_wide_from", None) is not None:
         import kernels.qmm_rows as qmm_rows
         qmm_rows.WIDE_FROM = args.qmm_wide_from
-    if getattr(args, "moe_pair_major", False):
-        moe_experts.TILE_MAJOR = False
