@@ -116,8 +116,7 @@ $route
     const int cc = c < NC ? c : 0;
     const int j = cc / CPR;
     own[it] = SHARED && j == K;
-    const auto e = $expert;
-    rows[it] = own[it] ? 0 : static_cast<size_t>(e) * D;
+    rows[it] = own[it] ? 0 : static_cast<size_t>($expert) * D;   // no id read for the shared
     part[it] = cc % CPR;
     float s = 0.0f;
     for (int t = 0; t < 32; ++t) s += sh[cc * 36 + t];
