@@ -106,8 +106,24 @@ class QuantExperts:
 
 
 _built: dict[str, tuple] = {}
-DOWN_INPUTS = ["h", "idx", "scores", "w", "scales", "biases", "sw", "ss", "sb", "gate",
-               "residual"]
+# Each launch's MLX kernel: name, inputs, output, whether MLX copies inputs row-contiguous
+# (launch 2 reads strided idx, scores, gate and residual as they are: the shared gate is a
+# column of the joined router output; h and the weights are dense)
+_LAUNCHES = {
+    "gate_up": ("tandem_moe_gate_up", ["x", "idx", "w", "scales", "biases", "sw", "ss", "sb"],
+                "h", True),
+    "down": ("tandem_moe_down", ["h", "idx", "scores", "w", "scales", "biases", "sw", "ss",
+                                 "sb", "gate", "residual"], "y", False),
+}
+
+
+def _make(backend: str, part: str, source: str, header: str, suffix: str = "",
+          shared_memory: int = 0):
+    name, inputs, output, contiguous = _LAUNCHES[part]
+    extra = {"shared_memory": shared_memory} if shared_memory else {}
+    make = cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
+    return make(name=name + suffix, input_names=inputs, output_names=[output], source=source,
+                header=header, ensure_row_contiguous=contiguous, **extra)
 
 
 def build(backend: str, sources: tuple[str, str, str], suffix: str = "") -> tuple:
@@ -115,16 +131,8 @@ def build(backend: str, sources: tuple[str, str, str], suffix: str = "") -> tupl
     `backend`; suffix ends their names (kernels/bench/moe_experts_ab.py: another revision's
     sources beside these)."""
     header, gate_up, down = sources
-    make = cuda_kernel if backend == "cuda" else mx.fast.metal_kernel
-    return (
-        make(name="tandem_moe_gate_up" + suffix,
-             input_names=["x", "idx", "w", "scales", "biases", "sw", "ss", "sb"],
-             output_names=["h"], source=gate_up, header=header),
-        # Strided idx, scores, gate and residual read as they are (the shared gate is
-        # a column of the joined router output); h and the weights are dense.
-        make(name="tandem_moe_down" + suffix,
-             input_names=DOWN_INPUTS, output_names=["y"], source=down, header=header,
-             ensure_row_contiguous=False))
+    return (_make(backend, "gate_up", gate_up, header, suffix),
+            _make(backend, "down", down, header, suffix))
 
 
 def _get(backend: str):
@@ -136,9 +144,8 @@ def _get(backend: str):
     return _built[backend]
 
 
-# STAGED kernels by their shared memory in bytes (MLX fixes it when it builds a kernel)
-_staged_gate_ups: dict[int, object] = {}
-_staged_downs: dict[int, object] = {}
+# STAGED kernels by launch and shared memory in bytes (MLX fixes it when it builds a kernel)
+_staged_built: dict[tuple[str, int], object] = {}
 
 
 def staged_bytes(D: int) -> int:
@@ -147,27 +154,14 @@ def staged_bytes(D: int) -> int:
     return STAGED_WARPS * -(-(D // 32) // 32) * 2 * RPW1 * 32 * 16
 
 
-def _staged_down(smem: int):
-    """Launch 2 built with STAGED_DOWN's dynamic shared memory."""
-    if smem not in _staged_downs:
-        header, _, down = _SOURCES["cuda"]
-        _staged_downs[smem] = cuda_kernel(
-            name="tandem_moe_down_staged", input_names=DOWN_INPUTS, output_names=["y"],
-            source=down, header=header, ensure_row_contiguous=False, shared_memory=smem)
-    return _staged_downs[smem]
-
-
-def _staged_gate_up(D: int):
-    """Launch 1 built with STAGED's dynamic shared memory (a kernel's size is fixed when
-    MLX builds it)."""
-    smem = staged_bytes(D)
-    if smem not in _staged_gate_ups:
-        header, gate_up, _ = _SOURCES["cuda"]
-        _staged_gate_ups[smem] = cuda_kernel(
-            name="tandem_moe_gate_up_staged",
-            input_names=["x", "idx", "w", "scales", "biases", "sw", "ss", "sb"],
-            output_names=["h"], source=gate_up, header=header, shared_memory=smem)
-    return _staged_gate_ups[smem]
+def _staged(part: str, smem: int):
+    """Launch `part` ('gate_up' or 'down') built with `smem` bytes of dynamic shared memory
+    (STAGED, STAGED_DOWN; CUDA)."""
+    if (part, smem) not in _staged_built:
+        header, gate_up, down = _SOURCES["cuda"]
+        _staged_built[part, smem] = _make("cuda", part, gate_up if part == "gate_up" else down,
+                                          header, "_staged", smem)
+    return _staged_built[part, smem]
 
 
 def _dequantized(parts, group_size: int, idx=None) -> mx.array:
@@ -306,7 +300,7 @@ def kernel(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=Non
     gate_up, down = _get(backend)
     stage = staged(backend, D)
     if stage:
-        gate_up = _staged_gate_up(D)
+        gate_up = _staged("gate_up", staged_bytes(D))
     gu_weights, down_weights = weight_inputs(experts)
     (h,) = gate_up(
         inputs=[x, idx, *gu_weights],
@@ -320,7 +314,7 @@ def kernel(x, idx, scores, experts: QuantExperts, shared_gate=None, residual=Non
     gate = scores if shared_gate is None else shared_gate.reshape(N, 1)
     stage_down = staged_down(backend, K, hidden, shared)
     if stage_down:
-        down = _staged_down(staged_down_bytes(K, hidden, shared))
+        down = _staged("down", staged_down_bytes(K, hidden, shared))
     (y,) = down(
         inputs=[h, idx, scores, *down_weights, gate, x if residual is None else residual],
         template=[("OutT", x.dtype), ("D", D), ("I", hidden), ("K", K), ("GS", gs),
