@@ -136,7 +136,23 @@ def ours_decode(engine: Engine, prompts: list[list[int]], steps: int,
             for name in ("queue", "queue_cpu", "read")} if steady else {}
     return (statistics.median(times) if times else float("nan"),
             {"steps": len(times), "slowest_s": max(times, default=float("nan")),
-             "first_full_s": round(first, 4), **host, **pauses.summary()})
+             "first_full_s": round(first, 4), **host, **slowest_split(steady),
+             **pauses.summary()})
+
+
+def slowest_split(steady: list[StepEvent]) -> dict:
+    """Where the slowest steady step's time went, beside the medians: which step it was
+    (0 = the first steady one) and its queue, queue CPU and read times. A spike in its
+    queue with the CPU time to match is the host's own work (MLX building a new CUDA graph
+    executable, say); a queue far above its CPU time waited (the GIL, another thread); a
+    long read waited for the device; a step far longer than queue + read waited between
+    the two (the step loop's own work)."""
+    if not steady:
+        return {}
+    at = max(range(len(steady)), key=lambda i: steady[i].duration)
+    e = steady[at]
+    return {"slowest_at": at, **{f"slowest_{name}_ms": round(1e3 * getattr(e, f"{name}_s"), 2)
+                                 for name in ("queue", "queue_cpu", "read")}}
 
 
 def ours_prefill(engine: Engine, prompt: list[int]):

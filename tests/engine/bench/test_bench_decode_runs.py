@@ -73,7 +73,9 @@ def test_ours_decode_times_the_first_steps_steady_steps():
     assert math.isclose(median, (0.019 + 0.02) / 2)
     gc_pauses = {k: extra.pop(k) for k in ("gc_full", "gc_max_ms")}   # whatever ran
     assert extra == {"steps": 4, "slowest_s": 0.03, "first_full_s": 0.11,
-                     "queue_ms": 0.0, "queue_cpu_ms": 0.0, "read_ms": 0.0}   # scripted: none
+                     "queue_ms": 0.0, "queue_cpu_ms": 0.0, "read_ms": 0.0,   # scripted: none
+                     "slowest_at": 1, "slowest_queue_ms": 0.0, "slowest_queue_cpu_ms": 0.0,
+                     "slowest_read_ms": 0.0}
     assert gc_pauses["gc_full"] >= 0 and gc_pauses["gc_max_ms"] >= 0.0
     assert engine.max_tokens == 4 + 2 * 8 + 4 and engine.listeners == []
 
@@ -90,3 +92,18 @@ def test_the_bench_decodes_at_the_apps_sampling_when_asked():
     engine = _ScriptedEngine(_numbered([_step("decode", 1, 0.01)] * 3))
     ours_decode(engine, [[1] * 32], steps=1, sampling=app)
     assert (engine.sampling.temperature, engine.sampling.top_p) == (0.7, 0.95)
+
+
+def test_the_slowest_steps_split_is_its_own_not_the_medians():
+    """Beside the medians, the slowest steady step's own queue / queue CPU / read times
+    and where it came in the run: a queue spike with its CPU time is the host's work, a
+    queue above its CPU time a wait, a long read the device's."""
+    from engine.bench.runs import slowest_split
+    steps = [StepEvent(step=i, t_start=0.0, t_end=d, kind="decode", batch_size=4,
+                       queue_s=q, queue_cpu_s=c, read_s=r)
+             for i, (d, q, c, r) in enumerate([(0.010, 0.006, 0.006, 0.001),
+                                               (0.021, 0.017, 0.009, 0.002),
+                                               (0.011, 0.007, 0.007, 0.001)])]
+    assert slowest_split(steps) == {"slowest_at": 1, "slowest_queue_ms": 17.0,
+                                    "slowest_queue_cpu_ms": 9.0, "slowest_read_ms": 2.0}
+    assert slowest_split([]) == {}
