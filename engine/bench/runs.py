@@ -54,6 +54,9 @@ class RunLog:
         seconds, extra = run_fn()
         t1 = time.perf_counter()
         extra = dict(extra)
+        span = extra.pop("slowest_span", None)
+        if span is not None and self.monitor is not None:
+            extra["slowest_samples"] = self._samples_within(*span)
         run = Run(seconds=seconds, index=len(self.runs), slowest_s=extra.pop("slowest_s", None),
                   peak_gb=mx.get_peak_memory() / 1e9, extra=extra,
                   rest_s=(t0 - self._last_end) if self._last_end else 0.0, **fields)
@@ -66,6 +69,11 @@ class RunLog:
               f"({run.tok_s:.1f} tok/s{slowest}) peak {run.peak_gb:.2f} GB MHz={run.mhz} "
               f"W={run.watts} {run.extra or ''}", flush=True)
         return run
+
+    def _samples_within(self, t0: float, t1: float) -> int:
+        """Telemetry samples timed within [t0, t1]: whether sampling the GPU's clock and
+        power (NVML on CUDA, from its own thread) coincides with the slowest step."""
+        return sum(t0 <= r.t <= t1 for r in self.monitor.history(seconds=120.0))
 
     def _clocks(self, t0, t1):
         if self.monitor is None:
@@ -146,13 +154,15 @@ def slowest_split(steady: list[StepEvent]) -> dict:
     queue with the CPU time to match is the host's own work (MLX building a new CUDA graph
     executable, say); a queue far above its CPU time waited (the GIL, another thread); a
     long read waited for the device; a step far longer than queue + read waited between
-    the two (the step loop's own work)."""
+    the two (the step loop's own work). Its span (perf_counter seconds) lets RunLog count
+    the telemetry samples taken within it, and is not printed."""
     if not steady:
         return {}
     at = max(range(len(steady)), key=lambda i: steady[i].duration)
     e = steady[at]
     return {"slowest_at": at, **{f"slowest_{name}_ms": round(1e3 * getattr(e, f"{name}_s"), 2)
-                                 for name in ("queue", "queue_cpu", "read")}}
+                                 for name in ("queue", "queue_cpu", "read")},
+            "slowest_span": (e.t_start, e.t_end)}
 
 
 def ours_prefill(engine: Engine, prompt: list[int]):

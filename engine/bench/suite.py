@@ -66,6 +66,9 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
                         "alternating (the recorder's cost on tok/s)")
     p.add_argument("--json", default=None, help="write every run here")
     p.add_argument("--trace", default=None, help="write a Perfetto trace here")
+    p.add_argument("--telemetry-interval", type=float, default=0.25, metavar="S",
+                   help="seconds between the clock/power samples read beside every run "
+                        "(default 0.25; 0: none, to see whether sampling slows a step)")
     p.add_argument("--sampling", choices=("greedy", "app"), default="greedy",
                    help="decode runs' sampling, both engines: greedy, or the app's chat "
                         "defaults (temperature 0.7, top-p 0.95: engine/settings_spec.py)")
@@ -105,7 +108,7 @@ def run_bench(args) -> int:
     if args.mlx_cache_limit is not None:
         mx.set_cache_limit(args.mlx_cache_limit)
     engine = open_engine(args.model, cfg)
-    monitor, recording = _telemetry(engine, args.trace)
+    monitor, recording = _telemetry(engine, args.trace, args.telemetry_interval)
     log = RunLog(monitor, clear_cache=args.clear_cache)
     vocab = _vocab(engine.bundle.config)
     sampling = decode_sampling(args.sampling)
@@ -239,12 +242,14 @@ def _make_peer(engine, sampling=None):
     return Peer(peer_model(engine.bundle.model, engine.bundle.config), sampling)
 
 
-def _telemetry(engine, trace_path):
-    """A monitor for every run's clock and power; a trace recording when asked for."""
+def _telemetry(engine, trace_path, interval_s: float = 0.25):
+    """A monitor for every run's clock and power (none at interval 0: a trace then
+    samples on its own); a trace recording when asked for."""
     from engine.telemetry import TelemetryMonitor
     from engine.telemetry.recording import record_engine
-    monitor = TelemetryMonitor(interval_s=0.25)
-    monitor.start()
+    monitor = TelemetryMonitor(interval_s=interval_s) if interval_s > 0 else None
+    if monitor is not None:
+        monitor.start()
     recording = record_engine(engine, trace_path, monitor=monitor) if trace_path else None
     return monitor, recording
 
@@ -302,7 +307,8 @@ def _report_ttft_load(log: RunLog) -> None:
 def _finish(engine, monitor, recording, args, log) -> None:
     if recording is not None:
         recording.finish()
-    monitor.stop()
+    if monitor is not None:
+        monitor.stop()
     if args.json:
         with open(args.json, "w") as f:
             json.dump([r.__dict__ | {"tok_s": r.tok_s} for r in log.runs], f, indent=1)

@@ -21,3 +21,30 @@ def test_a_run_log_that_clears_the_cache_starts_each_run_with_it_empty():
     kept = RunLog(clear_cache=False)
     kept.timed(lambda: (0.0, {"cached": mx.get_cache_memory()}), engine="t", what="x", size=1)
     assert kept.runs[-1].extra["cached"] > 0
+
+
+class _Monitor:
+    """A telemetry monitor's side RunLog reads: samples taken at the given times."""
+
+    def __init__(self, times):
+        from engine.telemetry.reading import Reading
+        self.readings = [Reading(t=t, gpu_mhz=1980.0, gpu_watts=400.0, mhz_label="SM clock MHz",
+                                 source="NVML") for t in times]
+
+    def sample_once(self):
+        pass
+
+    def history(self, seconds=60.0):
+        return list(self.readings)
+
+
+def test_a_run_names_the_samples_taken_within_its_slowest_step_and_not_the_span():
+    """Sampling the GPU's clock and power runs on a thread of its own: the run counts the
+    samples begun within its slowest step, to show whether they coincide."""
+    log = RunLog(monitor=_Monitor([1.0, 2.05, 2.09, 3.0]))
+    log.timed(lambda: (0.01, {"slowest_s": 0.1, "slowest_span": (2.0, 2.1)}),
+              engine="t", what="decode", size=1)
+    assert log.runs[-1].extra == {"slowest_samples": 2}
+    quiet = RunLog()                                  # no monitor: no count, no span
+    quiet.timed(lambda: (0.01, {"slowest_span": (2.0, 2.1)}), engine="t", what="decode", size=1)
+    assert quiet.runs[-1].extra == {}
