@@ -55,8 +55,10 @@ class RunLog:
         t1 = time.perf_counter()
         extra = dict(extra)
         span = extra.pop("slowest_span", None)
-        if span is not None and self.monitor is not None:
-            extra["slowest_samples"] = self._samples_within(*span)
+        if span is not None:
+            extra["slowest_clock"] = wall_clock(span[0])
+            if self.monitor is not None:
+                extra["slowest_samples"] = self._samples_within(*span)
         run = Run(seconds=seconds, index=len(self.runs), slowest_s=extra.pop("slowest_s", None),
                   peak_gb=mx.get_peak_memory() / 1e9, extra=extra,
                   rest_s=(t0 - self._last_end) if self._last_end else 0.0, **fields)
@@ -84,6 +86,14 @@ class RunLog:
         w = [r.gpu_watts for r in rs if r.gpu_watts is not None]
         return (statistics.median(mhz) if mhz else None,
                 statistics.median(w) if w else None)
+
+
+def wall_clock(t: float) -> str:
+    """A time.perf_counter() reading as the wall clock's HH:MM:SS.mmm (UTC), to line a
+    step up with what other processes log by the clock (the GPU machine's nvidia-smi
+    poll every 5 s in ../shared/device/run-detached's gpu.csv, say)."""
+    wall = time.time() - (time.perf_counter() - t)
+    return time.strftime("%H:%M:%S", time.gmtime(wall)) + f".{int(wall * 1000) % 1000:03d}"
 
 
 class Steps:

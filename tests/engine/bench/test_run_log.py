@@ -1,7 +1,9 @@
 """RunLog: each timed run starts from the same allocator state when asked to."""
+import re
+
 import mlx.core as mx
 
-from engine.bench.runs import RunLog
+from engine.bench.runs import RunLog, wall_clock
 
 
 def _leave_buffers_cached():
@@ -44,7 +46,20 @@ def test_a_run_names_the_samples_taken_within_its_slowest_step_and_not_the_span(
     log = RunLog(monitor=_Monitor([1.0, 2.05, 2.09, 3.0]))
     log.timed(lambda: (0.01, {"slowest_s": 0.1, "slowest_span": (2.0, 2.1)}),
               engine="t", what="decode", size=1)
+    clock = log.runs[-1].extra.pop("slowest_clock")
     assert log.runs[-1].extra == {"slowest_samples": 2}
+    assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d\d\d", clock)
     quiet = RunLog()                                  # no monitor: no count, no span
     quiet.timed(lambda: (0.01, {"slowest_span": (2.0, 2.1)}), engine="t", what="decode", size=1)
-    assert quiet.runs[-1].extra == {}
+    assert set(quiet.runs[-1].extra) == {"slowest_clock"}
+
+
+def test_a_steps_clock_is_the_wall_clock_of_its_perf_counter_time():
+    """The slowest step's start as the wall clock reads it (UTC), to the millisecond."""
+    import time
+    now = time.perf_counter()
+    shown = wall_clock(now - 1.5)
+    expect = time.time() - 1.5
+    h, m, sec = shown.split(":")
+    got = int(h) * 3600 + int(m) * 60 + float(sec)
+    assert abs((got - expect % 86400 + 43200) % 86400 - 43200) < 0.05
