@@ -21,7 +21,7 @@ float32 operands (x in float32, h always) go in as two tf32 parts, hi + lo, with
 of the value (two MMAs). So the result is float32 math, as the old kernel's: no weight is
 rounded to tf32 or bf16.
 
-The MMA is one `__device__` function, `mma_tf32`; kernels/bench/cuda_on_cpu.py's shim
+The MMA is one `__device__` function, `mma_tf32`; kernels/bench/cuda_shim.py's shim
 defines TANDEM_SHIM and its own `mma_tf32`, written from the PTX ISA's fragment tables,
 so the body as written runs on the CPU (kernels/bench/cuda_on_cpu_grouped.py).
 """

@@ -1,7 +1,7 @@
 """``python -m kernels.bench.cuda_on_cpu_cdf_draw``: kernels/cdf_draw.py's CUDA source on the CPU.
 
 Not a benchmark: a check of the source's levels, piece bounds and walk where no GPU is at
-hand, with kernels/bench/cuda_on_cpu.py's shim (a block's threads as std::threads, 256
+hand, with kernels/bench/cuda_shim.py's shim (a block's threads as std::threads, 256
 here; the GPU launches 1,024: 8 pieces a level instead of 32). Each draw is checked
 against its definition in float64 (the drawn id has weight and its slice of the exact
 running sum holds u x total, within the kernel's bound) and against the sampler's plain
@@ -15,8 +15,8 @@ import mlx.core as mx
 import numpy as np
 
 import kernels.cdf_draw as cd
-from kernels.bench.cuda_on_cpu import PRE, build_and_run, kfunc, launch
 from kernels.bench.cuda_on_cpu_top_p import VECTORS
+from kernels.bench.cuda_shim import PRE, build_and_run, kfunc, launch
 
 THREADS = 256
 MIN = "#include <algorithm>\nusing std::min;\n"

@@ -14,7 +14,7 @@ import numpy as np
 import kernels.gated_delta_chunk as gdc
 import kernels.gated_delta_step as gds
 import kernels.gdn_conv_chunk as gcc
-from kernels.bench.cuda_on_cpu import PRE, WORK, build_and_run, kfunc, launch
+from kernels.bench.cuda_shim import PRE, WORK, build_and_run, kfunc, launch
 
 
 def emulate_chunk(B, T, S, heads, lanes, lengths, fresh_rows, seed, gates=True):

@@ -3,7 +3,7 @@
 gated_delta_step (raw gates, strided views, 4/8/32 lanes) alone and with its output norm
 (gated_delta_step_norm: a block per head, at several layouts), add_rms_norm, gated_rms_norm,
 attention_prep and the gated pass 2 of paged_attention: each body compiled by g++ with
-cuda_on_cpu's shim and compared with a float64 numpy reference.
+kernels/bench/cuda_shim.py's shim and compared with a float64 numpy reference.
 ``python -m kernels.bench.cuda_on_cpu_decode`` runs these alone.
 """
 import subprocess
@@ -16,7 +16,7 @@ import kernels.gated_delta_step as gds
 import kernels.gated_delta_step_norm as gdsn
 import kernels.gated_rms_norm as grn
 import kernels.paged_attention_src as pas
-from kernels.bench.cuda_on_cpu import PRE, WORK, kfunc, launch
+from kernels.bench.cuda_shim import PRE, WORK, kfunc, launch
 
 
 def emulate_step(B, S, heads, lanes, fresh_rows, seed, gates=True, rows=None, z3=False,

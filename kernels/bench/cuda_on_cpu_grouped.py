@@ -34,7 +34,7 @@ import mlx.core as mx
 import numpy as np
 
 import kernels.moe_grouped as mg
-from kernels.bench.cuda_on_cpu import PRE, _dequantize, build_and_run, kfunc, launch
+from kernels.bench.cuda_shim import PRE, build_and_run, dequantize, kfunc, launch
 from kernels.moe_grouped_src import CUDA_DOWN, CUDA_GATE_UP, CUDA_HEADER
 
 EPS32 = 2.0 ** -23
@@ -77,9 +77,9 @@ def tolerances(x, idx, scores, gate_up, down, I, GS, split_x):  # noqa: E741
     for e in sorted(set(idx.reshape(-1).tolist())):
         pairs = np.nonzero(idx.reshape(-1) == e)[0]
         xe = x64[pairs // K]
-        w = _dequantize(gq[e], gs[e], gb[e])[:2 * I]               # [2I, D]
-        sq = _dequantize(gq[e], gs[e], np.zeros_like(gb[e]))[:2 * I]
-        bb = _dequantize(np.zeros_like(gq[e]), np.zeros_like(gs[e]), gb[e])[:2 * I]
+        w = dequantize(gq[e], gs[e], gb[e])[:2 * I]               # [2I, D]
+        sq = dequantize(gq[e], gs[e], np.zeros_like(gb[e]))[:2 * I]
+        bb = dequantize(np.zeros_like(gq[e]), np.zeros_like(gs[e]), gb[e])[:2 * I]
         gu = xe @ w.T
         rss = np.sqrt((xe ** 2) @ (sq ** 2 + bb ** 2).T)
         g, u = gu[:, :I], gu[:, I:]
@@ -88,9 +88,9 @@ def tolerances(x, idx, scores, gate_up, down, I, GS, split_x):  # noqa: E741
         dg = w1 * rss[:, :I] * np.abs(sig * (1 + g * (1 - sig)) * u)
         du = w1 * rss[:, I:] * np.abs(g * sig)
         ht = dg + du + 4 * EPS32 * np.abs(h)                        # exp, divide, multiply
-        wd = _dequantize(dq[e], ds[e], db[e])                        # [D, I]
-        dsq = _dequantize(dq[e], ds[e], np.zeros_like(db[e]))
-        dbb = _dequantize(np.zeros_like(dq[e]), np.zeros_like(ds[e]), db[e])
+        wd = dequantize(dq[e], ds[e], db[e])                        # [D, I]
+        dsq = dequantize(dq[e], ds[e], np.zeros_like(db[e]))
+        dbb = dequantize(np.zeros_like(dq[e]), np.zeros_like(ds[e]), db[e])
         sc = np.abs(scores.reshape(-1)[pairs])[:, None].astype(np.float64)
         y = sc * (h @ wd.T)
         yt = sc * (w2 * np.sqrt((h ** 2) @ (dsq ** 2 + dbb ** 2).T)
@@ -181,7 +181,7 @@ int main() {{
     h_ref, h_tol, y_ref, y_tol = tolerances(x, idx, scores, q[0:3], q[3:6], I, GS, not bf16)
     h_ratio = float((np.abs(h - h_ref) / h_tol)[mine].max()) if mine.any() else 0.0
     y_ratio = float((np.abs(y - y_ref) / y_tol)[mine].max()) if mine.any() else 0.0
-    wd = {e: np.abs(_dequantize(*(a[e] for a in q[3:6]))) for e in set(flat[mine].tolist())}
+    wd = {e: np.abs(dequantize(*(a[e] for a in q[3:6]))) for e in set(flat[mine].tolist())}
     mag = np.stack([np.abs(scores.reshape(-1)[p]) * (wd[flat[p]] @ np.abs(h_ref[p]))
                     for p in np.nonzero(mine)[0]]) if mine.any() else np.ones((1, 1))
     ulps = (float((np.abs(y - y_ref)[mine] / mag).max()) if mine.any() else 0.0) / 2.0 ** -24

@@ -1,6 +1,6 @@
 """``python -m kernels.bench.cuda_on_cpu_qmm``: kernels/qmm_rows.py's CUDA body on the CPU.
 
-The body is compiled by g++ as written (kernels/bench/cuda_on_cpu.py's shim: a block's
+The body is compiled by g++ as written (kernels/bench/cuda_shim.py's shim: a block's
 threads are std::threads). Its header's two helpers are swapped for CPU versions: the
 bf16 rounding (round to nearest even, by bits) and the warp's m16n8k16 product, which
 gathers every lane's A and B registers at a warp barrier and computes each lane's D
@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 import kernels.qmm_rows as qr
-from kernels.bench.cuda_on_cpu import PRE, build_and_run, kfunc, launch, run_cases
+from kernels.bench.cuda_shim import PRE, build_and_run, kfunc, launch, run_cases
 from kernels.qmm_rows_src import CUDA_SOURCE
 
 CPU_HEADER = r'''

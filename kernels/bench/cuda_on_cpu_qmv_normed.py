@@ -1,6 +1,6 @@
 """``python -m kernels.bench.cuda_on_cpu_qmv_normed``: kernels/qmv_normed.py's CUDA body on the CPU.
 
-The body is compiled by g++ as written (kernels/bench/cuda_on_cpu.py's shim: a block's
+The body is compiled by g++ as written (kernels/bench/cuda_shim.py's shim: a block's
 threads are std::threads, blocks one after another) with float32 x, weights' scales and
 biases (its bf16 instantiation differs only in the loads' and roundings' conversions),
 and compared with a float64 numpy norm and product of the same values. So this checks
@@ -15,8 +15,8 @@ import sys
 import numpy as np
 
 import kernels.qmv_normed as qn
-from kernels.bench.cuda_on_cpu import PRE, build_and_run, kfunc, launch, run_cases
 from kernels.bench.cuda_on_cpu_qmm import _dequantize
+from kernels.bench.cuda_shim import PRE, build_and_run, kfunc, launch, run_cases
 
 EPS = 1e-6
 

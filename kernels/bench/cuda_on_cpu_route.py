@@ -2,7 +2,7 @@
 on the CPU (~9 minutes on two idle cores; --small: without the real shapes, ~2.5).
 
 The MoE block with its routing inside the experts' two launches, compiled by g++ with
-kernels/bench/cuda_on_cpu.py's shim (int shuffles added). Each case runs both ways in
+kernels/bench/cuda_shim.py's shim (int shuffles added). Each case runs both ways in
 one program: moe_route's body then moe_experts' two bodies (the ids and weights gathered
 by the row map), and moe_block's two bodies on the router logits. Checked:
 
@@ -30,7 +30,7 @@ import kernels.moe_block as mb
 import kernels.moe_block_src as mbs
 import kernels.moe_experts_src as mes
 import kernels.moe_route as mr
-from kernels.bench.cuda_on_cpu import PRE, kfunc, launch
+from kernels.bench.cuda_shim import PRE, kfunc, launch
 
 SHIM = r'''
 #include <cstring>

@@ -4,7 +4,7 @@ multiple of the block. ``python -m kernels.bench.cuda_on_cpu_swiglu`` runs it al
 import numpy as np
 
 import kernels.swiglu_joined as sj
-from kernels.bench.cuda_on_cpu import PRE, WORK, build_and_run, kfunc, launch
+from kernels.bench.cuda_shim import PRE, WORK, build_and_run, kfunc, launch
 
 # (N, I, padding after up): SmolLM2's width at B=1; ragged rows; fewer elements than a block
 CASES = [(1, 1536, 0), (3, 200, 24), (2, 40, 8)]

@@ -1,7 +1,7 @@
 """``python -m kernels.bench.cuda_on_cpu_top_p``: kernels/top_p_cut.py's CUDA source on the CPU.
 
 Not a benchmark: a check of the source's index math, the passes' hand-over and the bin
-choice where no GPU is at hand, with kernels/bench/cuda_on_cpu.py's shim (a block's 256
+choice where no GPU is at hand, with kernels/bench/cuda_shim.py's shim (a block's 256
 threads as std::threads, as the GPU launches them; the blocks one after another, the
 9 launches in order). Each row's cut is checked against its definition in float64: the
 mass of the ids strictly likelier than the cut is below target, and with the cut's own
@@ -13,7 +13,7 @@ import numpy as np
 
 import kernels.top_p_cut as tpc
 import kernels.top_p_cut_src as tps
-from kernels.bench.cuda_on_cpu import PRE, build_and_run, kfunc, launch
+from kernels.bench.cuda_shim import PRE, build_and_run, kfunc, launch
 
 # CUDA's vector types as the kernel reads them (four ids a load)
 VECTORS = "struct int4 { int x, y, z, w; };\n"

@@ -98,8 +98,8 @@ FAULTS = [("header", "a[m][1] = nibble_tf32(q[m][1][0], ja);", "a[m][1] = nibble
 def test_the_emulation_sees_a_planted_fault(fault):
     """The check of the check: each planted fault takes the result past its tolerance
     (a dropped lo part: ~19x; layout faults: ~1e5x and more)."""
-    from kernels.bench.cuda_on_cpu import PRE
     from kernels.bench.cuda_on_cpu_grouped import emulate
+    from kernels.bench.cuda_shim import PRE
     from kernels.moe_grouped_src import CUDA_DOWN, CUDA_GATE_UP, CUDA_HEADER
     where, text, planted = fault
     header, pre = CUDA_HEADER, PRE
