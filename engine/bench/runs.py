@@ -5,6 +5,7 @@ rest before it, and the median GPU MHz and W while it ran.
 """
 from __future__ import annotations
 
+import json
 import statistics
 import threading
 import time
@@ -40,9 +41,12 @@ class Run:
 class RunLog:
     """Numbers runs and attaches the telemetry read while each ran."""
 
-    def __init__(self, monitor=None, clear_cache: bool = False):
+    def __init__(self, monitor=None, clear_cache: bool = False, steps_log: str | None = None):
         self.monitor = monitor
         self.clear_cache = clear_cache
+        self.steps_log = steps_log        # every decode run's steady steps, a JSON line a run
+        if steps_log:
+            open(steps_log, "w").close()
         self.runs: list[Run] = []
         self._last_end: float | None = None
 
@@ -55,6 +59,7 @@ class RunLog:
         t1 = time.perf_counter()
         extra = dict(extra)
         span = extra.pop("slowest_span", None)
+        records = extra.pop("step_records", None)
         if span is not None:
             extra["slowest_clock"] = wall_clock(span[0])
             if self.monitor is not None:
@@ -65,12 +70,27 @@ class RunLog:
         run.mhz, run.watts = self._clocks(t0, t1)
         self._last_end = t1
         self.runs.append(run)
+        if records is not None and self.steps_log:
+            self._log_steps(run, records)
         # One line per run as it ends, so a run cut short still leaves its numbers.
         slowest = "" if run.slowest_s is None else f", slowest step {run.slowest_s:.4f} s"
         print(f"run {run.index}: {run.engine} {run.what} {run.size}: {run.seconds:.4f} s "
               f"({run.tok_s:.1f} tok/s{slowest}) peak {run.peak_gb:.2f} GB MHz={run.mhz} "
               f"W={run.watts} {run.extra or ''}", flush=True)
         return run
+
+    def _log_steps(self, run: Run, records: list[StepEvent]) -> None:
+        """One JSON line: the run and each of its steady steps, by the wall clock (to line
+        them up with what other processes log), with its queue, queue CPU and read times."""
+        steps = [{"clock": wall_clock(e.t_start), "ms": round(1e3 * e.duration, 2),
+                  **{f"{name}_ms": round(1e3 * getattr(e, f"{name}_s"), 2)
+                     for name in ("queue", "queue_cpu", "read")},
+                  **({"samples": self._samples_within(e.t_start, e.t_end)}
+                     if self.monitor is not None else {})}
+                 for e in records]
+        with open(self.steps_log, "a") as f:
+            f.write(json.dumps({"run": run.index, "engine": run.engine, "what": run.what,
+                                "size": run.size, "steps": steps}) + "\n")
 
     def _samples_within(self, t0: float, t1: float) -> int:
         """Telemetry samples timed within [t0, t1]: whether sampling the GPU's clock and
@@ -155,7 +175,7 @@ def ours_decode(engine: Engine, prompts: list[list[int]], steps: int,
     return (statistics.median(times) if times else float("nan"),
             {"steps": len(times), "slowest_s": max(times, default=float("nan")),
              "first_full_s": round(first, 4), **host, **slowest_split(steady),
-             **pauses.summary()})
+             **pauses.summary(), "step_records": steady})
 
 
 def slowest_split(steady: list[StepEvent]) -> dict:

@@ -65,6 +65,10 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
                    help="also: decode at batch B with and without a trace recording, "
                         "alternating (the recorder's cost on tok/s)")
     p.add_argument("--json", default=None, help="write every run here")
+    p.add_argument("--steps-log", default=None, metavar="PATH",
+                   help="write every Tandem decode run's steady steps here (a JSON line a "
+                        "run: each step's start by the wall clock, UTC, its ms, queue, queue "
+                        "CPU and read ms, and the telemetry samples within it)")
     p.add_argument("--trace", default=None, help="write a Perfetto trace here")
     p.add_argument("--telemetry-interval", type=float, default=0.25, metavar="S",
                    help="seconds between the clock/power samples read beside every run "
@@ -109,7 +113,7 @@ def run_bench(args) -> int:
         mx.set_cache_limit(args.mlx_cache_limit)
     engine = open_engine(args.model, cfg)
     monitor, recording = _telemetry(engine, args.trace, args.telemetry_interval)
-    log = RunLog(monitor, clear_cache=args.clear_cache)
+    log = RunLog(monitor, clear_cache=args.clear_cache, steps_log=args.steps_log)
     vocab = _vocab(engine.bundle.config)
     sampling = decode_sampling(args.sampling)
     peer = None if args.no_peer else _make_peer(engine, sampling)

@@ -63,3 +63,24 @@ def test_a_steps_clock_is_the_wall_clock_of_its_perf_counter_time():
     h, m, sec = shown.split(":")
     got = int(h) * 3600 + int(m) * 60 + float(sec)
     assert abs((got - expect % 86400 + 43200) % 86400 - 43200) < 0.05
+
+
+def test_a_steps_log_has_a_line_a_decode_run_with_each_steady_step(tmp_path):
+    """`engine bench --steps-log PATH`: each Tandem decode run's steady steps, by the wall
+    clock, with their split and the samples within each; runs without steps write none."""
+    import json
+
+    from engine.events import StepEvent
+    steps = [StepEvent(step=i, t_start=t, t_end=t + d, kind="decode", batch_size=2,
+                       queue_s=q, queue_cpu_s=q, read_s=0.001)
+             for i, (t, d, q) in enumerate([(2.0, 0.01, 0.006), (2.01, 0.03, 0.02)])]
+    path = tmp_path / "steps.jsonl"
+    log = RunLog(monitor=_Monitor([2.02]), steps_log=str(path))
+    log.timed(lambda: (0.02, {"step_records": steps}), engine="tandem", what="decode", size=2)
+    log.timed(lambda: (0.3, {}), engine="tandem", what="prefill", size=128)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) == 1 and lines[0]["size"] == 2 and "step_records" not in log.runs[0].extra
+    got = [{k: v for k, v in s.items() if k != "clock"} for s in lines[0]["steps"]]
+    assert got == [{"ms": 10.0, "queue_ms": 6.0, "queue_cpu_ms": 6.0, "read_ms": 1.0, "samples": 0},
+                   {"ms": 30.0, "queue_ms": 20.0, "queue_cpu_ms": 20.0, "read_ms": 1.0,
+                    "samples": 1}]
