@@ -180,18 +180,23 @@ def ours_decode(engine: Engine, prompts: list[list[int]], steps: int,
 
 def slowest_split(steady: list[StepEvent]) -> dict:
     """Where the slowest steady step's time went, beside the medians: which step it was
-    (0 = the first steady one) and its queue, queue CPU and read times. A spike in its
+    (0 = the first steady one), its queue, queue CPU and read times, and the read of the
+    step before it. A step's span runs from its start to the next step's: on a GPU, whose
+    steps are pipelined, it holds its own queue and the previous step's read (the wait
+    for that step's device work); its own read falls in the next span. A spike in the
     queue with the CPU time to match is the host's own work (MLX building a new CUDA graph
     executable, say); a queue far above its CPU time waited (the GIL, another thread); a
-    long read waited for the device; a step far longer than queue + read waited between
-    the two (the step loop's own work). Its span (perf_counter seconds) lets RunLog count
-    the telemetry samples taken within it, and is not printed."""
+    long previous read waited for the device; a span far longer than queue + previous
+    read waited between them (the step loop's own work). Its span (perf_counter seconds)
+    lets RunLog count the telemetry samples taken within it, and is not printed."""
     if not steady:
         return {}
     at = max(range(len(steady)), key=lambda i: steady[i].duration)
     e = steady[at]
+    before = next((p for p in steady if p.step == e.step - 1), None)
     return {"slowest_at": at, **{f"slowest_{name}_ms": round(1e3 * getattr(e, f"{name}_s"), 2)
                                  for name in ("queue", "queue_cpu", "read")},
+            **({"slowest_prev_read_ms": round(1e3 * before.read_s, 2)} if before else {}),
             "slowest_span": (e.t_start, e.t_end)}
 
 

@@ -57,6 +57,8 @@ def spikes(run: dict, over: float, polls: list[float]) -> dict:
     median = statistics.median(s["ms"] for s in steps)
     slow = [{"at": i, "x": round(s["ms"] / median, 2),
              **{k: s[k] for k in ("ms", "queue_ms", "queue_cpu_ms", "read_ms")},
+             # pipelined (a GPU): a step's span holds the previous step's read
+             **({"prev_read_ms": steps[i - 1]["read_ms"]} if i else {}),
              **({"samples": s["samples"]} if "samples" in s else {}),
              **({"from_poll_ms": nearest_ms(seconds_of_day(s["clock"]), polls)}
                 if polls else {})}

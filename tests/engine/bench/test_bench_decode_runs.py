@@ -76,7 +76,8 @@ def test_ours_decode_times_the_first_steps_steady_steps():
     assert extra == {"steps": 4, "slowest_s": 0.03, "first_full_s": 0.11,
                      "queue_ms": 0.0, "queue_cpu_ms": 0.0, "read_ms": 0.0,   # scripted: none
                      "slowest_at": 1, "slowest_queue_ms": 0.0, "slowest_queue_cpu_ms": 0.0,
-                     "slowest_read_ms": 0.0, "slowest_span": (0.0, 0.03)}
+                     "slowest_read_ms": 0.0, "slowest_prev_read_ms": 0.0,
+                     "slowest_span": (0.0, 0.03)}
     assert gc_pauses["gc_full"] >= 0 and gc_pauses["gc_max_ms"] >= 0.0
     assert engine.max_tokens == 4 + 2 * 8 + 4 and engine.listeners == []
 
@@ -107,5 +108,7 @@ def test_the_slowest_steps_split_is_its_own_not_the_medians():
                                                (0.011, 0.007, 0.007, 0.001)])]
     assert slowest_split(steps) == {"slowest_at": 1, "slowest_queue_ms": 17.0,
                                     "slowest_queue_cpu_ms": 9.0, "slowest_read_ms": 2.0,
+                                    "slowest_prev_read_ms": 1.0,   # step 0's: in its span
                                     "slowest_span": (0.0, 0.021)}
+    assert "slowest_prev_read_ms" not in slowest_split(steps[1:])   # no step before it
     assert slowest_split([]) == {}

@@ -26,8 +26,8 @@ def test_a_slow_step_is_named_with_its_split_and_its_distance_from_a_poll(tmp_pa
     got = json.loads(out[1])
     assert got["median_ms"] == 10.1 and got["slowest_x"] == 2.28
     assert got["slow"] == [{"at": 2, "x": 2.28, "ms": 23.0, "queue_ms": 18.0,
-                            "queue_cpu_ms": 17.5, "read_ms": 0.1, "samples": 1,
-                            "from_poll_ms": -10.0}]
+                            "queue_cpu_ms": 17.5, "read_ms": 0.1, "prev_read_ms": 0.1,
+                            "samples": 1, "from_poll_ms": -10.0}]
     assert got["steps_near_a_poll"] == "4/4"
 
 
