@@ -10,7 +10,7 @@ SELF_TEST_MARK = "self-test"       # kernels/selftest.py's reasons start with it
 
 
 def _note(text: str) -> str:
-    """'n/a: no GPU power sensor on this machine (nvml: …)' -> 'no GPU power sensor on this machine'."""
+    """'n/a: no power sensor readable on this machine (nvml: …)' -> 'no power sensor readable on this machine'."""
     text = text.strip()
     if text.lower().startswith("n/a:"):
         text = text[4:].strip()

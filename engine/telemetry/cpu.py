@@ -16,7 +16,7 @@ from pathlib import Path
 from engine.telemetry.reading import Reading
 
 MHZ_LABEL = "CPU MHz"
-POWER_NOTE = "n/a: no GPU power sensor on this machine"
+POWER_NOTE = "n/a: no power sensor readable on this machine"  # the CPU's row: "CPU W"
 
 
 class CpuSampler:
