@@ -5,6 +5,7 @@ from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QFrame,
+    QGridLayout,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -63,19 +64,23 @@ class ChatPane(QFrame):
         self._on_session_busy_changed(session.busy)
 
     def _lay_out(self) -> None:
-        header = QHBoxLayout()
+        # Two rows: the title beside the buttons, the settings summary beside the context
+        # meter. With three panes side by side a pane is ~250 px wide: on one row with
+        # the meter the title kept ~50 px ("Write…"), on its own row ~130.
+        header = QGridLayout()
         header.setContentsMargins(14, 8, 8, 8)
-        titles = QVBoxLayout()
-        titles.setSpacing(0)
-        titles.addWidget(self.title)
-        titles.addWidget(self.subtitle)
-        header.addLayout(titles, 1)
-        header.addWidget(self.schema_badge)
-        header.addWidget(self.context)
-        header.addSpacing(6)
-        header.addWidget(self.settings_button)
-        header.addWidget(self.menu_button)
-        header.addWidget(self.close_button)
+        header.setHorizontalSpacing(6)
+        header.setVerticalSpacing(0)
+        buttons = QHBoxLayout()
+        buttons.setSpacing(0)
+        for button in (self.schema_badge, self.settings_button, self.menu_button,
+                       self.close_button):
+            buttons.addWidget(button)
+        header.addWidget(self.title, 0, 0)
+        header.addLayout(buttons, 0, 1)
+        header.addWidget(self.subtitle, 1, 0)
+        header.addWidget(self.context, 1, 1, Qt.AlignmentFlag.AlignRight)
+        header.setColumnStretch(0, 1)
         composer_row = QWidget(objectName="composerRow")
         composer_row.setMaximumWidth(READING_WIDTH)     # lined up with the messages
         row = QHBoxLayout(composer_row)
