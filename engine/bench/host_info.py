@@ -36,9 +36,26 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return platform.processor() or "unknown CPU"
 
 
+def cpu_layout(sys_root: Path = Path("/sys/devices/system")) -> str:
+    """', <n> NUMA nodes, cpufreq <governor>' where Linux says: a host-bound step's speed
+    moves with the core's clock and with which node its memory is on (the same H100 host
+    ran B=1 at 4.4 ms in one process and 8.1 in another, session 39); '' elsewhere."""
+    parts = []
+    nodes = [p for p in (sys_root / "node").glob("node[0-9]*")] if (sys_root / "node").is_dir() else []
+    if nodes:
+        parts.append(f"{len(nodes)} NUMA node{'s' if len(nodes) > 1 else ''}")
+    try:
+        governor = (sys_root / "cpu" / "cpu0" / "cpufreq" / "scaling_governor").read_text().strip()
+        parts.append(f"cpufreq {governor}")
+    except OSError:
+        pass
+    return "".join(f", {p}" for p in parts)
+
+
 def host_line() -> str:
-    """'# host: <CPU>, <n> CPUs, load average <1 min>; device: <the MLX device's name>'."""
+    """'# host: <CPU>, <n> CPUs[, <n> NUMA nodes, cpufreq <governor>], load average <1 min>;
+    device: <the MLX device's name>'."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     device = mx.device_info().get("device_name", "?")
-    return (f"# host: {cpu_model()}, {os.cpu_count()} CPUs, load average {load:.1f}; "
-            f"device: {device} ({mx.default_device()})")
+    return (f"# host: {cpu_model()}, {os.cpu_count()} CPUs{cpu_layout()}, load average "
+            f"{load:.1f}; device: {device} ({mx.default_device()})")

@@ -26,4 +26,17 @@ def test_without_cpuinfo_some_name_is_given(tmp_path):
 
 def test_the_host_line_names_cpus_and_device():
     line = host_line()
-    assert line.startswith("# host: ") and " CPUs, load average " in line and "; device: " in line
+    assert line.startswith("# host: ") and " CPUs" in line and ", load average " in line
+    assert "; device: " in line
+
+
+def test_the_cpu_layout_names_numa_nodes_and_the_governor_where_linux_says(tmp_path):
+    from engine.bench.host_info import cpu_layout
+    for node in ("node0", "node1"):
+        (tmp_path / "node" / node).mkdir(parents=True)
+    (tmp_path / "node" / "possible").write_text("0-1\n")         # not a node
+    freq = tmp_path / "cpu" / "cpu0" / "cpufreq"
+    freq.mkdir(parents=True)
+    (freq / "scaling_governor").write_text("powersave\n")
+    assert cpu_layout(tmp_path) == ", 2 NUMA nodes, cpufreq powersave"
+    assert cpu_layout(tmp_path / "absent") == ""                 # not Linux: nothing made up
