@@ -42,8 +42,9 @@ NT = 2                            # 8-column output tiles a warp (16 weight rows
 # (16 KB of 4-bit weights at NT=2): at B=16 its L2 reads of x are ~4x its DRAM reads of
 # weights (kernel_time, session 38: 13.6 us a projection, ~0.6 TB/s of weights). WIDE_NT
 # tiles a warp take twice the rows a block, halving x's reads, where N >= WIDE_FROM (a
-# narrow projection keeps NT: its blocks would not fill the GPU). None: never; off until
-# timed on a GPU (`bench --qmm-wide-from N`).
+# narrow projection keeps NT: its blocks would not fill the GPU). None: never. Off: at 8192
+# session 39's engine runs (`bench --qmm-wide-from 8192`, a host-bound H100 host) showed no
+# gain above the spread; `kernel_time` with it on would show its own time.
 WIDE_NT = 4
 WIDE_FROM: int | None = None
 
