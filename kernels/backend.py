@@ -25,7 +25,8 @@ CUDA_ONLY = {"qmm_rows": "CUDA only: MLX's Metal quantized matmul serves small b
 # on (the benchmark that times it; kernels/selftest.py).
 OFF_AT_LOAD: dict[str, str] = {
     "qmv_normed": "slower than MLX's rms_norm and qmv where timed (H100, session 32: 33.5 "
-                  "against ~22 us a projection, a B=1 step 4.6 against 4.3 ms); "
+                  "against ~22 us a projection, a B=1 step 4.6 against 4.3 ms; session 39: "
+                  "no gain above the spread between processes); "
                   "TANDEM_KERNELS_ON=qmv_normed turns it on",
 }
 
