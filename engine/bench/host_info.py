@@ -41,7 +41,7 @@ def cpu_layout(sys_root: Path = Path("/sys/devices/system")) -> str:
     moves with the core's clock and with which node its memory is on (the same H100 host
     ran B=1 at 4.4 ms in one process and 8.1 in another, session 39); '' elsewhere."""
     parts = []
-    nodes = [p for p in (sys_root / "node").glob("node[0-9]*")] if (sys_root / "node").is_dir() else []
+    nodes = list((sys_root / "node").glob("node[0-9]*"))     # none where there is no folder
     if nodes:
         parts.append(f"{len(nodes)} NUMA node{'s' if len(nodes) > 1 else ''}")
     try:

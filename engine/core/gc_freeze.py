@@ -15,23 +15,13 @@ walks its objects again until that one closes too (the app holds one engine at a
 from __future__ import annotations
 
 import gc
-import threading
-
-_lock = threading.Lock()
-_open = 0
 
 
 def engine_ready() -> None:
     """An engine is loaded and warmed: freeze what is alive now."""
-    global _open
-    with _lock:
-        _open += 1
-        gc.freeze()
+    gc.freeze()
 
 
 def engine_closed() -> None:
     """An engine that was ready has stopped: let its objects be collected again."""
-    global _open
-    with _lock:
-        _open = max(0, _open - 1)
-        gc.unfreeze()
+    gc.unfreeze()
