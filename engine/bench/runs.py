@@ -38,11 +38,16 @@ class Run:
         return self.size / self.seconds if self.seconds else float("nan")
 
 
+SLOW_X = 2.0     # a step this many times its run's median is slow (issue 23's target)
+
+
 class RunLog:
     """Numbers runs and attaches the telemetry read while each ran."""
 
-    def __init__(self, monitor=None, clear_cache: bool = False, steps_log: str | None = None):
+    def __init__(self, monitor=None, clear_cache: bool = False, steps_log: str | None = None,
+                 stacks=None):
         self.monitor = monitor
+        self.stacks = stacks              # a StackSampler of the engine thread, or None
         self.clear_cache = clear_cache
         self.steps_log = steps_log        # every decode run's steady steps, a JSON line a run
         if steps_log:
@@ -64,6 +69,8 @@ class RunLog:
             extra["slowest_clock"] = wall_clock(span[0])
             if self.monitor is not None:
                 extra["slowest_samples"] = self._samples_within(*span)
+            if self.stacks is not None:
+                extra["slowest_stacks"] = self.stacks.summary(*span)
         run = Run(seconds=seconds, index=len(self.runs), slowest_s=extra.pop("slowest_s", None),
                   peak_gb=mx.get_peak_memory() / 1e9, extra=extra,
                   rest_s=(t0 - self._last_end) if self._last_end else 0.0, **fields)
@@ -81,12 +88,17 @@ class RunLog:
 
     def _log_steps(self, run: Run, records: list[StepEvent]) -> None:
         """One JSON line: the run and each of its steady steps, by the wall clock (to line
-        them up with what other processes log), with its queue, queue CPU and read times."""
+        them up with what other processes log), with its queue, queue CPU and read times;
+        with a stack sampler, a step over SLOW_X times the run's median also gets what the
+        engine thread ran within it (StackSampler.summary)."""
+        median = statistics.median(e.duration for e in records) if records else 0.0
         steps = [{"clock": wall_clock(e.t_start), "ms": round(1e3 * e.duration, 2),
                   **{f"{name}_ms": round(1e3 * getattr(e, f"{name}_s"), 2)
                      for name in ("queue", "queue_cpu", "read")},
                   **({"samples": self._samples_within(e.t_start, e.t_end)}
-                     if self.monitor is not None else {})}
+                     if self.monitor is not None else {}),
+                  **({"stacks": self.stacks.summary(e.t_start, e.t_end)}
+                     if self.stacks is not None and e.duration > SLOW_X * median else {})}
                  for e in records]
         with open(self.steps_log, "a") as f:
             f.write(json.dumps({"run": run.index, "engine": run.engine, "what": run.what,

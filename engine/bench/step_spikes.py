@@ -60,6 +60,8 @@ def spikes(run: dict, over: float, polls: list[float]) -> dict:
              # pipelined (a GPU): a step's span holds the previous step's read
              **({"prev_read_ms": steps[i - 1]["read_ms"]} if i else {}),
              **({"samples": s["samples"]} if "samples" in s else {}),
+             # `engine bench --stacks`: what the engine thread ran within it
+             **({"stacks": s["stacks"]} if "stacks" in s else {}),
              **({"from_poll_ms": nearest_ms(seconds_of_day(s["clock"]), polls)}
                 if polls else {})}
             for i, s in enumerate(steps) if s["ms"] > over * median]

@@ -19,6 +19,7 @@ import time
 import mlx.core as mx
 
 from engine.bench.engine_start import open_engine
+from engine.bench.stack_sampler import StackSampler
 from engine.bench.host_info import host_line
 from engine.bench.runs import (
     RunLog,
@@ -69,6 +70,11 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
                    help="write every Tandem decode run's steady steps here (a JSON line a "
                         "run: each step's start by the wall clock, UTC, its ms, queue, queue "
                         "CPU and read ms, and the telemetry samples within it)")
+    p.add_argument("--stacks", type=float, default=0.0, metavar="MS",
+                   help="sample the engine thread's Python stack every MS ms, and print "
+                        "what it ran within each decode run's slowest step (and, with "
+                        "--steps-log, within every step over 2x its run's median): "
+                        "engine/bench/stack_sampler.py; default 0, off")
     p.add_argument("--trace", default=None, help="write a Perfetto trace here")
     p.add_argument("--telemetry-interval", type=float, default=0.25, metavar="S",
                    help="seconds between the clock/power samples read beside every run "
@@ -113,7 +119,8 @@ def run_bench(args) -> int:
         mx.set_cache_limit(args.mlx_cache_limit)
     engine = open_engine(args.model, cfg)
     monitor, recording = _telemetry(engine, args.trace, args.telemetry_interval)
-    log = RunLog(monitor, clear_cache=args.clear_cache, steps_log=args.steps_log)
+    stacks = StackSampler(interval_s=args.stacks / 1e3).__enter__() if args.stacks > 0 else None
+    log = RunLog(monitor, clear_cache=args.clear_cache, steps_log=args.steps_log, stacks=stacks)
     vocab = _vocab(engine.bundle.config)
     sampling = decode_sampling(args.sampling)
     peer = None if args.no_peer else _make_peer(engine, sampling)

@@ -37,3 +37,13 @@ def test_without_polls_or_slow_steps_nothing_is_made_up():
     assert got == {"run": 0, "size": 1, "median_ms": 5.5, "slowest_x": 1.09, "slow": []}
     assert step_spikes.seconds_of_day("01:02:03.004") == 3723.004
     assert step_spikes.nearest_ms(10.0, []) is None
+
+
+def test_a_slow_step_keeps_what_the_engine_thread_ran_within_it():
+    """`engine bench --stacks` logs a slow step's stacks: the listing passes them on."""
+    stacks = {"samples": 12, "room": 23, "longest_gap_ms": 9.0,
+              "stacks": [{"n": 12, "stack": "_run (step_loop.py:245)"}]}
+    run = {"run": 0, "size": 16, "steps": [_step("01:00:00.000", 8.0), _step("01:00:00.008", 8.2),
+                                           {**_step("01:00:00.016", 23.0), "stacks": stacks}]}
+    got = step_spikes.spikes(run, 2.0, [])
+    assert [s.get("stacks") for s in got["slow"]] == [stacks]
