@@ -19,7 +19,6 @@ import time
 import mlx.core as mx
 
 from engine.bench.engine_start import open_engine
-from engine.bench.stack_sampler import StackSampler
 from engine.bench.host_info import host_line
 from engine.bench.runs import (
     RunLog,
@@ -30,6 +29,7 @@ from engine.bench.runs import (
     ours_prefill,
     ours_ttft_under_load,
 )
+from engine.bench.stack_sampler import StackSampler
 from engine.config import EngineConfig
 from engine.core.compiled_forward import runs_mixed_forwards
 from engine.cuda_graphs import graph_limit_setting
