@@ -39,6 +39,7 @@ class Run:
 
 
 SLOW_X = 2.0     # a step this many times its run's median is slow (issue 23's target)
+LEAD_IN = 3      # steps before a decode run's first steady one, in the steps log
 
 
 class RunLog:
@@ -65,6 +66,7 @@ class RunLog:
         extra = dict(extra)
         span = extra.pop("slowest_span", None)
         records = extra.pop("step_records", None)
+        lead_in = extra.pop("lead_in_records", [])
         if span is not None:
             extra["slowest_clock"] = wall_clock(span[0])
             if self.monitor is not None:
@@ -78,7 +80,7 @@ class RunLog:
         self._last_end = t1
         self.runs.append(run)
         if records is not None and self.steps_log:
-            self._log_steps(run, records)
+            self._log_steps(run, records, lead_in)
         # One line per run as it ends, so a run cut short still leaves its numbers.
         slowest = "" if run.slowest_s is None else f", slowest step {run.slowest_s:.4f} s"
         print(f"run {run.index}: {run.engine} {run.what} {run.size}: {run.seconds:.4f} s "
@@ -86,23 +88,33 @@ class RunLog:
               f"W={run.watts} {run.extra or ''}", flush=True)
         return run
 
-    def _log_steps(self, run: Run, records: list[StepEvent]) -> None:
+    def _log_steps(self, run: Run, records: list[StepEvent],
+                   lead_in: list[StepEvent]) -> None:
         """One JSON line: the run and each of its steady steps, by the wall clock (to line
         them up with what other processes log), with its queue, queue CPU and read times;
         with a stack sampler, a step over SLOW_X times the run's median also gets what the
-        engine thread ran within it (StackSampler.summary)."""
+        engine thread ran within it (StackSampler.summary). `lead_in`: the steps just
+        before the first steady one (the rows joining), with their kind, rows and prompt
+        tokens: what the first steady step's span waited for."""
         median = statistics.median(e.duration for e in records) if records else 0.0
-        steps = [{"clock": wall_clock(e.t_start), "ms": round(1e3 * e.duration, 2),
-                  **{f"{name}_ms": round(1e3 * getattr(e, f"{name}_s"), 2)
-                     for name in ("queue", "queue_cpu", "read")},
-                  **({"samples": self._samples_within(e.t_start, e.t_end)}
-                     if self.monitor is not None else {}),
-                  **({"stacks": self.stacks.summary(e.t_start, e.t_end)}
-                     if self.stacks is not None and e.duration > SLOW_X * median else {})}
+        steps = [{**self._step(e), **({"stacks": self.stacks.summary(e.t_start, e.t_end)}
+                                      if self.stacks is not None
+                                      and e.duration > SLOW_X * median else {})}
                  for e in records]
+        joined = [{"kind": e.kind, "rows": e.batch_size, "prompt_tokens": e.prefill_tokens,
+                   **self._step(e)} for e in lead_in]
         with open(self.steps_log, "a") as f:
             f.write(json.dumps({"run": run.index, "engine": run.engine, "what": run.what,
-                                "size": run.size, "steps": steps}) + "\n")
+                                "size": run.size, "steps": steps,
+                                **({"lead_in": joined} if joined else {})}) + "\n")
+
+    def _step(self, e: StepEvent) -> dict:
+        """A step's start by the wall clock, its span, and its split (ms)."""
+        return {"clock": wall_clock(e.t_start), "ms": round(1e3 * e.duration, 2),
+                **{f"{name}_ms": round(1e3 * getattr(e, f"{name}_s"), 2)
+                   for name in ("queue", "queue_cpu", "read")},
+                **({"samples": self._samples_within(e.t_start, e.t_end)}
+                   if self.monitor is not None else {})}
 
     def _samples_within(self, t0: float, t1: float) -> int:
         """Telemetry samples timed within [t0, t1]: whether sampling the GPU's clock and
@@ -176,6 +188,7 @@ def ours_decode(engine: Engine, prompts: list[list[int]], steps: int,
                                                 **(sampling or {})))
     steady = steady_decode(rec.events, B)[:steps]
     times = [e.duration for e in steady]
+    start = next((i for i, e in enumerate(rec.events) if steady and e is steady[0]), 0)
     first = next((e.duration for e in rec.events if e.kind == "decode" and e.batch_size == B),
                  float("nan"))
     # Where a step's time went on the engine thread (StepEvent): queuing the next step's
@@ -187,7 +200,10 @@ def ours_decode(engine: Engine, prompts: list[list[int]], steps: int,
     return (statistics.median(times) if times else float("nan"),
             {"steps": len(times), "slowest_s": max(times, default=float("nan")),
              "first_full_s": round(first, 4), **host, **slowest_split(steady),
-             **pauses.summary(), "step_records": steady})
+             **pauses.summary(), "step_records": steady,
+             # The steps the rows joined in (the first steady step's span holds the last
+             # one's read): the steps log keeps them beside the steady ones.
+             "lead_in_records": rec.events[max(0, start - LEAD_IN):start]})
 
 
 def slowest_split(steady: list[StepEvent]) -> dict:

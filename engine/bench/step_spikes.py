@@ -67,6 +67,10 @@ def spikes(run: dict, over: float, polls: list[float]) -> dict:
             for i, s in enumerate(steps) if s["ms"] > over * median]
     out = {"run": run["run"], "size": run["size"], "median_ms": round(median, 2),
            "slowest_x": round(max(s["ms"] for s in steps) / median, 2), "slow": slow}
+    if run.get("lead_in") and any(s["at"] == 0 for s in slow):
+        # the first steady step's span holds the last of these steps' read: what it waited for
+        out["lead_in"] = [{k: s[k] for k in ("kind", "rows", "prompt_tokens", "ms", "queue_ms",
+                                             "read_ms")} for s in run["lead_in"]]
     if polls:
         # How near a poll a step of this run starts in general: within +-50 ms of one,
         # about 100 ms in 5 s, ~2 % of steps by chance.

@@ -73,6 +73,9 @@ def test_ours_decode_times_the_first_steps_steady_steps():
     assert math.isclose(median, (0.019 + 0.02) / 2)
     gc_pauses = {k: extra.pop(k) for k in ("gc_full", "gc_max_ms")}   # whatever ran
     assert [e.duration for e in extra.pop("step_records")] == calm    # for RunLog's steps log
+    # ... and the steps the rows joined in (at most LEAD_IN), the prompts' and the first full
+    assert [(e.kind, e.step) for e in extra.pop("lead_in_records")] == [("prefill", 0),
+                                                                        ("decode", 1)]
     assert extra == {"steps": 4, "slowest_s": 0.03, "first_full_s": 0.11,
                      "queue_ms": 0.0, "queue_cpu_ms": 0.0, "read_ms": 0.0,   # scripted: none
                      "slowest_at": 1, "slowest_queue_ms": 0.0, "slowest_queue_cpu_ms": 0.0,

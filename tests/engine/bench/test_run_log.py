@@ -84,3 +84,28 @@ def test_a_steps_log_has_a_line_a_decode_run_with_each_steady_step(tmp_path):
     assert got == [{"ms": 10.0, "queue_ms": 6.0, "queue_cpu_ms": 6.0, "read_ms": 1.0, "samples": 0},
                    {"ms": 30.0, "queue_ms": 20.0, "queue_cpu_ms": 20.0, "read_ms": 1.0,
                     "samples": 1}]
+
+
+def test_the_steps_log_keeps_the_steps_the_rows_joined_in(tmp_path):
+    """What the first steady step's span waited for: the steps before it, with their
+    kind, rows and prompt tokens, logged beside the steady ones."""
+    import json
+
+    from engine.events import StepEvent
+    joined = [StepEvent(step=0, t_start=1.0, t_end=1.09, kind="prefill", prefill_tokens=512,
+                        queue_s=0.004, queue_cpu_s=0.004, read_s=0.08),
+              StepEvent(step=1, t_start=1.09, t_end=1.19, kind="decode", batch_size=16,
+                        queue_s=0.007, queue_cpu_s=0.007, read_s=0.006)]
+    steady = [StepEvent(step=2, t_start=1.19, t_end=1.2, kind="decode", batch_size=16,
+                        queue_s=0.005, queue_cpu_s=0.005, read_s=0.003)]
+    path = tmp_path / "steps.jsonl"
+    log = RunLog(steps_log=str(path))
+    log.timed(lambda: (0.01, {"step_records": steady, "lead_in_records": joined}),
+              engine="tandem", what="decode", size=16)
+    assert "lead_in_records" not in log.runs[-1].extra
+    line = json.loads(path.read_text())
+    got = [{k: v for k, v in s.items() if k != "clock"} for s in line["lead_in"]]
+    assert got == [{"kind": "prefill", "rows": 0, "prompt_tokens": 512, "ms": 90.0,
+                    "queue_ms": 4.0, "queue_cpu_ms": 4.0, "read_ms": 80.0},
+                   {"kind": "decode", "rows": 16, "prompt_tokens": 0, "ms": 100.0,
+                    "queue_ms": 7.0, "queue_cpu_ms": 7.0, "read_ms": 6.0}]

@@ -47,3 +47,17 @@ def test_a_slow_step_keeps_what_the_engine_thread_ran_within_it():
                                            {**_step("01:00:00.016", 23.0), "stacks": stacks}]}
     got = step_spikes.spikes(run, 2.0, [])
     assert [s.get("stacks") for s in got["slow"]] == [stacks]
+
+
+def test_a_slow_first_steady_step_comes_with_the_steps_the_rows_joined_in():
+    lead_in = [{"kind": "prefill", "rows": 0, "prompt_tokens": 512, "clock": "01:00:00.000",
+                "ms": 90.0, "queue_ms": 4.0, "queue_cpu_ms": 4.0, "read_ms": 80.0}]
+    first_slow = {"run": 1, "size": 16, "lead_in": lead_in,
+                  "steps": [_step("01:00:00.090", 21.0), _step("01:00:00.111", 8.0),
+                            _step("01:00:00.119", 8.4)]}
+    got = step_spikes.spikes(first_slow, 2.0, [])
+    assert got["lead_in"] == [{"kind": "prefill", "rows": 0, "prompt_tokens": 512, "ms": 90.0,
+                               "queue_ms": 4.0, "read_ms": 80.0}]
+    later_slow = {**first_slow, "steps": [_step("01:00:00.090", 8.0), _step("01:00:00.098", 21.0),
+                                          _step("01:00:00.119", 8.4)]}
+    assert "lead_in" not in step_spikes.spikes(later_slow, 2.0, [])
