@@ -6,9 +6,10 @@
 # key is a graph's node types and edges: each distinct step composition (rows, chunks,
 # pieces, sampling) adds keys. A tiny Qwen3.5-MoE folder (tests/engine/qwen_fixtures.py)
 # steps fast, so minutes of the soak's mixed load (engine/bench/soak.py) meet many
-# compositions. A GPU machine's queue job:   600 soak bash docs/bench/soak-cuda.sh 8
+# compositions. A GPU machine's queue job:   600 soak bash docs/bench/soak-cuda.sh 6 (a cold
+# kernel cache for the tiny shapes takes minutes of the 600 s)
 set -u
-MINUTES=${1:-8}
+MINUTES=${1:-6}
 FOLDER=/tmp/soak-tiny-qwen
 PYTHONPATH=.:tests/engine "${PYTHON:-python3}" - "$FOLDER" <<'PY'
 import sys
