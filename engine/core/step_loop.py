@@ -13,7 +13,7 @@ import mlx.core as mx
 from engine.cache.cache_manager import CacheManager, DeviceCopies
 from engine.config import EngineConfig
 from engine.core.alone_prefill_cost import MIXED_FORWARD_SHARE, OWN_FORWARD_SHARE
-from engine.core.chunk_pieces import ChunkPieces, merged, pieces_of
+from engine.core.chunk_pieces import ChunkPieces, merged, on_cuda, pieces_of
 from engine.core.compiled_forward import runs_mixed_forwards
 from engine.core.disk_transfer import HostCopies, schema
 from engine.core.output_stream import OutputStream
@@ -91,6 +91,16 @@ class StepLoop:
                              "chunk in layer pieces (the distributed engine)")
         layers = len(self.runner.model.layers)
         self.pieces = ChunkPieces(pieces_of(config, layers, self.runner.reads_in_pieces), layers)
+        # On CUDA a step with prompt work queues its decode rows' draw, its chunk's forward
+        # (or piece) and its prompts' draws as three graphs. Queued as one, every pairing
+        # of the rows' sampling settings, the chunk's layout and the prompts' settings was
+        # a graph shape of its own, and MLX's CUDA backend keeps one exec per shape and
+        # throws once it has missed 800 over the process's life (docs/RELIABILITY.md;
+        # engine/bench/step_graphs.py counts them: 1,145 -> 234 distinct in a minute of
+        # the soak's load, GPU defaults on the CPU). Not elsewhere: on the CPU the split made a
+        # prompt beside 3 streams ~8 % slower (engine.bench.concurrency, 6 pairs), and
+        # Metal keeps no such cache.
+        self.draws_apart = on_cuda()
         self.budget = PrefillBudget(
             config.prefill_chunk // self.pieces.k, config.min_stream_tok_s,
             config.max_decode_slowdown,
@@ -231,6 +241,13 @@ class StepLoop:
             reqs = [self.requests[s.request_id] for s in plan.decode]
             ids = sample_batch(decode_logits, [r.sampler for r in reqs], self.kernels)
             out += [(r, ids, i) for i, r in enumerate(reqs)]
+            if plan.prefills and self.draws_apart:
+                mx.async_eval(ids)
+        if plan.prefills and self.draws_apart:
+            # The rows' draw (above), the chunk's forward or piece, then the prompts'
+            # draws (below), each its own graph (see draws_apart).
+            mx.async_eval(self.pieces.carried if prefill_logits is None else [prefill_logits],
+                          self.runner.cache_arrays())
         if plan.prefills and prefill_logits is not None:
             out += self._sample_prefill(plan.prefills, prefill_logits)
         elif plan.prefills:             # a chunk's piece before its last: nothing read yet
