@@ -14,6 +14,7 @@ from engine_harness import Harness
 from tiny_models import tiny_model
 
 from engine.bench.step_graphs import graph_ops
+from engine.core.chunk_pieces import on_cuda
 from engine.core.step_loop import StepLoop
 
 RNG = np.random.default_rng(7)
@@ -65,8 +66,9 @@ def test_a_draw_and_the_layers_are_never_one_graph(monkeypatch, pieces):
 
 def test_elsewhere_they_stay_one_graph(monkeypatch):
     """Off (the CPU's and Metal's default: on the CPU the split cost a prompt beside
-    streams ~8 %), the rows' draw rides with the chunk's layers: what the split changes."""
-    assert Harness(tiny_model("qwen3_5_moe", qwen_seed=4)).loop.draws_apart is False
+    streams ~8 %), the rows' draw rides with the chunk's layers: what the split changes.
+    On by default only on CUDA."""
+    assert Harness(tiny_model("qwen3_5_moe", qwen_seed=4)).loop.draws_apart is on_cuda()
     graphs = _graphs_of_steps_with_prompt_work(monkeypatch, 4, apart=False)
     assert [g for g in graphs if "ArgReduce" in g and _has_layers(g)]
 
