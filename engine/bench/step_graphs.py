@@ -30,15 +30,14 @@ import time
 
 import mlx.core as mx
 
+from engine.bench import soak
 from engine.bench.soak_load import Tally, engine_worker
-from engine.config import EngineConfig
 from engine.core import sampler, step_loop
 from engine.core.engine import Engine
 
 GPU_DEFAULTS = {"fixed_shapes": True, "compile_decode": True, "pipeline_steps": True,
                 "chunk_pieces": 4, "warm_up": False}
-_NODE = re.compile(r'label\s*=\s*"([^"]*)"')
-_ARRAY = re.compile(r"^[0-9 ,()]*$")        # an array's node: its shape, not an operation
+_NODE = re.compile(r'label\s*=\s*"([^"]*)"')     # export_to_dot labels operations only
 
 
 def graph_ops(arrays: list) -> list[str]:
@@ -46,12 +45,11 @@ def graph_ops(arrays: list) -> list[str]:
     for arrays already evaluated or queued)."""
     buf = io.StringIO()
     mx.export_to_dot(buf, *[a for a in arrays if isinstance(a, mx.array)])
-    return [name for name in _NODE.findall(buf.getvalue()) if not _ARRAY.match(name)]
+    return _NODE.findall(buf.getvalue())
 
 
-def graph_key(arrays: list) -> str | None:
-    """graph_ops hashed; None where nothing is left to run."""
-    ops = graph_ops(arrays)
+def graph_key(ops: list[str]) -> str | None:
+    """A graph's operations hashed; None where nothing is left to run."""
     return hashlib.md5("|".join(ops).encode()).hexdigest() if ops else None
 
 
@@ -66,11 +64,12 @@ def step_kind(plan) -> str:
 
 class StepGraphs:
     """Records each distinct graph the step loop evaluates (while installed: it wraps
-    mx.async_eval and StepLoop._run for the whole process), when it first came and what
-    step made it."""
+    mx.async_eval and StepLoop._run for the whole process), when it first came, what
+    step made it and its operations."""
 
     def __init__(self):
         self.first: dict[str, tuple[float, str]] = {}
+        self.ops: dict[str, list[str]] = {}
         self._kind = "other"
         self._t0 = time.monotonic()
         self._saved = None
@@ -85,9 +84,11 @@ class StepGraphs:
 
         def counted_eval(*args):
             arrays = [a for x in args for a in (x if isinstance(x, (list, tuple)) else [x])]
-            key = graph_key(arrays)
+            ops = graph_ops(arrays)
+            key = graph_key(ops)
             if key is not None and key not in self.first:
                 self.first[key] = (time.monotonic() - self._t0, self._kind)
+                self.ops[key] = ops
             return async_eval(*args)
 
         step_loop.StepLoop._run, mx.async_eval = traced_run, counted_eval
@@ -113,8 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--gpu-defaults", action="store_true")
     args = p.parse_args(argv)
-    config = EngineConfig(max_num_seqs=8, max_context=512, page_size=16, num_pages=129,
-                          prefill_chunk=128)
+    config = soak.engine_config(argparse.Namespace(max_num_seqs=8, max_context=512), None)
     if args.gpu_defaults:
         config = dataclasses.replace(config, **GPU_DEFAULTS)
         sampler._on_gpu = lambda: True          # the compiled sampler, as on a GPU

@@ -13,7 +13,7 @@ import pytest
 from engine_harness import Harness
 from tiny_models import tiny_model
 
-from engine.bench.step_graphs import graph_ops
+from engine.bench.step_graphs import StepGraphs
 from engine.core.chunk_pieces import on_cuda
 from engine.core.step_loop import StepLoop
 
@@ -23,33 +23,16 @@ LATER = RNG.integers(0, 320, 21).tolist()       # read beside the streams
 GPU_LIKE = {"fixed_shapes": True, "pipeline_steps": True}
 
 
-def _graphs_of_steps_with_prompt_work(monkeypatch, pieces: int, apart: bool) -> list[list[str]]:
-    """The op names of every graph evaluated by a step that ran decode rows and prompt
-    work together (three greedy streams, a 21-token prompt arriving at step 4)."""
-    graphs, in_such_step = [], [False]
-    run, async_eval = StepLoop._run, mx.async_eval
-
-    def tagged_run(loop, plan, extra):
-        in_such_step[0] = bool(plan.decode) and bool(plan.prefills)
-        try:
-            return run(loop, plan, extra)
-        finally:
-            in_such_step[0] = False
-
-    def recorded(*args):
-        if in_such_step[0]:
-            ops = graph_ops([a for x in args for a in (x if isinstance(x, list) else [x])])
-            if ops:
-                graphs.append(ops)
-        return async_eval(*args)
-
-    monkeypatch.setattr(StepLoop, "_run", tagged_run)
-    monkeypatch.setattr(mx, "async_eval", recorded)
+def _graphs_of_steps_with_prompt_work(pieces: int, apart: bool) -> list[list[str]]:
+    """The op names of every distinct graph evaluated by a step that ran decode rows and
+    prompt work together (three greedy streams, a 21-token prompt arriving at step 4)."""
     h = Harness(tiny_model("qwen3_5_moe", qwen_seed=4), max_num_seqs=4, prefill_chunk=8,
                 chunk_pieces=pieces, mixed_forward=False, **GPU_LIKE)
     h.loop.draws_apart = apart                  # CUDA's setting, tested on any machine
-    h.run({0: [(i, p, 12) for i, p in enumerate(STREAMS)], 4: [(3, LATER, 6)]})
-    return graphs
+    with StepGraphs() as graphs:
+        h.run({0: [(i, p, 12) for i, p in enumerate(STREAMS)], 4: [(3, LATER, 6)]})
+    return [graphs.ops[key] for key, (_, kind) in graphs.first.items()
+            if kind in ("chunk beside decode", "chunk in pieces")]
 
 
 def _has_layers(graph: list[str]) -> bool:
@@ -57,24 +40,23 @@ def _has_layers(graph: list[str]) -> bool:
 
 
 @pytest.mark.parametrize("pieces", [1, 4])
-def test_a_draw_and_the_layers_are_never_one_graph(monkeypatch, pieces):
-    graphs = _graphs_of_steps_with_prompt_work(monkeypatch, pieces, apart=True)
+def test_a_draw_and_the_layers_are_never_one_graph(pieces):
+    graphs = _graphs_of_steps_with_prompt_work(pieces, apart=True)
     draws = [g for g in graphs if "ArgReduce" in g]
     assert draws and [g for g in graphs if _has_layers(g)]   # such steps ran, both in them
     assert not [g for g in draws if _has_layers(g)]
 
 
-def test_elsewhere_they_stay_one_graph(monkeypatch):
+def test_elsewhere_they_stay_one_graph():
     """Off (the CPU's and Metal's default: on the CPU the split cost a prompt beside
     streams ~8 %), the rows' draw rides with the chunk's layers: what the split changes.
     On by default only on CUDA."""
     assert Harness(tiny_model("qwen3_5_moe", qwen_seed=4)).loop.draws_apart is on_cuda()
-    graphs = _graphs_of_steps_with_prompt_work(monkeypatch, 4, apart=False)
+    graphs = _graphs_of_steps_with_prompt_work(4, apart=False)
     assert [g for g in graphs if "ArgReduce" in g and _has_layers(g)]
 
 
 def test_the_counter_counts_each_distinct_graph_once_and_puts_everything_back():
-    from engine.bench.step_graphs import StepGraphs
     async_eval = mx.async_eval
     x = mx.ones((4,))
     mx.eval(x)
