@@ -10,7 +10,7 @@
 # kernel cache for the tiny shapes takes minutes of the 600 s)
 set -u
 MINUTES=${1:-6}
-FOLDER=/tmp/soak-tiny-qwen
+FOLDER=${SOAK_FOLDER:-/tmp/soak-tiny-qwen}   # apart for soaks that run side by side
 PYTHONPATH=.:tests/engine "${PYTHON:-python3}" - "$FOLDER" <<'PY'
 import sys
 from pathlib import Path
