@@ -14,6 +14,10 @@ from engine.kernel_cache import use_user_kernel_cache
 
 use_user_kernel_cache()     # before anything imports mlx: its CUDA kernel cache folder
 
+from engine.cuda_graph_cache import keep_serving_on_cache_misses  # noqa: E402
+
+keep_serving_on_cache_misses()   # before MLX's CUDA encoder is made: no abort after 800 misses
+
 _EXPORTS = {
     "Engine": "engine.core.engine", "EngineConfig": "engine.config",
     "SamplingParams": "engine.sampling_params", "RequestHandle": "engine.handle",
