@@ -3,31 +3,38 @@
 # shape's CUDA graphs once and would drown the rest): where the engine thread's rare
 # ~15 ms host bursts go in MLX's native code (issue 23; a graph exec instantiated anew
 # shows as CudaGraphExec::instantiate / cudaGraphInstantiate). A GPU machine's queue job:
-#   600 spy bash docs/bench/pyspy-rounds.sh WHEEL_DIR
-# Writes /tmp/run/spy-bench.log, spy.jsonl (the steps log), spy.folded (py-spy's raw
-# folded stacks) and spy-top.txt (the native frames most sampled, and the instantiates).
+#   600 spy bash docs/bench/pyspy-rounds.sh WHEEL_DIR [NAME]
+# Writes /tmp/run/NAME-bench.log, NAME.jsonl (the steps log), NAME.folded (py-spy's raw
+# folded stacks) and NAME-top.txt (the native frames most sampled, the instantiates, and
+# MLX's commit split into instantiate / exec update / launch); NAME defaults to spy.
+# BATCH=1 (the environment) times B=1 alone; the default is 1,16,32.
 set -u
 WHL=${1:-.device/q27/whl}
+N=${2:-spy}
 OUT=/tmp/run
 python3 -m pip install -q --no-index --no-deps "$WHL"/py_spy-*.whl
 SPY="$(dirname "$(python3 -c 'import sys; print(sys.executable)')")/py-spy"
-python3 -m engine bench --model synthetic:qwen3.5-35b-a3b --batch 1,16,32 --steps 32 \
+python3 -m engine bench --model synthetic:qwen3.5-35b-a3b --batch "${BATCH:-1,16,32}" --steps 32 \
     --rounds 5 --no-peer --prefill 128 --telemetry-interval 0 \
-    --steps-log "$OUT/spy.jsonl" > "$OUT/spy-bench.log" 2>&1 &
+    --steps-log "$OUT/$N.jsonl" > "$OUT/$N-bench.log" 2>&1 &
 PID=$!
-until grep -q "warm-up (every shape once" "$OUT/spy-bench.log" 2>/dev/null \
+until grep -q "warm-up (every shape once" "$OUT/$N-bench.log" 2>/dev/null \
         || ! kill -0 "$PID" 2>/dev/null; do
     sleep 0.2
 done
-"$SPY" record --native --rate 500 --pid "$PID" --format raw -o "$OUT/spy.folded" \
-    > "$OUT/spy-record.log" 2>&1
+"$SPY" record --native --rate 500 --pid "$PID" --format raw -o "$OUT/$N.folded" \
+    > "$OUT/$N-record.log" 2>&1
 wait "$PID"
 {
     echo "# samples whose stack holds a graph instantiate (MLX: CudaGraphExec::instantiate):"
-    grep -i "instantiate" "$OUT/spy.folded" | awk '{n += $NF} END {print n + 0}'
+    grep -i "instantiate" "$OUT/$N.folded" | awk '{n += $NF} END {print n + 0}'
+    for f in CommandEncoder::commit CudaGraphExec::instantiate cudaGraphExecUpdate cudaGraphLaunch; do
+        echo "# samples in $f: $(grep "$f" "$OUT/$N.folded" | awk '{n += $NF} END {print n + 0}')"
+    done
+    echo "# samples in the engine thread's step loop: $(grep step_loop.py "$OUT/$N.folded" | awk '{n += $NF} END {print n + 0}')"
     echo "# the engine thread's most sampled innermost frames (stacks through its step loop):"
-    grep "step_loop.py" "$OUT/spy.folded" \
+    grep "step_loop.py" "$OUT/$N.folded" \
         | awk '{n = $NF; $NF = ""; k = split($0, f, ";"); leaf[f[k]] += n} END {for (l in leaf) print leaf[l], l}' \
         | sort -rn | head -25
-} > "$OUT/spy-top.txt"
-cat "$OUT/spy-top.txt"
+} > "$OUT/$N-top.txt"
+cat "$OUT/$N-top.txt"
