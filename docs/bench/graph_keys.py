@@ -11,14 +11,23 @@ order and prints: commits, distinct structures, the misses an LRU of CAPACITY wo
 commits holding node types MLX cannot update, the node types seen, and where the misses
 fall (by dump number). The structure is this script's reading of the dump, not MLX's
 string: the same nodes and edges give the same key in both.
-Run: python3 docs/bench/graph_keys.py DUMP_FOLDER [CAPACITY]
+With --steps (the bench's --steps-log of the same run), each miss is placed by its dump's
+time (the file's mtime, UTC) in the steady step it fell in, and each decode run prints its
+misses and its steps over 2x the median with theirs: whether the slow steps are misses.
+Run: PYTHONPATH=. python3 docs/bench/graph_keys.py DUMP_FOLDER [--capacity N] [--steps S]
 """
 from __future__ import annotations
 
+import argparse
+import json
 import re
+import statistics
 import sys
+import time
 from collections import Counter, OrderedDict
 from pathlib import Path
+
+from engine.bench.step_spikes import seconds_of_day
 
 TYPES = ("KERNEL", "MEMCPY", "MEMSET", "HOST", "GRAPH", "EMPTY", "WAIT_EVENT", "EVENT_RECORD",
          "EXT_SEMAS_SIGNAL", "EXT_SEMAS_WAIT", "MEM_ALLOC", "MEM_FREE", "BATCH_MEM_OP",
@@ -57,14 +66,11 @@ def dumps(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.dot"), key=number)
 
 
-def main() -> None:
-    folder = Path(sys.argv[1])
-    capacity = int(sys.argv[2]) if len(sys.argv) > 2 else 400
-    files = dumps(folder)
-    if not files:
-        sys.exit(f"no .dot files in {folder}")
+def misses(files: list[Path], capacity: int) -> tuple[list[int], int, int, Counter]:
+    """(dump indices an LRU of `capacity` misses, distinct updatable structures, dumps
+    with a type MLX cannot update, node types seen)."""
     lru: OrderedDict = OrderedDict()
-    seen, kinds, stuck, misses_at = set(), Counter(), 0, []
+    seen, kinds, stuck, missed = set(), Counter(), 0, []
     for i, path in enumerate(files):
         key, types = structure(path.read_text(errors="replace"))
         kinds.update(types)
@@ -75,17 +81,58 @@ def main() -> None:
         if key in lru:
             lru.move_to_end(key)
         else:
-            misses_at.append(i)
+            missed.append(i)
             lru[key] = True
             if len(lru) > capacity:
                 lru.popitem(last=False)
-    print(f"{len(files)} commits, {len(seen)} distinct updatable structures, "
-          f"{len(misses_at)} misses with an LRU of {capacity}, "
+    return missed, len(seen), stuck, kinds
+
+
+def dump_time(path: Path) -> float:
+    """The dump's mtime as seconds since midnight, UTC (the steps log's clock)."""
+    t = path.stat().st_mtime
+    g = time.gmtime(t)
+    return g.tm_hour * 3600 + g.tm_min * 60 + g.tm_sec + (t % 1)
+
+
+def by_step(steps_log: Path, miss_times: list[float]) -> list[str]:
+    """Per decode run: misses within its steady steps, and its slow steps' misses."""
+    lines = []
+    for raw in steps_log.read_text().splitlines():
+        run = json.loads(raw)
+        steps = run.get("steps") or []
+        if not steps:
+            continue
+        spans = [(seconds_of_day(st["clock"]), st["ms"]) for st in steps]
+        inside = [sum(t0 <= t <= t0 + ms / 1e3 for t in miss_times) for t0, ms in spans]
+        median = statistics.median(ms for _, ms in spans)
+        slow = [f"step {i} {ms / median:.2f}x: {inside[i]} misses"
+                for i, (_, ms) in enumerate(spans) if ms > 2 * median]
+        lines.append(f"run {run.get('run')} B={run.get('size')}: {sum(inside)} misses in "
+                     f"{len(spans)} steady steps, at {[i for i, n in enumerate(inside) if n]}"
+                     + (f"; over 2x: {', '.join(slow)}" if slow else ""))
+    return lines
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("folder", type=Path)
+    p.add_argument("--capacity", type=int, default=400)
+    p.add_argument("--steps", type=Path, default=None, help="the bench's --steps-log")
+    args = p.parse_args()
+    files = dumps(args.folder)
+    if not files:
+        sys.exit(f"no .dot files in {args.folder}")
+    missed, distinct, stuck, kinds = misses(files, args.capacity)
+    print(f"{len(files)} commits, {distinct} distinct updatable structures, "
+          f"{len(missed)} misses with an LRU of {args.capacity}, "
           f"{stuck} commits with a node type MLX cannot update")
     print("node types:", dict(kinds.most_common()))
     tenth = max(1, len(files) // 10)
-    spread = Counter(i // tenth for i in misses_at)
+    spread = Counter(i // tenth for i in missed)
     print("misses by tenth of the dumps:", [spread.get(t, 0) for t in range(10)])
+    if args.steps:
+        print("\n".join(by_step(args.steps, [dump_time(files[i]) for i in missed])))
     print("first dump's first 600 characters (to check this reading):")
     print(files[0].read_text(errors="replace")[:600])
 
