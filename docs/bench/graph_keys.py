@@ -66,26 +66,32 @@ def dumps(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.dot"), key=number)
 
 
-def misses(files: list[Path], capacity: int) -> tuple[list[int], int, int, Counter]:
+def misses(files: list[Path], capacity: int) -> tuple[list[int], int, int, Counter, Counter]:
     """(dump indices an LRU of `capacity` misses, distinct updatable structures, dumps
-    with a type MLX cannot update, node types seen)."""
+    with a type MLX cannot update, node types seen, the misses by cause). A miss's cause:
+    "evicted" (this structure was cached before), "edges" (its node sequence was seen
+    with other edges: MLX draws an edge where an input's buffer was last written in the
+    same commit, so a buffer handed out again can change them), or "new" (a node
+    sequence not seen before)."""
     lru: OrderedDict = OrderedDict()
-    seen, kinds, stuck, missed = set(), Counter(), 0, []
+    seen, sequences, kinds, causes, stuck, missed = set(), set(), Counter(), Counter(), 0, []
     for i, path in enumerate(files):
         key, types = structure(path.read_text(errors="replace"))
         kinds.update(types)
         if not set(types) <= UPDATABLE:
             stuck += 1
             continue
-        seen.add(key)
         if key in lru:
             lru.move_to_end(key)
         else:
             missed.append(i)
+            causes["evicted" if key in seen else "edges" if key[0] in sequences else "new"] += 1
             lru[key] = True
             if len(lru) > capacity:
                 lru.popitem(last=False)
-    return missed, len(seen), stuck, kinds
+        seen.add(key)
+        sequences.add(key[0])
+    return missed, len(seen), stuck, kinds, causes
 
 
 def dump_time(path: Path) -> float:
@@ -123,9 +129,9 @@ def main() -> None:
     files = dumps(args.folder)
     if not files:
         sys.exit(f"no .dot files in {args.folder}")
-    missed, distinct, stuck, kinds = misses(files, args.capacity)
+    missed, distinct, stuck, kinds, causes = misses(files, args.capacity)
     print(f"{len(files)} commits, {distinct} distinct updatable structures, "
-          f"{len(missed)} misses with an LRU of {args.capacity}, "
+          f"{len(missed)} misses with an LRU of {args.capacity} ({dict(causes)}), "
           f"{stuck} commits with a node type MLX cannot update")
     print("node types:", dict(kinds.most_common()))
     tenth = max(1, len(files) // 10)
