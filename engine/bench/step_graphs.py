@@ -3,11 +3,11 @@
     PYTHONPATH=. python -m engine.bench.step_graphs --model FOLDER [--minutes 1]
         [--threads 4] [--gpu-defaults]
 
-MLX 0.32's CUDA backend keeps a graph exec per graph shape in a cache that throws
-"Cache thrashing is happening" once it has missed twice its capacity (400) over the
-process's life (docs/RELIABILITY.md, last section). A shape a step makes for the first
-time is a miss; so a long-lived process on CUDA lives as long as its steps keep to few
-shapes. This counts the distinct graphs the step loop evaluates (each `mx.async_eval`'s
+MLX 0.32's CUDA backend keeps a graph exec per graph shape in a cache of 400; a shape
+a step makes for the first time is a miss, an instantiate of milliseconds of host time,
+and by default the cache throws "Cache thrashing is happening" once it has missed twice
+its capacity over the process's life (turned off by engine/cuda_graph_cache.py;
+docs/RELIABILITY.md, last section). So the fewer shapes the steps make, the better. This counts the distinct graphs the step loop evaluates (each `mx.async_eval`'s
 ordered operation names, shapes aside) while the soak's engine load runs
 (engine/bench/soak_load.py: random prompts, follow-ups, sampling settings and cancels),
 and how fast new ones still come at the end, by what the step ran: decode rows alone,

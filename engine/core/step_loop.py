@@ -94,8 +94,9 @@ class StepLoop:
         # On CUDA a step with prompt work queues its decode rows' draw, its chunk's forward
         # (or piece) and its prompts' draws as three graphs. Queued as one, every pairing
         # of the rows' sampling settings, the chunk's layout and the prompts' settings was
-        # a graph shape of its own, and MLX's CUDA backend keeps one exec per shape and
-        # throws once it has missed 800 over the process's life (docs/RELIABILITY.md;
+        # a graph shape of its own, and MLX's CUDA backend keeps one exec per shape,
+        # instantiates one on a miss (ms of host time) and would throw after 800 misses
+        # (turned off: engine/cuda_graph_cache.py; docs/RELIABILITY.md;
         # engine/bench/step_graphs.py counts them: 1,145 -> 234 distinct in a minute of
         # the soak's load, GPU defaults on the CPU). Not elsewhere: on the CPU the split made a
         # prompt beside 3 streams ~8 % slower (engine.bench.concurrency, 6 pairs), and

@@ -1,7 +1,7 @@
 """On CUDA a step with prompt work queues the decode rows' draw, the chunk's forward (or
 piece) and the prompts' draws apart (StepLoop.draws_apart). MLX's CUDA backend keeps one
-graph exec per graph shape and throws once it has missed 800 over the process's life
-(docs/RELIABILITY.md): queued as one, every pairing of the rows' sampling settings with a
+graph exec per graph shape and instantiates one on each miss (docs/RELIABILITY.md): queued
+as one, every pairing of the rows' sampling settings with a
 chunk's layout was a graph of its own. The signature, on any machine: no graph such a
 step evaluates holds both a draw (an ArgReduce: the rows here are greedy) and the
 model's layers (a matrix product)."""
