@@ -7,23 +7,31 @@ from functools import cache
 
 import mlx.core as mx
 
-from kernels.kernel_seeding import SEEDER, dtype_name
+from kernels.cuda_source_files import included
+from kernels.kernel_seeding import SEEDER, dtype_name, mlx_cache_dir
 from kernels.stand_in import COUNT, StandInKernel
 
 
 def cuda_kernel(*, name: str, input_names: list[str], output_names: list[str], source: str,
                 header: str = "", ensure_row_contiguous: bool = True, shared_memory: int = 0):
     """`mx.fast.cuda_kernel`, whose every new instance is also compiled into MLX's disk
-    cache by kernels/kernel_seeding.py (MLX keeps none of a custom kernel's).
-    shared_memory: the dynamic shared memory of every launch, in bytes (MLX raises the
-    kernel's limit past 48 KB)."""
+    cache by kernels/kernel_seeding.py (MLX keeps none of a custom kernel's), with its
+    header and body as `#include` lines (kernels/cuda_source_files.py: MLX hashes the
+    whole source at every launch). shared_memory: the dynamic shared memory of every
+    launch, in bytes (MLX raises the kernel's limit past 48 KB)."""
+    files = included(name, header, source, input_names, mlx_cache_dir())
+    if files is not None:
+        header, source = files.header, files.body
     return _SeededCudaKernel(name, input_names, output_names, source, header,
-                             ensure_row_contiguous, shared_memory)
+                             ensure_row_contiguous, shared_memory, files)
 
 
 class _SeededCudaKernel:
+    _files = None       # the included files (cuda_source_files), written again before a new instance
+
     def __init__(self, name, input_names, output_names, source, header, row_contiguous,
-                 shared_memory=0):
+                 shared_memory=0, files=None):
+        self._files = files
         self._kernel = mx.fast.cuda_kernel(
             name=name, input_names=input_names, output_names=output_names, source=source,
             header=header, ensure_row_contiguous=row_contiguous, shared_memory=shared_memory)
@@ -36,6 +44,8 @@ class _SeededCudaKernel:
                tuple(output_dtypes), tuple(template))
         if key not in self._seen:
             self._seen.add(key)
+            if self._files is not None:
+                self._files.ensure()       # MLX compiles a new instance from them
             self._note(key)
         if SEEDER.dry:
             return [mx.zeros(shape, dtype)
