@@ -18,8 +18,10 @@ so MLX hashes a line instead.
   written at build, atomically; `ensure` writes them again before a new instance compiles
   (a cache emptied while the app runs). Where the folder cannot be written, the sources go
   inline as before.
-- TANDEM_CUDA_INLINE_SOURCES=1 keeps them inline (the A/B, or a toolchain that cannot open
-  absolute includes).
+- TANDEM_CUDA_SOURCES=include | inline chooses; INCLUDE_BY_DEFAULT is the choice without
+  it. It stays False until the include form has run on a GPU (its tests there, and the
+  bench against the inline form): the CPU machine shows NVRTC opening the files, not
+  MLX's CUDA backend running every kernel from them.
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-INLINE_ENV = "TANDEM_CUDA_INLINE_SOURCES"
+ENV_VAR = "TANDEM_CUDA_SOURCES"
+INCLUDE_BY_DEFAULT = False
 FOLDER = "tandem-src"
 _SUFFIXES = ("shape", "strides", "ndim")
 
@@ -71,10 +74,16 @@ class IncludedSource:
         return [_write(self._folder, stem, text) for stem, text in self._parts]
 
 
+def wanted() -> bool:
+    """Include lines unless TANDEM_CUDA_SOURCES says inline (or, unset, the default)."""
+    choice = os.environ.get(ENV_VAR, "")
+    return choice == "include" or (choice != "inline" and INCLUDE_BY_DEFAULT)
+
+
 def included(name: str, header: str, body: str, input_names: list[str],
              folder: Path) -> IncludedSource | None:
     """The include form of a kernel's source, or None: inline wanted, or no folder."""
-    if os.environ.get(INLINE_ENV) == "1":
+    if not wanted():
         return None
     try:
         return IncludedSource(name, header, body, input_names, folder / FOLDER)

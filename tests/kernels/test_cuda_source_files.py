@@ -5,10 +5,19 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kernels import kernel_build
+import pytest
+
+from kernels import cuda_source_files, kernel_build
 from kernels.cuda_jit_names import wrap_source
-from kernels.cuda_source_files import INLINE_ENV, included, shape_names
+from kernels.cuda_source_files import ENV_VAR, included, shape_names
 from kernels.kernel_build import KernelBuild
+
+
+@pytest.fixture(autouse=True)
+def include_form(monkeypatch):
+    """The include form, whatever the default: what these tests check."""
+    monkeypatch.setenv(ENV_VAR, "include")
+
 
 _INCLUDE = re.compile(r'^#include "(/[^"]+)"\n', re.M)
 BODY = "  int n = x_shape[0] + w_ndim;\n  out[0] = x[n];\n"
@@ -69,7 +78,10 @@ def test_inline_where_asked_or_where_nothing_can_be_written(tmp_path, monkeypatc
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert included("tandem_t", "", BODY, ["x"], blocker) is None     # not a folder
-    monkeypatch.setenv(INLINE_ENV, "1")
+    monkeypatch.setenv(ENV_VAR, "inline")
+    assert included("tandem_t", "", BODY, ["x"], tmp_path) is None
+    monkeypatch.delenv(ENV_VAR)
+    monkeypatch.setattr(cuda_source_files, "INCLUDE_BY_DEFAULT", False)
     assert included("tandem_t", "", BODY, ["x"], tmp_path) is None
 
 
