@@ -37,6 +37,15 @@ _MUL = (0xC6A4A793 << 32) + 0x5BD1E995
 _SEED = 0xC70F6907
 
 
+# The arguments MLX adds for an input with a shape whose `<name>_<suffix>` the body holds.
+SHAPE_ARGS = (("shape", "Shape"), ("strides", "Strides"), ("ndim", "int"))
+
+
+def shape_names(body: str, input_names: list[str]) -> list[str]:
+    """The `<input>_<suffix>` texts MLX finds in the body (a substring test, as MLX's)."""
+    return [f"{n}_{s}" for n in input_names for s, _ in SHAPE_ARGS if f"{n}_{s}" in body]
+
+
 def kernel_name(name: str, template) -> str:
     """`custom_kernel_<name>` and the template hash (ints `_5`, bools `_t`/`_f`, dtypes
     `_bfloat16_t`)."""
@@ -59,7 +68,7 @@ def wrap_source(func_name: str, header: str, body: str, inputs, outputs, templat
     for name, dtype, ndim in inputs:
         s += f"    const {CUDA_TYPES[dtype]}* {name},\n"
         if ndim > 0:     # MLX looks for the names in the body only, not the header
-            for suffix, kind in (("shape", "Shape"), ("strides", "Strides"), ("ndim", "int")):
+            for suffix, kind in SHAPE_ARGS:
                 if f"{name}_{suffix}" in body:
                     s += f"    const __grid_constant__ {kind} {name}_{suffix},\n"
     s += ",\n".join(f"    {CUDA_TYPES[dtype]}* {name}" for name, dtype in outputs) + ") {\n"

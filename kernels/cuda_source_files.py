@@ -30,17 +30,13 @@ import logging
 import os
 from pathlib import Path
 
+from kernels.cuda_jit_names import shape_names
+
 log = logging.getLogger(__name__)
 
 ENV_VAR = "TANDEM_CUDA_SOURCES"
 INCLUDE_BY_DEFAULT = False
 FOLDER = "tandem-src"
-_SUFFIXES = ("shape", "strides", "ndim")
-
-
-def shape_names(body: str, input_names: list[str]) -> list[str]:
-    """The `<input>_<suffix>` texts MLX finds in the body (a substring test, as MLX's)."""
-    return [f"{n}_{s}" for n in input_names for s in _SUFFIXES if f"{n}_{s}" in body]
 
 
 def _write(folder: Path, stem: str, text: str) -> Path:
@@ -60,8 +56,7 @@ class IncludedSource:
 
     def __init__(self, name: str, header: str, body: str, input_names: list[str],
                  folder: Path):
-        self._parts = [(f"{name}-header", header), (f"{name}-body", body)] if header else \
-            [(f"{name}-body", body)]
+        self._parts = ([(f"{name}-header", header)] if header else []) + [(f"{name}-body", body)]
         self._folder = folder
         paths = self.ensure()
         names = shape_names(body, input_names)
