@@ -31,6 +31,14 @@ wait "$PID"
     for f in CommandEncoder::commit cudaGraphExecUpdate cudaGraphLaunch; do   # instantiate: above
         echo "# samples in $f: $(grep "$f" "$OUT/$N.folded" | awk '{n += $NF} END {print n + 0}')"
     done
+    # MLX's eval commits early and waits when more than 10 commits are in flight
+    # (transforms.cpp MAX_ACTIVE_TASKS): a commit boundary that moves with the GPU's progress,
+    # so a graph key that can be new. Instantiates split by the commit's caller: gpu::eval
+    # (every ~100 nodes) or gpu::finalize (an eval's end, or such an early commit).
+    echo "# samples in the scheduler's wait_for_one (early commits): $(grep -i 'wait_for_one' "$OUT/$N.folded" | awk '{n += $NF} END {print n + 0}')"
+    for c in "gpu::eval" "gpu::finalize"; do
+        echo "# instantiate samples under $c: $(grep -i instantiate "$OUT/$N.folded" | grep "$c" | awk '{n += $NF} END {print n + 0}')"
+    done
     echo "# samples in the engine thread's step loop: $(grep step_loop.py "$OUT/$N.folded" | awk '{n += $NF} END {print n + 0}')"
     echo "# the engine thread's most sampled innermost frames (stacks through its step loop):"
     grep "step_loop.py" "$OUT/$N.folded" \
