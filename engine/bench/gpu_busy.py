@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 
 from engine.bench.engine_start import open_engine
+from engine.bench.kernel_time import cuda_kernel_events
 from engine.bench.runs import ours_decode
 from engine.bench.suite import _prompt, _vocab
 from engine.config import EngineConfig
@@ -51,8 +52,7 @@ def middle_window(intervals: list[tuple[float, float]]) -> tuple[float, float]:
 
 def kernel_intervals(prof) -> list[tuple[float, float]]:
     """(start, end) in microseconds of every CUDA kernel torch.profiler recorded."""
-    return [(e.time_range.start, e.time_range.end) for e in prof.events()
-            if "CUDA" in str(getattr(e, "device_type", ""))]
+    return [(e.time_range.start, e.time_range.end) for e in cuda_kernel_events(prof)]
 
 
 def summary(intervals: list[tuple[float, float]]) -> dict:

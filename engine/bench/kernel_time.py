@@ -69,6 +69,11 @@ def _median_s(fn, n: int = 12, warm: int = 3) -> float:
     return statistics.median(times)
 
 
+def cuda_kernel_events(prof) -> list:
+    """The CUDA kernels among a torch.profiler session's events."""
+    return [e for e in prof.events() if "CUDA" in str(getattr(e, "device_type", ""))]
+
+
 def kernel_table(fn, steps: int, label: str, top: int = 20) -> None:
     """Print the CUDA kernels `fn` launches per call (torch.profiler), if torch is here."""
     try:
@@ -81,9 +86,8 @@ def kernel_table(fn, steps: int, label: str, top: int = 20) -> None:
         for _ in range(steps):
             fn()
     kernels: dict[str, list[float]] = {}
-    for e in prof.events():
-        if "CUDA" in str(getattr(e, "device_type", "")):
-            kernels.setdefault(e.name[:80], []).append(e.time_range.end - e.time_range.start)
+    for e in cuda_kernel_events(prof):
+        kernels.setdefault(e.name[:80], []).append(e.time_range.end - e.time_range.start)
     busy = sum(sum(v) for v in kernels.values()) / steps
     count = sum(len(v) for v in kernels.values()) / steps
     print(f"\n{label}: GPU kernel time {busy / 1e3:.2f} ms/step, {count:.0f} kernels/step")
