@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python -m engine.bench.prefill_memory --engine tandem|mlx-lm
         [--model synthetic:qwen3.5-35b-a3b] [--prompt 16384] [--prefill-chunk 512]
+        [--pipeline auto|on|off]
 
 `python -m engine bench` measures peak memory with both models resident (mlx-lm's is
 built from our arrays, plus contiguous copies of the parts our loader joins), so its
@@ -10,6 +11,11 @@ engine (Tandem's Engine, or mlx-lm's model through engine/bench/peer.py, after w
 model and engine are dropped), then reads one prompt of --prompt tokens to its first
 token: the weights' bytes resident, MLX's peak above them, and the seconds. Run it once
 per engine, each in its own process, for the comparison (issue 23, item 4).
+
+--pipeline off runs Tandem's steps one at a time (EngineConfig.pipeline_steps): on a GPU
+the engine queues chunk n+1 before it reads chunk n back, and MLX's CUDA backend holds
+every buffer a committed graph used until the GPU finishes it, so two chunks' attention
+scores may be resident at once. The peak with and without it tells how much that is.
 """
 from __future__ import annotations
 
@@ -23,15 +29,20 @@ import mlx.core as mx
 from engine.bench.engine_start import open_engine
 from engine.config import EngineConfig
 from engine.core.engine import Engine
+from engine.cuda_graphs import graph_limit_setting
 from engine.sampling_params import SamplingParams
 
 GB = 1e9
 WARM_TOKENS = 512   # a first, shorter prompt before the measured one
 
 
-def _engine(model: str, prompt: int, chunk: int) -> Engine:
+PIPELINE = {"auto": None, "on": True, "off": False}
+
+
+def _engine(model: str, prompt: int, chunk: int, pipeline: bool | None = None) -> Engine:
     config = EngineConfig(max_num_seqs=1, page_size=16, num_pages=-(-(prompt + 64) // 16) + 4,
-                          prefill_chunk=chunk, max_context=prompt + 64, prefix_cache=False)
+                          prefill_chunk=chunk, max_context=prompt + 64, prefix_cache=False,
+                          pipeline_steps=pipeline)
     return open_engine(model, config)
 
 
@@ -43,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="synthetic:qwen3.5-35b-a3b")
     p.add_argument("--prompt", type=int, default=16384, help="prompt tokens")
     p.add_argument("--prefill-chunk", type=int, default=512, help="Tandem's chunk")
+    p.add_argument("--pipeline", choices=tuple(PIPELINE), default="auto",
+                   help="Tandem's step pipelining (auto: the engine's default, on a GPU only)")
     args = p.parse_args(argv)
-    engine = _engine(args.model, args.prompt, args.prefill_chunk)
+    engine = _engine(args.model, args.prompt, args.prefill_chunk, PIPELINE[args.pipeline])
     vocab = engine.vocab_size
     ids = [random.Random(args.prompt).randrange(10, vocab - 1) for _ in range(args.prompt)]
     if args.engine == "mlx-lm":
@@ -66,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     seconds = run(ids)
     wall = time.perf_counter() - t0
     peak = mx.get_peak_memory()
-    print(f"{args.engine}: {args.prompt}-token prefill of {args.model} on {mx.default_device()}: "
+    setup = f"{args.prefill_chunk}-token chunks, pipeline {args.pipeline}, " if (
+        args.engine == "tandem") else ""
+    print(f"{args.engine}: {args.prompt}-token prefill of {args.model} on {mx.default_device()} "
+          f"({setup}{graph_limit_setting()}): "
           f"resident before {resident / GB:.2f} GB, peak {peak / GB:.2f} GB "
           f"(+{(peak - resident) / GB:.2f} GB above it), first token {seconds:.2f} s "
           f"(wall {wall:.2f} s)")
