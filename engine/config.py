@@ -89,6 +89,12 @@ class EngineConfig:
     # new prompt's first token beside 3 streams came 0.2-0.3 s later on the 2-core CPU
     # (docs/PERFORMANCE.md, issue 21). A repetition penalty turns it off either way.
     pipeline_steps: bool | None = None
+    # A prompt chunk read alone on CUDA whose attention would materialise more than 2 GiB
+    # (long contexts at a head dim over 128: MLX's CUDA SDPA has no fused kernel there)
+    # is queued a layer range at a time, at most two ranges on the device, so one
+    # forward's attention scores are not all resident at once (engine/core/
+    # bounded_prefill.py; issue 23, item 4). False: whole forwards always.
+    bounded_prefill: bool = True
     # Kept turns are also written to this folder, so conversations resume after a
     # restart without re-reading their history (None: memory only).
     cache_dir: str | None = None

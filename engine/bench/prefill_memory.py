@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python -m engine.bench.prefill_memory --engine tandem|mlx-lm
         [--model synthetic:qwen3.5-35b-a3b] [--prompt 16384] [--prefill-chunk 512]
-        [--pipeline auto|on|off]
+        [--pipeline auto|on|off] [--bounded on|off]
 
 `python -m engine bench` measures peak memory with both models resident (mlx-lm's is
 built from our arrays, plus contiguous copies of the parts our loader joins), so its
@@ -16,6 +16,9 @@ per engine, each in its own process, for the comparison (issue 23, item 4).
 the engine queues chunk n+1 before it reads chunk n back, and MLX's CUDA backend holds
 every buffer a committed graph used until the GPU finishes it, so two chunks' attention
 scores may be resident at once. The peak with and without it tells how much that is.
+--bounded off queues each chunk's forward whole (EngineConfig.bounded_prefill=False): on
+CUDA a long chunk is otherwise queued a layer range at a time, at most two on the device
+(engine/core/bounded_prefill.py).
 """
 from __future__ import annotations
 
@@ -39,10 +42,11 @@ WARM_TOKENS = 512   # a first, shorter prompt before the measured one
 PIPELINE = {"auto": None, "on": True, "off": False}
 
 
-def _engine(model: str, prompt: int, chunk: int, pipeline: bool | None = None) -> Engine:
+def _engine(model: str, prompt: int, chunk: int, pipeline: bool | None = None,
+            bounded: bool = True) -> Engine:
     config = EngineConfig(max_num_seqs=1, page_size=16, num_pages=-(-(prompt + 64) // 16) + 4,
                           prefill_chunk=chunk, max_context=prompt + 64, prefix_cache=False,
-                          pipeline_steps=pipeline)
+                          pipeline_steps=pipeline, bounded_prefill=bounded)
     return open_engine(model, config)
 
 
@@ -56,8 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefill-chunk", type=int, default=512, help="Tandem's chunk")
     p.add_argument("--pipeline", choices=tuple(PIPELINE), default="auto",
                    help="Tandem's step pipelining (auto: the engine's default, on a GPU only)")
+    p.add_argument("--bounded", choices=("on", "off"), default="on",
+                   help="EngineConfig.bounded_prefill (on: the engine's default)")
     args = p.parse_args(argv)
-    engine = _engine(args.model, args.prompt, args.prefill_chunk, PIPELINE[args.pipeline])
+    engine = _engine(args.model, args.prompt, args.prefill_chunk, PIPELINE[args.pipeline],
+                     args.bounded == "on")
     vocab = engine.vocab_size
     ids = [random.Random(args.prompt).randrange(10, vocab - 1) for _ in range(args.prompt)]
     if args.engine == "mlx-lm":
@@ -79,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     seconds = run(ids)
     wall = time.perf_counter() - t0
     peak = mx.get_peak_memory()
-    setup = f"{args.prefill_chunk}-token chunks, pipeline {args.pipeline}, " if (
+    setup = (f"{args.prefill_chunk}-token chunks, pipeline {args.pipeline}, bounded "
+             f"{args.bounded}, ") if (
         args.engine == "tandem") else ""
     print(f"{args.engine}: {args.prompt}-token prefill of {args.model} on {mx.default_device()} "
           f"({setup}{graph_limit_setting()}): "

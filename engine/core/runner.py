@@ -11,6 +11,7 @@ from engine.arith import ceil_div
 from engine.cache.cache_manager import DeviceCopies
 from engine.config import EngineConfig
 from engine.core.batch_view import BatchView
+from engine.core.bounded_prefill import pieces_for, queue_in_pieces
 from engine.core.compiled_forward import CompiledForward, compiles_forward
 from engine.core.disk_transfer import gather_save, write_load
 from engine.core.host_arrays import constant, upload
@@ -121,8 +122,23 @@ class Runner:
         if self.compiled_chunks is not None:
             tokens, view = self._prefill_inputs(chunks, stable=True)
             return self.compiled_chunks(_ids(tokens), view, self.cache)[:, -1, :]
-        logits, _ = self.forward(*self._prefill_inputs(chunks))
+        tokens, view = self._prefill_inputs(chunks)
+        pieces = self._bounded_pieces(chunks, tokens.shape[1])
+        if pieces > 1:
+            # Runner's own prefill_piece: the same forward, split (not a hook's).
+            def piece(span, carry):
+                return Runner.prefill_piece(self, chunks, span, carry, (tokens, view))
+            return queue_in_pieces(piece, len(self.model.layers), pieces, self.cache_arrays)
+        logits, _ = self.forward(tokens, view)
         return logits[:, -1, :]
+
+    def _bounded_pieces(self, chunks, tokens: int) -> int:
+        """The pieces a plain chunk forward is queued in (engine/core/bounded_prefill.py):
+        1 unless config.bounded_prefill and its attention would hold too much at once."""
+        if not (self.config.bounded_prefill and self.reads_in_pieces):
+            return 1
+        context = max(c.start + c.num_tokens for c in chunks)
+        return pieces_for(self.model, tokens, context)
 
     # A chunk's layers may run over several steps (prefill_piece); the distributed
     # leader's forwards are broadcast whole, so it cannot.
