@@ -71,15 +71,17 @@ def check_step_raw_gates(backend: str) -> float:
 def check_step_norm(backend: str) -> float:
     """The model's launch (raw a, b and z read as columns of one joined projection row;
     q/k/v strided views; the output declared [B, Hv*Dv]; bf16) at the real head size
-    (D = 128: blocks of 1024 threads, two rows a thread), then float32 at D = 32 (one row a
-    thread); against the unrounded float32 result past the output's rounding."""
+    (D = 128: blocks of 1024 threads, two rows a thread; at 16 rows on CUDA 512 threads,
+    eight rows a thread: gdsn.WIDE_LAYOUT), then float32 at D = 32 (one row a thread);
+    against the unrounded float32 result past the output's rounding."""
     err = 0.0
-    for D, dtype, seed in ((128, mx.bfloat16, 13), (32, mx.float32, 14)):
-        q, k, v, _, _, pool, slots, fresh = _gdn_inputs(mx.random.key(seed), 3, 0, 1, 2, D, 5,
+    for D, dtype, seed, B, S in ((128, mx.bfloat16, 13, 3, 5), (128, mx.bfloat16, 15, 16, 17),
+                                 (32, mx.float32, 14, 3, 5)):
+        q, k, v, _, _, pool, slots, fresh = _gdn_inputs(mx.random.key(seed), B, 0, 1, 2, D, S,
                                                         dtype)
         ks = mx.random.split(mx.random.key(seed + 100), 5)
         # one projection row: 8 columns of qkv's stand-in, z (2 heads of D), b, a, 4 more
-        proj = (2.0 * mx.random.normal((3, 2 * D + 16), key=ks[0])).astype(dtype)
+        proj = (2.0 * mx.random.normal((B, 2 * D + 16), key=ks[0])).astype(dtype)
         columns = (8, 8 + 2 * D, 10 + 2 * D)                           # z's, b's, a's
         decay = (mx.random.uniform(0.0, 2.5, (2,), key=ks[1]),
                  mx.random.normal((2,), key=ks[2]).astype(dtype))

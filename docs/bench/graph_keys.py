@@ -38,12 +38,14 @@ EDGE = re.compile(r'"([^"]+)"\s*->\s*"([^"]+)"')
 
 
 def node_type(attrs: str) -> str:
+    """A node's type from its label; a kernel node's label is its number and mangled name
+    only, drawn as an octagon (an H100's dumps, session 44: every kernel read "OTHER")."""
     label = re.search(r'label="(.*?)"', attrs, re.S)
     text = label.group(1) if label else attrs
     for t in TYPES:
         if re.search(rf"\b{t}\b", text):
             return t
-    return "OTHER"
+    return "KERNEL" if re.search(r'shape="octagon"', attrs) else "OTHER"
 
 
 def structure(text: str) -> tuple[tuple, list[str]]:

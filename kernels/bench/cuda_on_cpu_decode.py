@@ -365,6 +365,7 @@ def main():
                         ((3, 5, (16, 32, 128), (16, 2), {1}), True),
                         ((3, 4, (2, 4, 128), (8, 1), {0, 2}), True),
                         ((2, 3, (1, 2, 128), (32, 4), {1}), True),
+                        ((2, 3, (2, 4, 128), gdsn.WIDE_LAYOUT, {1}), True),   # B >= 16 on CUDA
                         ((3, 5, (2, 4, 32), gdsn.pick_layout(32, 32), {1}), True),
                         ((2, 4, (2, 2, 64), gdsn.pick_layout(64, 64), {0}), False)]:
         B, S, heads, (lanes, rows), fresh = case
