@@ -26,6 +26,9 @@ of 1024 threads launches at all.
 """
 from __future__ import annotations
 
+import math
+import os
+
 import mlx.core as mx
 
 import kernels.gated_delta_step as gds
@@ -141,8 +144,9 @@ def fits(Dk: int, Dv: int, lanes: int, rows: int) -> bool:
 # kernels.bench.gated_delta_step`, medians of 5 alternating rounds, the real heads): 63.1
 # against 69.3 us a layer at B=16, 90.5 against 127.2 at B=32 for (16, 2); at B=1 51.2
 # against 45.8, so small batches keep the fewest rows a thread. CUDA only: on Metal not
-# timed.
-WIDE_FROM = 16
+# timed. TANDEM_GDSN_WIDE_FROM=N moves the threshold (a benchmark's before/after: 0 for
+# never).
+WIDE_FROM = int(os.environ.get("TANDEM_GDSN_WIDE_FROM", "16")) or math.inf
 WIDE_LAYOUT = (32, 8)
 
 
