@@ -61,6 +61,26 @@ def structure(text: str) -> tuple[tuple, list[str]]:
     return (tuple(types), tuple(pairs)), types
 
 
+def kernel_names(text: str) -> list[str]:
+    """The (mangled) function names of a dump's kernel nodes: a label's line after its
+    number."""
+    names = []
+    for _, attrs in NODE.findall(EDGE.sub("", text)):
+        if node_type(attrs) == "KERNEL":
+            label = re.search(r'label="(.*?)"', attrs, re.S)
+            lines = label.group(1).split("\n") if label else []
+            names.append(lines[1].strip() if len(lines) > 1 else "?")
+    return names
+
+
+def cluster_suspects(names: Counter) -> dict[str, int]:
+    """Kernels that may launch in clusters (CUTLASS's sm90 GEMMs): MLX does not update a
+    graph holding a kernel whose cluster's y or z is over 1 (`subgraph_to_key`), so every
+    commit of it is instantiated; the dump without its verbose flag does not show the
+    cluster, so this goes by name."""
+    return {n: c for n, c in names.items() if re.search(r"cutlass|[Ss]m90|cluster", n)}
+
+
 def dumps(folder: Path) -> list[Path]:
     def number(p: Path) -> int:
         m = re.search(r"_(\d+)\.dot$", p.name)
@@ -141,6 +161,11 @@ def main() -> None:
     print("misses by tenth of the dumps:", [spread.get(t, 0) for t in range(10)])
     if args.steps:
         print("\n".join(by_step(args.steps, [dump_time(files[i]) for i in missed])))
+    names = Counter()
+    for path in files:
+        names.update(kernel_names(path.read_text(errors="replace")))
+    print("kernel names, most launched:", names.most_common(12))
+    print("kernels that may launch in clusters (by name):", cluster_suspects(names))
     print("first dump's first 600 characters (to check this reading):")
     print(files[0].read_text(errors="replace")[:600])
 
