@@ -102,6 +102,11 @@ class CompiledForward:
     def num_layouts(self) -> int:
         return len(self._fns)
 
+    def release(self) -> None:
+        """Drop every compiled function (their traces go from MLX's cache of the thread
+        that ran them: engine/core/compile_release.py); a later call compiles again."""
+        self._fns.clear()
+
     def _traced(self, key: tuple, cache: ModelCache):
         keys = key[1:] if key[0] == "groups" else (key,)
         sizes = [1 + len(_VIEW_ARRAYS) + int(k[-1]) for k in keys]   # tokens, view arrays

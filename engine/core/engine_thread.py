@@ -17,6 +17,7 @@ from engine.cache.kv_budget import num_pages_for
 from engine.cache.model_identity import open_disk_cache, weights_mode
 from engine.config import EngineConfig
 from engine.core import gc_freeze
+from engine.core.compile_release import release_thread_compiled
 from engine.core.inbox import CacheNotice, Cancel, Close, Logits, Message, SetReadingPace, Submit
 from engine.core.mlx_threads import clear_thread_streams
 from engine.core.step_loop import StepLoop
@@ -47,14 +48,19 @@ class EngineThread:
         self._abandon = abandon
         # Set once no warm-up shape is left (at once where none runs in the background).
         self.warmed = threading.Event()
+        self._runner = None     # the step loop's, once built (its compiled forwards)
 
     def main(self, model, on_progress, quantize_bits) -> None:
         """The thread's target: serve until Close, then clear MLX's streams."""
         try:
             self._serve(model, on_progress, quantize_bits)
         finally:
-            # MLX 0.32 needs each thread that used mx to clear its streams before it
-            # ends, or the process aborts at exit (ml-explore/mlx#3395).
+            # What this thread compiled goes while it can still erase its traces
+            # (engine/core/compile_release.py), then its streams: MLX 0.32 needs each
+            # thread that used mx to clear them before it ends, or the process aborts at
+            # exit (ml-explore/mlx#3395).
+            release_thread_compiled(self._runner)
+            self._runner = None
             clear_thread_streams()
 
     def _serve(self, model, on_progress, quantize_bits) -> None:
@@ -74,6 +80,7 @@ class EngineThread:
             loop = StepLoop(bundle.model, self.config, self._emit, num_pages,
                             disk_cache=disk,
                             make_runner=cluster.make_runner if cluster else None)
+            self._runner = loop.runner
             if cluster:
                 cluster.watch(lambda: loop.has_work, self._abandon)
             report = on_progress or (lambda p: None)

@@ -23,6 +23,7 @@ rounding of the sums.
 from __future__ import annotations
 
 import random
+import threading
 import weakref
 from collections import deque
 from collections.abc import Sequence
@@ -186,9 +187,10 @@ def _choose(logits: mx.array, keys: mx.array, arrays: dict, shape: GraphShape,
     return mx.where(arrays["is_greedy"], greedy_ids, sampled).astype(mx.int32)
 
 
-# One compiled function per kernel set and graph shape (a few: the app's settings, the
-# API's); mx.compile itself keeps one trace per input shape (decode batches of 1..B rows).
-_COMPILED: dict[tuple[int, GraphShape], object] = {}
+# One compiled function per thread, kernel set and graph shape (a few: the app's
+# settings, the API's); mx.compile itself keeps one trace per input shape (decode batches
+# of 1..B rows), in a cache of the calling thread's (engine/core/compile_release.py).
+_COMPILED: dict[tuple[int, int, GraphShape], object] = {}
 
 
 def _compiled_draw(kernels, shape: GraphShape):
@@ -196,7 +198,7 @@ def _compiled_draw(kernels, shape: GraphShape):
     C++ (the app's sampling: 24 kernels a step on the H100, 50 plain; tests/engine/
     test_op_count.py pins the count, test_sampler_compiled.py the ids). The kernel set is
     held weakly, so a model's unload is not kept waiting on this cache."""
-    key = (id(kernels), shape)
+    key = (threading.get_ident(), id(kernels), shape)
     fn = _COMPILED.get(key)
     if fn is None:
         ref = weakref.ref(kernels) if kernels is not None else (lambda: None)
@@ -205,6 +207,15 @@ def _compiled_draw(kernels, shape: GraphShape):
         if kernels is not None:
             weakref.finalize(kernels, _COMPILED.pop, key, None)
     return fn
+
+
+def release_compiled_draws() -> int:
+    """Drop the compiled draws this thread made (before it ends: compile_release.py);
+    how many."""
+    mine = [k for k in _COMPILED if k[0] == threading.get_ident()]
+    for k in mine:
+        del _COMPILED[k]
+    return len(mine)
 
 
 def _float32(x: mx.array) -> mx.array:
