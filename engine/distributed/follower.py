@@ -14,6 +14,7 @@ import mlx.core as mx
 import numpy as np
 
 from engine.config import EngineConfig
+from engine.core.compile_release import release_thread_compiled
 from engine.core.runner import Runner
 from engine.distributed.disk_parts import gather_parts, scatter_load
 from engine.distributed.wire import (
@@ -113,4 +114,7 @@ def follow(model, config: EngineConfig, group) -> int:
     except RuntimeError as e:
         print(f"rank {group.rank()}: lost the group ({e}); stopping.", file=sys.stderr)
         return 3
+    finally:
+        # Its compiled forwards' traces go while the interpreter lives (compile_release.py).
+        release_thread_compiled(follower.runner)
     return 0
