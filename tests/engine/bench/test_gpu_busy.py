@@ -29,6 +29,13 @@ def test_the_summary_reads_the_middle_half_of_the_run():
     assert got["kernels_per_ms"] == pytest.approx(1.0, abs=0.3)
 
 
+def test_the_plain_share_is_the_kernels_busy_time_over_the_plain_step():
+    # profiled: 50 % of a 10 ms step busy (5 ms of kernels); the plain step takes 6 ms
+    got = gpu_busy.plain_share(0.5, 0.010, 0.006)
+    assert got == {"busy_ms_per_step": 5.0, "busy_plain": pytest.approx(0.833, abs=1e-3)}
+    assert gpu_busy.plain_share(0.9, 0.010, 0.005)["busy_plain"] == 1.0    # at most all
+
+
 def test_without_torch_it_says_so_and_stops(monkeypatch, capsys):
     import builtins
     real_import = builtins.__import__
@@ -76,3 +83,4 @@ def test_it_drives_the_engine_and_prints_a_row_per_run(monkeypatch, capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert len(rows) == 2 and "'B': 2" in rows[1]
     assert "'busy': 0.8" in rows[0] and "'steps': 6" in rows[0]
+    assert "'plain_step_ms'" in rows[0] and "'busy_plain'" in rows[0]
