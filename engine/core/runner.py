@@ -284,8 +284,8 @@ class Runner:
         mx.async_eval([a for _, arrays in saves for a in arrays.values()])
         if copies.pages:
             self.copy_pages(copies.pages)
-        for src, dst in copies.states:
-            self.copy_state_slot(src, dst)
+        if copies.states:
+            self.copy_state_slots(copies.states)
         for load in copies.loads:
             self._load(load)
         return saves
@@ -308,6 +308,27 @@ class Runner:
         for kv in self.cache.kv:
             for i in (0, 1):
                 kv[i][dst] = kv[i][src]
+
+    def copy_state_slots(self, pairs: list[tuple[int, int]]) -> None:
+        """copy_state_slot for each (src, dst) in order, as one scatter a state array.
+
+        Why: a step after k prompts end carries k turn snapshots (CacheManager.snapshot);
+        copied one by one they were 2 x 30 scatters each on Qwen3.5, so the step's graph
+        changed with k, and on CUDA every graph MLX commits after them (a step's ops cut
+        every ~100) was a structure its exec cache had not met: instantiated anew, ~27 ms
+        of host time in such a step on session 44's H100 (docs/PERFORMANCE.md, the
+        slowest step). One scatter an array whatever k. Pairs that chain (a destination
+        read by a later pair) or repeat a destination keep the one-by-one order."""
+        srcs, dsts = [s for s, _ in pairs], [d for _, d in pairs]
+        if len(pairs) == 1 or set(srcs) & set(dsts) or len(set(dsts)) < len(dsts):
+            for src, dst in pairs:
+                self.copy_state_slot(src, dst)
+            return
+        s, d = mx.array(srcs), mx.array(dsts)
+        for layer in self.cache.states:
+            for i, arr in enumerate(layer):
+                arr[d] = arr[s]
+                layer[i] = arr
 
     def copy_state_slot(self, src: int, dst: int) -> None:
         """Copy one sequence's recurrent and conv states into another slot (a snapshot)."""

@@ -135,6 +135,13 @@ class StepLoop:
             self._finish(req, "length", req.stream.finish(), POOL_FULL_NOTE)
         self._current = plan
         saves = self.runner.copy(plan.copies)   # even for an empty plan: they are due now
+        copies = plan.copies
+        if self.draws_apart and (copies.pages or copies.states or copies.loads):
+            # On CUDA the copies are a graph of their own, as the draws are (draws_apart):
+            # queued with the forward they would shift where MLX cuts its graphs (every
+            # ~100 kernels) through the whole step, so a step after prompts end would
+            # commit structures its exec cache has never met (new instantiates).
+            mx.async_eval(self.runner.cache_arrays())
         if plan.is_empty:
             self._current = None        # it involves no request
             self.flush()

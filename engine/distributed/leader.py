@@ -71,6 +71,11 @@ class LeaderRunner(Runner):
         self._send([COPY_STATE, src, dst])
         super().copy_state_slot(src, dst)
 
+    def copy_state_slots(self, pairs: list[tuple[int, int]]) -> None:
+        """One by one: each pair is a message the followers replay (wire.py)."""
+        for src, dst in pairs:
+            self.copy_state_slot(src, dst)
+
     def _save(self, save, slot: int | None) -> dict[str, mx.array]:
         self._send([SAVE, -1 if slot is None else slot, len(save.ids), len(save.pages)],
                    mx.array(np.array(save.pages, np.int32)))
