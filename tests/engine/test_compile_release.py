@@ -22,27 +22,38 @@ from engine.sampling_params import SamplingParams
 APP = SamplingParams(temperature=0.7, top_p=0.95)
 
 
-def _draw_on_a_thread(release: bool) -> int:
-    """A thread makes a compiled draw (and drops it when told); its ident."""
-    def work():
-        mx.eval(sample_batch(mx.zeros((2, 64)), [RowSampler(APP), RowSampler(APP)],
-                             compiled=True))
-        if release:
-            release_compiled_draws()
-        mx.clear_streams()
-    t = threading.Thread(target=work)
-    t.start()
-    t.join()
-    return t.ident
+def _draw(release: bool, drew: threading.Event | None = None,
+          done: threading.Event | None = None) -> None:
+    """Make a compiled draw on this thread (and drop it when told), say so, then wait for
+    `done`."""
+    mx.eval(sample_batch(mx.zeros((2, 64)), [RowSampler(APP), RowSampler(APP)],
+                         compiled=True))
+    if release:
+        release_compiled_draws()
+    if drew is not None:
+        drew.set()
+    if done is not None:
+        done.wait()
+    mx.clear_streams()
 
 
 def test_a_thread_drops_its_own_compiled_draws_and_no_one_elses():
-    kept = _draw_on_a_thread(release=False)
-    dropped = _draw_on_a_thread(release=True)
-    owners = {key[0] for key in sampler._COMPILED}
-    assert kept in owners and dropped not in owners
-    for key in [k for k in sampler._COMPILED if k[0] == kept]:
-        del sampler._COMPILED[key]
+    drew, done = threading.Event(), threading.Event()   # the first lives on: its ident
+    kept = threading.Thread(target=_draw, args=(False, drew, done))   # is not reused
+    kept.start()
+    assert drew.wait(60)
+    dropped = threading.Thread(target=_draw, args=(True,))
+    dropped.start()
+    dropped.join()
+    try:
+        owners = {key[0] for key in sampler._COMPILED}
+        assert kept.ident != dropped.ident
+        assert kept.ident in owners and dropped.ident not in owners
+    finally:
+        done.set()
+        kept.join()
+        for key in [k for k in sampler._COMPILED if k[0] == kept.ident]:
+            del sampler._COMPILED[key]
 
 
 def test_a_closed_engine_leaves_no_compiled_function_behind(monkeypatch):
