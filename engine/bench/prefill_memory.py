@@ -86,9 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     seconds = run(ids)
     wall = time.perf_counter() - t0
     peak = mx.get_peak_memory()
-    setup = (f"{args.prefill_chunk}-token chunks, pipeline {args.pipeline}, bounded "
-             f"{args.bounded}, ") if (
-        args.engine == "tandem") else ""
+    setup = "" if args.engine != "tandem" else (
+        f"{args.prefill_chunk}-token chunks, pipeline {args.pipeline}, bounded {args.bounded}, ")
     print(f"{args.engine}: {args.prompt}-token prefill of {args.model} on {mx.default_device()} "
           f"({setup}{graph_limit_setting()}): "
           f"resident before {resident / GB:.2f} GB, peak {peak / GB:.2f} GB "

@@ -25,9 +25,9 @@ from engine.core.sampler import release_compiled_draws
 def release_thread_compiled(runner=None) -> None:
     """On the engine thread, as it ends: the runner's compiled forwards (if it has any)
     and this thread's compiled draws, then a collection for what a cycle still holds."""
-    for compiled in {id(c): c for c in (getattr(runner, "compiled", None),
-                                        getattr(runner, "compiled_chunks", None))
-                     if c is not None}.values():
+    # compiled_chunks may be the decode's own CompiledForward: a set holds it once
+    for compiled in {getattr(runner, "compiled", None),
+                     getattr(runner, "compiled_chunks", None)} - {None}:
         compiled.release()
     release_compiled_draws()
     gc.collect()

@@ -320,19 +320,19 @@ class Runner:
         slowest step). One scatter an array whatever k. Pairs that chain (a destination
         read by a later pair) or repeat a destination keep the one-by-one order."""
         srcs, dsts = [s for s, _ in pairs], [d for _, d in pairs]
-        if len(pairs) == 1 or set(srcs) & set(dsts) or len(set(dsts)) < len(dsts):
+        if set(srcs) & set(dsts) or len(set(dsts)) < len(dsts):
             for src, dst in pairs:
                 self.copy_state_slot(src, dst)
             return
-        s, d = mx.array(srcs), mx.array(dsts)
-        for layer in self.cache.states:
-            for i, arr in enumerate(layer):
-                arr[d] = arr[s]
-                layer[i] = arr
+        self._copy_states(srcs, dsts)
 
     def copy_state_slot(self, src: int, dst: int) -> None:
         """Copy one sequence's recurrent and conv states into another slot (a snapshot)."""
-        s, d = mx.array([src]), mx.array([dst])
+        self._copy_states([src], [dst])
+
+    def _copy_states(self, srcs: list[int], dsts: list[int]) -> None:
+        """Every state array's slots srcs -> dsts, one scatter an array."""
+        s, d = mx.array(srcs), mx.array(dsts)
         for layer in self.cache.states:
             for i, arr in enumerate(layer):
                 arr[d] = arr[s]
