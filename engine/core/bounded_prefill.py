@@ -55,7 +55,8 @@ def pieces_for(model, tokens: int, context: int, backend: str | None = None,
                limit: int = IN_FLIGHT_BYTES) -> int:
     """How many layer pieces a chunk forward is queued in: 1 (whole) unless its attention
     would materialise more than `limit`, then one piece an attention layer (at most one
-    a layer). backend: gpu_backend() when None."""
+    a layer). backend: 'cuda', 'metal', 'cpu' (or any other: no GPU); gpu_backend()
+    when None."""
     backend = gpu_backend() if backend is None else backend
     if unfused_attention_bytes(model, tokens, context, backend) <= limit:
         return 1
