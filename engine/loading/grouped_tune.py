@@ -3,10 +3,9 @@
 kernels/moe_grouped_tune.py measures the two kernels that can take a chunk's routed
 experts against the model's own path on the model's first quantized MoE layer:
 moe_experts (a warp a pair) up to how many pairs, then moe_grouped (each expert read
-once) from how many, both at every chunk length, each length going to the faster of the
-two (`split`). The
-answers go into the model's kernel set (`KernelSet.experts_to`, `KernelSet.grouped_from`),
-so two engines in a process never share them. Nothing is
+once) from how many, both at every chunk length, split where their total time is least
+(`split`). The answers go into the model's kernel set (`KernelSet.experts_to`,
+`KernelSet.grouped_from`), so two engines in a process never share them. Nothing is
 measured where a kernel cannot launch (no CUDA, the self-test turned it off, no MoE layer
 it fits) or where a bench forced the range (`--moe-max-pairs`, `--moe-grouped-from`).
 A kernel whose result at the longest length measured is far from the plain path's (not
@@ -53,7 +52,8 @@ def tune_experts_paths(model, kernels: KernelSet,
     """(the kernel set with `experts_to` and `grouped_from` measured, one line each of
     what was found), or the set as it is and '' where nothing is measured. `announce`
     runs just before measuring. Each kernel is measured against the plain path at every
-    chunk length; where both were, each length goes to the faster (`split`)."""
+    chunk length; where both were, they split the lengths where their total time is
+    least (`split`)."""
     block = first_moe_block(model)
     pairs = kernels.launches(me.NAME) == "cuda" and me.MEASURED_RANGE
     grouped = kernels.launches(mg.NAME) == "cuda" and mg.MIN_PAIRS is None

@@ -69,12 +69,29 @@ def test_where_both_kernels_were_measured_each_length_goes_to_the_faster():
     grouped[64] = (2.0, 1.9)
     pair[64] = (2.0, 1.95)
     assert split(pair, grouped, k) == (256, 1024)
-    # a length where the pair kernel wins past the grouped one's start: the grouped one
-    # runs only from beyond it
+    # a length where the pair kernel wins past where it lost: it cannot take that length
+    # (its range is a prefix), so the grouped kernel does, not the plain path
     grouped[64] = (2.0, 1.2)
     pair[128] = (4.0, 0.5)
-    assert split(pair, grouped, k) == (256, 2048)
+    assert split(pair, grouped, k) == (256, 512)
     assert split({}, {}, k) == (None, None)
+
+
+def test_a_near_tie_at_one_length_leaves_no_length_to_the_plain_path():
+    """Session 45's H100, measured at load (plain/kernel us a layer): at 32 tokens the
+    grouped kernel's share 0.633 edged the experts kernel's 0.647, and cutting each
+    range at the first length the other won left 64 tokens (0.41 and 0.60 of the plain
+    path's time) to the plain path."""
+    k = 8
+    pair = {32: (835, 540), 64: (1108, 456), 128: (1860, 940), 256: (3325, 1458),
+            512: (6210, 2547)}
+    grouped = {32: (906, 574), 64: (1289, 776), 128: (2051, 885), 256: (3411, 798),
+               512: (5853, 1312)}
+    assert split(pair, grouped, k) == (512, 1024)
+    # a kernel never takes a length it did not win against the plain path by MARGIN
+    slow = {n: (p, p) for n, (p, _) in grouped.items()}
+    assert split(pair, slow, k) == (4096, None)
+    assert split(slow, grouped, k) == (None, 256)
 
 
 def test_the_two_paths_alternate_and_their_medians_are_kept():
