@@ -25,6 +25,7 @@ import time
 import mlx.core as mx
 import numpy as np
 
+from engine.bench.runs import add_moe_max_pairs_arg, apply_moe_max_pairs
 from engine.bench.suite import decode_sampling
 from engine.bench.synthetic import SYNTHETIC, synthetic_model_from_config
 from engine.config import EngineConfig
@@ -105,7 +106,9 @@ def main(argv=None) -> int:
     p.add_argument("--sampling", choices=("greedy", "app"), default="greedy")
     p.add_argument("--peer", action="store_true")
     p.add_argument("--build-only", action="store_true")
+    add_moe_max_pairs_arg(p)    # the kernels' tuning switches: each variant's GPU time
     args = p.parse_args(argv)
+    apply_moe_max_pairs(args)
     print(f"# {graph_limit_setting()} (CUDA graphs a step: engine/cuda_graphs.py)", flush=True)
     config = copy.deepcopy(SYNTHETIC[args.model.removeprefix("synthetic:")])
     if args.layers:
