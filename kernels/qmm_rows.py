@@ -44,9 +44,13 @@ NT = 2                            # 8-column output tiles a warp (16 weight rows
 # tiles a warp take twice the rows a block, halving x's reads, where N >= WIDE_FROM (a
 # narrow projection keeps NT: its blocks would not fill the GPU). None: never. Off: at 8192
 # session 39's engine runs (`bench --qmm-wide-from 8192`, a host-bound H100 host) showed no
-# gain above the spread; `kernel_time` with it on would show its own time.
+# gain above the spread; `kernel_time` with it on would show its own time. WIDE_NT 8 cuts
+# x's reads to one a weight read, where the block's partial sums fit SMEM_MAX (one row
+# tile: B <= 16); with more row tiles the warp takes the most tiles that fit
+# (`bench --qmm-wide-nt 8`, `kernel_time --qmm-wide-nt 8`).
 WIDE_NT = 4
 WIDE_FROM: int | None = None
+SMEM_MAX = 48 * 1024              # a block's static shared memory (the partial sums)
 
 _KERNEL = KernelBuild(NAME, "tandem_qmm_rows", ["x", "w", "scales", "biases"], ["y"],
                       CUDA_SOURCE, "", cuda_header=CUDA_HEADER)
@@ -71,10 +75,21 @@ def split(K: int) -> int:
     return min(MAX_SPLIT, K // K_BLOCK)
 
 
-def tiles(N: int) -> int:
-    """8-column output tiles a warp for N output columns (NT, or WIDE_NT from WIDE_FROM)."""
-    wide = WIDE_FROM is not None and N >= WIDE_FROM and N % (8 * WIDE_NT) == 0
-    return WIDE_NT if wide else NT
+def reduce_bytes(M: int, K: int, nt: int) -> int:
+    """The block's shared memory: each warp's partial sums (MT x nt tiles of 4 a lane)."""
+    return split(K) * -(-M // 16) * nt * 4 * 32 * 4
+
+
+def tiles(N: int, M: int = 16, K: int = MAX_SPLIT * K_BLOCK) -> int:
+    """8-column output tiles a warp for an [M, K] x times N output columns: NT, or from
+    WIDE_FROM the most of WIDE_NT, WIDE_NT / 2, ... above NT whose partial sums fit
+    SMEM_MAX (N a whole number of such blocks)."""
+    if WIDE_FROM is None or N < WIDE_FROM:
+        return NT
+    nt = WIDE_NT
+    while nt > NT and (N % (8 * nt) or reduce_bytes(M, K, nt) > SMEM_MAX):
+        nt //= 2
+    return max(nt, NT)
 
 
 def kernel(x, w, scales, biases, group_size: int, bits: int = 4, *, backend: str) -> mx.array:
@@ -82,7 +97,7 @@ def kernel(x, w, scales, biases, group_size: int, bits: int = 4, *, backend: str
     M, K = x.shape
     N = w.shape[0]
     ks = split(K)
-    nt = tiles(N)
+    nt = tiles(N, M, K)
     return _KERNEL.get(backend)(
         inputs=[x, w, scales, biases],
         template=[("MT", -(-M // 16)), ("NT", nt), ("BITS", bits), ("GS", group_size),

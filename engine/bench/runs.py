@@ -293,6 +293,10 @@ def add_moe_max_pairs_arg(parser) -> None:
                         help="kernels.qmm_rows.WIDE_FROM for this run: decode projections of "
                              "at least N outputs take twice the weight rows a block (CUDA; "
                              "default off)")
+    parser.add_argument("--qmm-wide-nt", type=int, default=None, metavar="T",
+                        help="kernels.qmm_rows.WIDE_NT for this run: 8-column tiles a warp "
+                             "from --qmm-wide-from (default 4; 8: x read once a weight "
+                             "read, at up to 16 rows)")
     for flag, (attr, value, what) in _MOE_SWITCHES.items():
         parser.add_argument(flag, action="store_true",
                             help=f"kernels.moe_experts.{attr} = {value} for this run: {what}")
@@ -333,3 +337,6 @@ def apply_moe_max_pairs(args) -> None:
     if getattr(args, "qmm_wide_from", None) is not None:
         import kernels.qmm_rows as qmm_rows
         qmm_rows.WIDE_FROM = args.qmm_wide_from
+    if getattr(args, "qmm_wide_nt", None) is not None:
+        import kernels.qmm_rows as qmm_rows
+        qmm_rows.WIDE_NT = args.qmm_wide_nt

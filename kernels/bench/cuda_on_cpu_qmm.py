@@ -132,7 +132,9 @@ int main() {{
 CASES = [(16, 32, 256, 64, 4), (3, 16, 128, 32, 4), (32, 32, 1024, 128, 4),
          (21, 48, 2048, 64, 4), (5, 32, 256, 64, 8), (19, 16, 2048, 64, 8),
          # qmm_rows.WIDE_NT tiles a warp: 4 and 8 bits, one and two row tiles
-         (16, 64, 2048, 64, 4, qr.WIDE_NT), (19, 32, 256, 32, 8, qr.WIDE_NT)]
+         (16, 64, 2048, 64, 4, qr.WIDE_NT), (19, 32, 256, 32, 8, qr.WIDE_NT),
+         # 8 tiles a warp (one row tile: the partial sums' shared memory)
+         (16, 128, 2048, 64, 4, 8), (3, 64, 512, 64, 8, 8)]
 
 
 def main(argv: list[str]) -> int:

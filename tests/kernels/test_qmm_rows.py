@@ -72,7 +72,7 @@ def test_wide_tiles_match_numpy(backend, case, monkeypatch):
     """WIDE_NT tiles a warp (twice the rows a block) within the same bound."""
     monkeypatch.setattr(qr, "WIDE_FROM", 0)
     args = _make(1, *case)
-    assert qr.tiles(case[1]) == qr.WIDE_NT
+    assert qr.tiles(case[1], case[0], case[2]) == qr.WIDE_NT
     assert _within(qr.kernel(*args, backend=backend), *_numpy(*args), BOUND)
 
 
@@ -81,6 +81,29 @@ def test_wide_tiles_only_where_asked_and_whole(monkeypatch):
     monkeypatch.setattr(qr, "WIDE_FROM", 8192)
     assert qr.tiles(12352) == qr.WIDE_NT and qr.tiles(2048) == qr.NT
     assert qr.tiles(8192 + 16) == qr.NT             # not a whole number of wide blocks
+
+
+def test_eight_tiles_a_warp_where_the_partial_sums_fit(monkeypatch):
+    """8 tiles: 32 KB of partial sums a block at one row tile; two row tiles (B=32)
+    would need 64 KB, over the static limit, so they take 4; N not a whole number of
+    8-tile blocks takes the most that divide it."""
+    monkeypatch.setattr(qr, "WIDE_FROM", 8192)
+    monkeypatch.setattr(qr, "WIDE_NT", 8)
+    assert qr.reduce_bytes(16, 2048, 8) == 32 * 1024
+    assert qr.tiles(12352, 16, 2048) == 8 and qr.tiles(12352, 2, 2048) == 8
+    assert qr.reduce_bytes(32, 2048, 8) > qr.SMEM_MAX
+    assert qr.tiles(12352, 32, 2048) == 4
+    assert qr.tiles(9216 + 32, 16, 2048) == 4        # 9248 = 289 x 32
+    assert qr.tiles(2048, 16, 2048) == qr.NT
+
+
+@pytest.mark.parametrize("case", [c for c in GRID if c[1] % 64 == 0 and c[0] <= 16])
+def test_eight_tiles_match_numpy(backend, case, monkeypatch):
+    monkeypatch.setattr(qr, "WIDE_FROM", 0)
+    monkeypatch.setattr(qr, "WIDE_NT", 8)
+    args = _make(1, *case)
+    assert qr.tiles(case[1], case[0], case[2]) == 8
+    assert _within(qr.kernel(*args, backend=backend), *_numpy(*args), BOUND)
 
 
 def test_kernel_is_deterministic(backend):
