@@ -318,10 +318,11 @@ _MOE_SWITCHES = {
 def apply_moe_max_pairs(args) -> None:
     """Set kernels.moe_experts' constants (MAX_PAIRS from --moe-max-pairs, the rows a warp,
     DEDUPE_FROM_PAIRS, STAGED, STAGED_DOWN, TILE_MAJOR), kernels.moe_grouped.MIN_PAIRS from
-    --moe-grouped-from and kernels.qmm_rows.WIDE_FROM, before a model is built (their
-    kernels and applies() read them at every call)."""
+    --moe-grouped-from and kernels.qmm_rows.WIDE_FROM / WIDE_NT, before a model is built
+    (their kernels and applies() read them at every call)."""
     import kernels.moe_experts as moe_experts
     import kernels.moe_grouped as moe_grouped
+    import kernels.qmm_rows as qmm_rows
     if args.moe_max_pairs is not None:
         moe_experts.MAX_PAIRS = args.moe_max_pairs
         moe_experts.MEASURED_RANGE = False      # the flag's range, not the load's measure
@@ -335,8 +336,6 @@ def apply_moe_max_pairs(args) -> None:
         if getattr(args, flag.removeprefix("--").replace("-", "_"), False):
             setattr(moe_experts, attr, value)
     if getattr(args, "qmm_wide_from", None) is not None:
-        import kernels.qmm_rows as qmm_rows
         qmm_rows.WIDE_FROM = args.qmm_wide_from
     if getattr(args, "qmm_wide_nt", None) is not None:
-        import kernels.qmm_rows as qmm_rows
         qmm_rows.WIDE_NT = args.qmm_wide_nt
