@@ -41,3 +41,17 @@ def use_user_kernel_cache() -> None:
     except OSError:          # a read-only home: MLX's temporary folder still works
         return
     os.environ[ENV_VAR] = str(folder)
+
+
+def worker_kernel_cache(worker: str) -> Path:
+    """A kernel cache folder of one test worker's own (pytest-xdist), seeded with a copy of
+    the shared one: MLX writes a kernel's file in place, so two processes compiling into one
+    folder could load each other's half-written files. Called before mlx is imported."""
+    import shutil
+    shared = Path(os.environ.get(ENV_VAR) or kernel_cache_dir())
+    folder = shared.with_name(f"{shared.name}-{worker}")
+    if not folder.exists() and shared.is_dir():
+        shutil.copytree(shared, folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ[ENV_VAR] = str(folder)
+    return folder

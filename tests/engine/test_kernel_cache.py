@@ -33,3 +33,19 @@ def test_a_folder_already_chosen_is_kept(tmp_path):
     folder, _ = _run({"MLX_PTX_CACHE_DIR": chosen, "XDG_CACHE_HOME": str(tmp_path)})
     assert folder == chosen
     assert not (tmp_path / "Tandem").exists()
+
+
+def test_a_test_worker_gets_its_own_folder_seeded_from_the_shared_one(tmp_path, monkeypatch):
+    from engine.kernel_cache import worker_kernel_cache
+    shared = tmp_path / "kernels"
+    shared.mkdir()
+    (shared / "a.ptx").write_text("compiled")
+    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(shared))
+    folder = worker_kernel_cache("gw3")
+    assert folder == tmp_path / "kernels-gw3"
+    assert (folder / "a.ptx").read_text() == "compiled"
+    assert os.environ["MLX_PTX_CACHE_DIR"] == str(folder)
+    (folder / "b.ptx").write_text("its own")          # a second start keeps what it compiled
+    monkeypatch.setenv("MLX_PTX_CACHE_DIR", str(shared))
+    assert worker_kernel_cache("gw3") == folder and (folder / "b.ptx").exists()
+    assert not (shared / "b.ptx").exists()
