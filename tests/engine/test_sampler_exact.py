@@ -222,10 +222,10 @@ def test_the_apps_default_sampling_matches_the_reference(rows, path):
 
 def test_more_rows_than_one_sort_launch_holds_sort_in_slices(monkeypatch):
     # MLX's CUDA sort takes at most 65,535 rows a launch; slicing must not change a row.
-    from engine.core import sampler
+    from engine.core import sampling_keep
     logits = mx.array(_tied_logits(10, 40, seed=5).astype(np.float32))
     params = [SamplingParams(temperature=1.0, top_k=k, top_p=0.9)
               for k in (3, 0, 5, 0, 0, 0, 7, 1, 0, 2)]
     whole = np.array(filtered_probs(logits, params))
-    monkeypatch.setattr(sampler, "_MAX_SORT_ROWS", 3)
+    monkeypatch.setattr(sampling_keep, "_MAX_SORT_ROWS", 3)
     np.testing.assert_array_equal(np.array(filtered_probs(logits, params)), whole)
