@@ -75,9 +75,9 @@ def split(K: int) -> int:
     return min(MAX_SPLIT, K // K_BLOCK)
 
 
-def reduce_bytes(M: int, K: int, nt: int) -> int:
+def reduce_bytes(M: int, K: int, nt: int, ksplit: int | None = None) -> int:
     """The block's shared memory: each warp's partial sums (MT x nt tiles of 4 a lane)."""
-    return split(K) * -(-M // 16) * nt * 4 * 32 * 4
+    return (split(K) if ksplit is None else ksplit) * -(-M // 16) * nt * 4 * 32 * 4
 
 
 def tiles(N: int, M: int = 16, K: int = MAX_SPLIT * K_BLOCK) -> int:
@@ -92,12 +92,26 @@ def tiles(N: int, M: int = 16, K: int = MAX_SPLIT * K_BLOCK) -> int:
     return max(nt, NT)
 
 
-def kernel(x, w, scales, biases, group_size: int, bits: int = 4, *, backend: str) -> mx.array:
-    """Launch on `backend` ('cuda', or the counting stand-in): y [M, N] in x's dtype."""
+def layout_fits(M: int, N: int, K: int, nt: int, ksplit: int) -> bool:
+    """Whether nt tiles a warp and ksplit warps a block cover [M, K] x N exactly: whole
+    blocks of 8 nt columns, at least one 128-weight block of K a warp, at most 32 warps,
+    the partial sums within SMEM_MAX."""
+    return (nt >= 1 and N % (8 * nt) == 0 and 1 <= ksplit <= min(32, K // K_BLOCK)
+            and reduce_bytes(M, K, nt, ksplit) <= SMEM_MAX)
+
+
+def kernel(x, w, scales, biases, group_size: int, bits: int = 4, *, backend: str,
+           nt: int | None = None, ksplit: int | None = None) -> mx.array:
+    """Launch on `backend` ('cuda', or the counting stand-in): y [M, N] in x's dtype.
+    nt, ksplit: a layout other than the default's (`tiles`, `split`), for the layout sweep
+    (kernels/bench/qmm_rows_sweep.py); it must fit (`layout_fits`)."""
     M, K = x.shape
     N = w.shape[0]
-    ks = split(K)
-    nt = tiles(N, M, K)
+    ks = split(K) if ksplit is None else ksplit
+    nt = tiles(N, M, K) if nt is None else nt
+    if not layout_fits(M, N, K, nt, ks):
+        raise ValueError(f"qmm_rows: {nt} tiles a warp, {ks} warps a block do not fit "
+                         f"M={M} N={N} K={K}")
     return _KERNEL.get(backend)(
         inputs=[x, w, scales, biases],
         template=[("MT", -(-M // 16)), ("NT", nt), ("BITS", bits), ("GS", group_size),

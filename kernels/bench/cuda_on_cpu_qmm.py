@@ -78,9 +78,10 @@ def _dequantize(w, s, b, bits) -> np.ndarray:
     return np.repeat(s, g, 1) * q + np.repeat(b, g, 1)          # float32, as the kernel's fmaf
 
 
-def emulate(M: int, N: int, K: int, GS: int, bits: int, nt: int = qr.NT, *, seed: int,
-            work: str) -> float:
-    """nt: the 8-column tiles a warp (qmm_rows.NT, or WIDE_NT)."""
+def emulate(M: int, N: int, K: int, GS: int, bits: int, nt: int = qr.NT,
+            ksplit: int | None = None, *, seed: int, work: str) -> float:
+    """nt: the 8-column tiles a warp (qmm_rows.NT, or WIDE_NT); ksplit: warps a block
+    (qmm_rows.split's by default; the layout sweep's others)."""
     rng = np.random.default_rng(seed)
     x_bits = _bf16(rng.standard_normal((M, K)).astype(np.float32))
     w = rng.integers(0, 2**32, size=(N, K * bits // 32), dtype=np.uint64).astype(np.uint32)
@@ -91,7 +92,8 @@ def emulate(M: int, N: int, K: int, GS: int, bits: int, nt: int = qr.NT, *, seed
     b = _from_bf16(_bf16(-mid * s + rng.normal(0, 0.1, s.shape).astype(np.float32) * s))
     for name, arr in {"x": x_bits, "w": w, "s": s, "b": b}.items():
         arr.tofile(f"{work}/{name}.bin")
-    ks = qr.split(K)
+    ks = qr.split(K) if ksplit is None else ksplit
+    assert qr.layout_fits(M, N, K, nt, ks)
     mt = -(-M // 16)
     src = PRE + "#include <cstring>\n" + CPU_HEADER + kfunc(
         "qmm", CUDA_SOURCE,
@@ -134,7 +136,10 @@ CASES = [(16, 32, 256, 64, 4), (3, 16, 128, 32, 4), (32, 32, 1024, 128, 4),
          # qmm_rows.WIDE_NT tiles a warp: 4 and 8 bits, one and two row tiles
          (16, 64, 2048, 64, 4, qr.WIDE_NT), (19, 32, 256, 32, 8, qr.WIDE_NT),
          # 8 tiles a warp (one row tile: the partial sums' shared memory)
-         (16, 128, 2048, 64, 4, 8), (3, 64, 512, 64, 8, 8)]
+         (16, 128, 2048, 64, 4, 8), (3, 64, 512, 64, 8, 8),
+         # the layout sweep's others (kernels/bench/qmm_rows_sweep.py): one tile a warp,
+         # 16 warps a block (K=2048: one 128-weight block a warp), 4 warps with two turns
+         (16, 24, 1024, 64, 4, 1), (21, 16, 2048, 64, 4, 2, 16), (7, 8, 1024, 32, 8, 1, 4)]
 
 
 def main(argv: list[str]) -> int:

@@ -106,6 +106,36 @@ def test_eight_tiles_match_numpy(backend, case, monkeypatch):
     assert _within(qr.kernel(*args, backend=backend), *_numpy(*args), BOUND)
 
 
+def test_a_layout_fits_whole_blocks_warps_with_k_to_read_and_shared_memory():
+    assert qr.layout_fits(16, 2048, 4096, qr.NT, qr.split(4096))          # the default
+    assert qr.layout_fits(16, 8, 1024, 1, 8)                              # one tile a warp
+    assert not qr.layout_fits(16, 8, 1024, 2, 8)                          # 8 columns, 16 a block
+    assert qr.layout_fits(16, 16, 2048, 2, 16)                            # 128 weights a warp
+    assert not qr.layout_fits(16, 16, 1024, 2, 16)                        # a warp with no K
+    assert not qr.layout_fits(16, 16, 8192, 2, 64)                        # 2,048 threads
+    assert not qr.layout_fits(32, 64, 2048, 8, 8)                         # 64 KB of sums
+
+
+def test_the_sweep_tries_the_default_first_and_only_layouts_that_fit():
+    from kernels.bench.qmm_rows_sweep import layouts
+    found = layouts(16, 2048, 4096)
+    assert found[0] == (qr.tiles(2048, 16, 4096), qr.split(4096))
+    assert len(set(found)) == len(found) > 4
+    assert all(qr.layout_fits(16, 2048, 4096, nt, ks) for nt, ks in found)
+    x, w, scales, biases, gs, _ = _make(3, 4, 16, 256, 64)
+    with pytest.raises(ValueError, match="do not fit"):
+        qr.kernel(x, w, scales, biases, gs, backend="cuda", nt=4)        # 32 columns a block
+
+
+@pytest.mark.parametrize("nt,ksplit", [(1, 4), (1, 16), (2, 16), (4, 4)])
+def test_the_sweeps_layouts_match_numpy(backend, nt, ksplit):
+    """The layouts kernels/bench/qmm_rows_sweep.py times, within the same bound."""
+    for case in [(16, 64, 2048, 64, 4), (19, 32, 2048, 64, 8)]:
+        args = _make(4, *case)
+        y = qr.kernel(*args, backend=backend, nt=nt, ksplit=ksplit)
+        assert _within(y, *_numpy(*args), BOUND)
+
+
 def test_kernel_is_deterministic(backend):
     args = _make(2, 19, 256, 2048, 64)
     a, b = (np.array(qr.kernel(*args, backend=backend).astype(mx.float32)) for _ in range(2))
