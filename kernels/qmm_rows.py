@@ -87,7 +87,7 @@ def tiles(N: int, M: int = 16, K: int = MAX_SPLIT * K_BLOCK) -> int:
     if WIDE_FROM is None or N < WIDE_FROM:
         return NT
     nt = WIDE_NT
-    while nt > NT and (N % (8 * nt) or reduce_bytes(M, K, nt) > SMEM_MAX):
+    while nt > NT and not layout_fits(M, N, K, nt, split(K)):
         nt //= 2
     return max(nt, NT)
 
@@ -107,9 +107,10 @@ def kernel(x, w, scales, biases, group_size: int, bits: int = 4, *, backend: str
     (kernels/bench/qmm_rows_sweep.py); it must fit (`layout_fits`)."""
     M, K = x.shape
     N = w.shape[0]
+    chosen = nt is not None or ksplit is not None     # the defaults always fit
     ks = split(K) if ksplit is None else ksplit
     nt = tiles(N, M, K) if nt is None else nt
-    if not layout_fits(M, N, K, nt, ks):
+    if chosen and not layout_fits(M, N, K, nt, ks):
         raise ValueError(f"qmm_rows: {nt} tiles a warp, {ks} warps a block do not fit "
                          f"M={M} N={N} K={K}")
     return _KERNEL.get(backend)(

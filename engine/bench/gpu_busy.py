@@ -26,10 +26,10 @@ from __future__ import annotations
 import argparse
 
 from engine.bench.engine_start import open_engine
-from engine.bench.kernel_time import cuda_kernel_events
 from engine.bench.runs import ours_decode
 from engine.bench.suite import _prompt, _vocab
 from engine.config import EngineConfig
+from kernels.bench.common import cuda_kernel_events
 
 PROMPT = 32
 

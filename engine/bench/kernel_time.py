@@ -34,6 +34,7 @@ from engine.core.sampler import RowSampler, sample_batch
 from engine.cuda_graphs import graph_limit_setting
 from engine.models.base import fuse_projections, kernel_set_of, use_kernels
 from engine.sampling_params import SamplingParams
+from kernels.bench.common import cuda_kernel_events
 
 CONTEXT = 64
 PAGES_PER_ROW = 40
@@ -68,11 +69,6 @@ def _median_s(fn, n: int = 12, warm: int = 3) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-def cuda_kernel_events(prof) -> list:
-    """The CUDA kernels among a torch.profiler session's events."""
-    return [e for e in prof.events() if "CUDA" in str(getattr(e, "device_type", ""))]
 
 
 def kernel_table(fn, steps: int, label: str, top: int = 20) -> None:

@@ -231,7 +231,7 @@ def _kept_weights(logits: mx.array, arrays: dict, shape: GraphShape, kernels=Non
     # division (a temperature > 0 keeps the order and d = 0 at the max), so the two are
     # one fused kernel after the max, not one before it and one after.
     d = (logits - mx.max(logits, axis=-1, keepdims=True)) / arrays["temps"]  # [B, V], max 0
-    weights = exp_weights(d)                                                # [B, V], max 1
+    weights = exp_weights(d)                                           # [B, V], max 1
     if not shape.filters:
         return weights
     return mx.where(keep_mask(d, weights, arrays, shape, kernels), weights, 0.0)

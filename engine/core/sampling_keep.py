@@ -28,7 +28,7 @@ def exp_weights(x: mx.array) -> mx.array:
 
 
 def keep_mask(d: mx.array, weights: mx.array, arrays: dict, shape: GraphShape,
-               kernels=None) -> mx.array:
+              kernels=None) -> mx.array:
     """Which ids survive top-k, then top-p over the top-k mass, then min-p. [B, V] bool.
     Ties at a cut (equal d) keep the lowest ids first, as a stable sort would."""
     keep = None                             # all (no [B, V] array of ones to fill)
@@ -64,7 +64,7 @@ def _top_k_keep(d: mx.array, width: int, k: mx.array, top_p: mx.array,
     best = mx.sort(best, axis=-1)[:, ::-1]                             # [B, K] best first
     rank = mx.arange(width)[None, :]                                   # [1, K]
     in_k = rank < k                                                    # [B, K]
-    probs = mx.where(in_k, exp_weights(best), 0.0)                            # [B, K]
+    probs = mx.where(in_k, exp_weights(best), 0.0)                     # [B, K]
     if width > _SUM_BLOCK:      # a large k: one running sum down 248k ids is 3e-4 off on a CPU
         mass_before, total = _running_sum(probs) - probs, row_sum(probs)
     else:
@@ -92,7 +92,7 @@ def _top_p_keep(d: mx.array, weights: mx.array, p: mx.array, kernels=None) -> mx
     31 halvings of a range under 2**31 end at hi = lo + 1, lo the cut.
     """
     key = (0.0 - d).view(mx.int32)                                     # [B, V], 0 - 0 = +0
-    target = p * row_sum(weights)                                     # [B, 1]
+    target = p * row_sum(weights)                                      # [B, 1]
     # kernels/top_p_cut where the model's kernel set runs it: the cut and the last tie it
     # keeps, the same set without the bisection's ~190 launches or the ties' running sum
     # below (together ~0.9 ms of GPU a B = 1 sampling call on the H100, session 34)
@@ -123,7 +123,7 @@ def _bisect_cut(key: mx.array, weights: mx.array, target: mx.array, hi: mx.array
 
 
 def _mass_before(key: mx.array, weights: mx.array, cut: mx.array) -> mx.array:
-    return row_sum(mx.where(key < cut, weights, 0.0))                 # [B, 1]
+    return row_sum(mx.where(key < cut, weights, 0.0))                  # [B, 1]
 
 
 def row_sum(x: mx.array) -> mx.array:

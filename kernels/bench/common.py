@@ -37,3 +37,8 @@ def report(title: str, times: dict, baseline: str) -> None:
     base = times[baseline]
     cells = "  ".join(f"{n}={1e6 * t:9.1f}us (x{base / t:6.2f})" for n, t in times.items())
     print(f"{title:<28} {cells}", flush=True)
+
+
+def cuda_kernel_events(prof) -> list:
+    """The CUDA kernels among a torch.profiler session's events (CUPTI's GPU times)."""
+    return [e for e in prof.events() if "CUDA" in str(getattr(e, "device_type", ""))]

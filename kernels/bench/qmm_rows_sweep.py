@@ -26,6 +26,7 @@ import mlx.core as mx
 
 import kernels.qmm_rows as qr
 from kernels.backend import gpu_backend
+from kernels.bench.common import cuda_kernel_events
 from kernels.bench.qmm_rows import COLD_BYTES, SHAPES
 
 TILES = (1, 2, 4)
@@ -54,8 +55,8 @@ def gpu_us_per_call(fn, calls: int = CALLS) -> float:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
             fn()
-    spans = [e.time_range.end - e.time_range.start for e in prof.events()
-             if "CUDA" in str(getattr(e, "device_type", "")) and "qmm_rows" in e.name]
+    spans = [e.time_range.end - e.time_range.start for e in cuda_kernel_events(prof)
+             if "qmm_rows" in e.name]
     return sum(spans) / calls
 
 
