@@ -38,18 +38,11 @@ BITS = (4, 8)                     # the 35B-A3B's projections (4) and its router
 K_BLOCK = 128                     # K is read in blocks of 128 weights (4 lanes x 32)
 MAX_SPLIT = 8                     # warps a block splitting K
 NT = 2                            # 8-column output tiles a warp (16 weight rows)
-# A block reads all of x over its K split (64 KB at M=16, K=2048) for 8 NT weight rows
-# (16 KB of 4-bit weights at NT=2): at B=16 its L2 reads of x are ~4x its DRAM reads of
-# weights (kernel_time, session 38: 13.6 us a projection, ~0.6 TB/s of weights). WIDE_NT
-# tiles a warp take twice the rows a block, halving x's reads, where N >= WIDE_FROM (a
-# narrow projection keeps NT: its blocks would not fill the GPU). None: never. Off: at 8192
-# session 39's engine runs (`bench --qmm-wide-from 8192`, a host-bound H100 host) showed no
-# gain above the spread; `kernel_time` with it on would show its own time. WIDE_NT 8 cuts
-# x's reads to one a weight read, where the block's partial sums fit SMEM_MAX (one row
-# tile: B <= 16); with more row tiles the warp takes the most tiles that fit
-# (`bench --qmm-wide-nt 8`, `kernel_time --qmm-wide-nt 8`).
-WIDE_NT = 4
-WIDE_FROM: int | None = None
+# Which layout a launch takes: "shape" (`layout`'s rules, from session 47's sweep) or
+# "uniform" (NT tiles a warp, `split` warps a block everywhere, as before session 47): a
+# bench's --qmm-layout, so one lease can time both.
+# (Session 46: 8 tiles a warp from N=8192, the old WIDE_NT, was slower: 24.3 vs ~18.3 us.)
+LAYOUT = "shape"
 SMEM_MAX = 48 * 1024              # a block's static shared memory (the partial sums)
 
 _KERNEL = KernelBuild(NAME, "tandem_qmm_rows", ["x", "w", "scales", "biases"], ["y"],
@@ -80,18 +73,6 @@ def reduce_bytes(M: int, K: int, nt: int, ksplit: int | None = None) -> int:
     return (split(K) if ksplit is None else ksplit) * -(-M // 16) * nt * 4 * 32 * 4
 
 
-def tiles(N: int, M: int = 16, K: int = MAX_SPLIT * K_BLOCK) -> int:
-    """8-column output tiles a warp for an [M, K] x times N output columns: NT, or from
-    WIDE_FROM the most of WIDE_NT, WIDE_NT / 2, ... above NT whose partial sums fit
-    SMEM_MAX (N a whole number of such blocks)."""
-    if WIDE_FROM is None or N < WIDE_FROM:
-        return NT
-    nt = WIDE_NT
-    while nt > NT and not layout_fits(M, N, K, nt, split(K)):
-        nt //= 2
-    return max(nt, NT)
-
-
 def layout_fits(M: int, N: int, K: int, nt: int, ksplit: int) -> bool:
     """Whether nt tiles a warp and ksplit warps a block cover [M, K] x N exactly: whole
     blocks of 8 nt columns, at least one 128-weight block of K a warp, at most 32 warps,
@@ -100,16 +81,49 @@ def layout_fits(M: int, N: int, K: int, nt: int, ksplit: int) -> bool:
             and reduce_bytes(M, K, nt, ksplit) <= SMEM_MAX)
 
 
+# The rules' thresholds, from `python3 -m kernels.bench.qmm_rows_sweep --rows 16,32` (H100,
+# session 47, CUPTI time a call on cold weights; docs/bench/h100-session47-2026-12-07.txt).
+NARROW_N = 1024       # below: at NT 2 its N / 16 blocks are under half the H100's 132 SMs
+SHORT_N = 4096        # up to, with K from LONG_K: 16 warps a block, each with 2 or more
+LONG_K = 4096         # of K's 128-weight blocks, put more loads in flight a column
+WIDE_N = 8192         # from, at two row tiles (x twice as large): 4 tiles, 4 warps
+HEAD_N = 65536        # from, at any rows (the vocabulary head): 4 tiles, 4 warps
+
+
+def layout(M: int, N: int, K: int) -> tuple[int, int]:
+    """(nt, ksplit) for [M, K] x N output columns: by LAYOUT, the sweep's rules or NT and
+    `split` everywhere; a rule's layout that does not fit falls back to the latter."""
+    default = (NT, split(K))
+    if LAYOUT == "uniform":
+        return default
+    if N >= HEAD_N or (M > 16 and N >= WIDE_N):
+        # 4 tiles, 4 warps: the head 184.3 against 224.2 us at M=16, 315.0 against 394.5
+        # at M=32; at M=32 the GDN in_proj (12416) 19.2 against 23.8, the attention's qkv
+        # (9216) 18.6 against 20.1. One row tile keeps the default there (14.1 against
+        # 14.5; 12.0 against 13.9).
+        want = (4, 4)
+    else:
+        # one tile a warp where N is narrow: the 8-bit router+gate (384) 3.4 against 5.6
+        # us at M=16, 4.7 against 6.6 at M=32 (at N=2048, 1x16 8.3 against 2x16's 7.2)
+        nt = 1 if N < NARROW_N else NT
+        # 16 warps: the output projections (2048 x 4096) 7.2 against 8.3 us at M=16, 9.6
+        # against 10.3 at M=32 (at N >= 9216, K=2048, 2x16 took 17-21 us, 2x8 12-14)
+        ks = 16 if N <= SHORT_N and K >= LONG_K else split(K)
+        want = (nt, ks)
+    return want if layout_fits(M, N, K, *want) else default
+
+
 def kernel(x, w, scales, biases, group_size: int, bits: int = 4, *, backend: str,
            nt: int | None = None, ksplit: int | None = None) -> mx.array:
     """Launch on `backend` ('cuda', or the counting stand-in): y [M, N] in x's dtype.
-    nt, ksplit: a layout other than the default's (`tiles`, `split`), for the layout sweep
+    nt, ksplit: a layout other than `layout`'s, for the layout sweep
     (kernels/bench/qmm_rows_sweep.py); it must fit (`layout_fits`)."""
     M, K = x.shape
     N = w.shape[0]
-    chosen = nt is not None or ksplit is not None     # the defaults always fit
-    ks = split(K) if ksplit is None else ksplit
-    nt = tiles(N, M, K) if nt is None else nt
+    chosen = nt is not None or ksplit is not None     # `layout`'s always fit
+    default_nt, default_ks = layout(M, N, K)
+    nt = default_nt if nt is None else nt
+    ks = default_ks if ksplit is None else ksplit
     if chosen and not layout_fits(M, N, K, nt, ks):
         raise ValueError(f"qmm_rows: {nt} tiles a warp, {ks} warps a block do not fit "
                          f"M={M} N={N} K={K}")

@@ -289,14 +289,10 @@ def add_moe_max_pairs_arg(parser) -> None:
                         help="kernels.moe_experts.DEDUPE_FROM_PAIRS for this run: from this "
                              "many (token, expert) pairs a decode step's gate/up launch reads "
                              "each routed expert once for all its tokens (CUDA; default off)")
-    parser.add_argument("--qmm-wide-from", type=int, default=None, metavar="N",
-                        help="kernels.qmm_rows.WIDE_FROM for this run: decode projections of "
-                             "at least N outputs take twice the weight rows a block (CUDA; "
-                             "default off)")
-    parser.add_argument("--qmm-wide-nt", type=int, default=None, metavar="T",
-                        help="kernels.qmm_rows.WIDE_NT for this run: 8-column tiles a warp "
-                             "from --qmm-wide-from (default 4; 8: x read once a weight "
-                             "read, at up to 16 rows)")
+    parser.add_argument("--qmm-layout", choices=("shape", "uniform"), default=None,
+                        help="kernels.qmm_rows.LAYOUT for this run: each decode "
+                             "projection's layout by its shape (session 47's sweep) or "
+                             "the one layout of before (CUDA; default shape)")
     for flag, (attr, value, what) in _MOE_SWITCHES.items():
         parser.add_argument(flag, action="store_true",
                             help=f"kernels.moe_experts.{attr} = {value} for this run: {what}")
@@ -318,7 +314,7 @@ _MOE_SWITCHES = {
 def apply_moe_max_pairs(args) -> None:
     """Set kernels.moe_experts' constants (MAX_PAIRS from --moe-max-pairs, the rows a warp,
     DEDUPE_FROM_PAIRS, STAGED, STAGED_DOWN, TILE_MAJOR), kernels.moe_grouped.MIN_PAIRS from
-    --moe-grouped-from and kernels.qmm_rows.WIDE_FROM / WIDE_NT, before a model is built
+    --moe-grouped-from and kernels.qmm_rows.LAYOUT, before a model is built
     (their kernels and applies() read them at every call)."""
     import kernels.moe_experts as moe_experts
     import kernels.moe_grouped as moe_grouped
@@ -335,7 +331,5 @@ def apply_moe_max_pairs(args) -> None:
     for flag, (attr, value, _) in _MOE_SWITCHES.items():
         if getattr(args, flag.removeprefix("--").replace("-", "_"), False):
             setattr(moe_experts, attr, value)
-    if getattr(args, "qmm_wide_from", None) is not None:
-        qmm_rows.WIDE_FROM = args.qmm_wide_from
-    if getattr(args, "qmm_wide_nt", None) is not None:
-        qmm_rows.WIDE_NT = args.qmm_wide_nt
+    if getattr(args, "qmm_layout", None) is not None:
+        qmm_rows.LAYOUT = args.qmm_layout

@@ -78,10 +78,10 @@ def _dequantize(w, s, b, bits) -> np.ndarray:
     return np.repeat(s, g, 1) * q + np.repeat(b, g, 1)          # float32, as the kernel's fmaf
 
 
-def emulate(M: int, N: int, K: int, GS: int, bits: int, nt: int = qr.NT,
+def emulate(M: int, N: int, K: int, GS: int, bits: int, nt: int | None = None,
             ksplit: int | None = None, *, seed: int, work: str) -> float:
-    """nt: the 8-column tiles a warp (qmm_rows.NT, or WIDE_NT); ksplit: warps a block
-    (qmm_rows.split's by default; the layout sweep's others)."""
+    """nt: the 8-column tiles a warp, ksplit: warps a block (qmm_rows.layout's by default;
+    the layout sweep's others)."""
     rng = np.random.default_rng(seed)
     x_bits = _bf16(rng.standard_normal((M, K)).astype(np.float32))
     w = rng.integers(0, 2**32, size=(N, K * bits // 32), dtype=np.uint64).astype(np.uint32)
@@ -92,7 +92,9 @@ def emulate(M: int, N: int, K: int, GS: int, bits: int, nt: int = qr.NT,
     b = _from_bf16(_bf16(-mid * s + rng.normal(0, 0.1, s.shape).astype(np.float32) * s))
     for name, arr in {"x": x_bits, "w": w, "s": s, "b": b}.items():
         arr.tofile(f"{work}/{name}.bin")
-    ks = qr.split(K) if ksplit is None else ksplit
+    default_nt, default_ks = qr.layout(M, N, K)
+    nt = default_nt if nt is None else nt
+    ks = default_ks if ksplit is None else ksplit
     assert qr.layout_fits(M, N, K, nt, ks)
     mt = -(-M // 16)
     src = PRE + "#include <cstring>\n" + CPU_HEADER + kfunc(
@@ -131,15 +133,22 @@ int main() {{
     return err
 
 
-CASES = [(16, 32, 256, 64, 4), (3, 16, 128, 32, 4), (32, 32, 1024, 128, 4),
-         (21, 48, 2048, 64, 4), (5, 32, 256, 64, 8), (19, 16, 2048, 64, 8),
-         # qmm_rows.WIDE_NT tiles a warp: 4 and 8 bits, one and two row tiles
-         (16, 64, 2048, 64, 4, qr.WIDE_NT), (19, 32, 256, 32, 8, qr.WIDE_NT),
+CASES = [# NT tiles a warp, `split` warps a block (layout's pick for N from 1024 at one row
+         # tile, K < 4096; and every projection's with LAYOUT "uniform")
+         (16, 32, 256, 64, 4, qr.NT), (3, 16, 128, 32, 4, qr.NT), (32, 32, 1024, 128, 4, qr.NT),
+         (21, 48, 2048, 64, 4, qr.NT), (5, 32, 256, 64, 8, qr.NT), (19, 16, 2048, 64, 8, qr.NT),
+         # 4 tiles a warp: 4 and 8 bits, one and two row tiles
+         (16, 64, 2048, 64, 4, 4), (19, 32, 256, 32, 8, 4),
          # 8 tiles a warp (one row tile: the partial sums' shared memory)
          (16, 128, 2048, 64, 4, 8), (3, 64, 512, 64, 8, 8),
          # the layout sweep's others (kernels/bench/qmm_rows_sweep.py): one tile a warp,
          # 16 warps a block (K=2048: one 128-weight block a warp), 4 warps with two turns
-         (16, 24, 1024, 64, 4, 1), (21, 16, 2048, 64, 4, 2, 16), (7, 8, 1024, 32, 8, 1, 4)]
+         (16, 24, 1024, 64, 4, 1), (21, 16, 2048, 64, 4, 2, 16), (7, 8, 1024, 32, 8, 1, 4),
+         # qmm_rows.layout's rules: one tile, 8 warps (its pick for a narrow N, 8 bits);
+         # 2 tiles, 16 warps at K=4096 (one and two row tiles, 4 and 8 bits); 4 tiles,
+         # 4 warps (two row tiles, 4 and 8 bits)
+         (16, 40, 2048, 64, 8), (5, 32, 4096, 64, 4, 2, 16), (27, 16, 4096, 128, 8, 2, 16),
+         (32, 32, 1024, 64, 4, 4, 4), (18, 64, 512, 32, 8, 4, 4)]
 
 
 def main(argv: list[str]) -> int:

@@ -36,8 +36,8 @@ AGREE = 2.0 ** -6      # |layout - default| / max |default|: bf16 outputs, float
 
 
 def layouts(M: int, N: int, K: int) -> list[tuple[int, int]]:
-    """(nt, ksplit) pairs that fit [M, K] x N, the default's first."""
-    default = (qr.tiles(N, M, K), qr.split(K))
+    """(nt, ksplit) pairs that fit [M, K] x N, the default's (`qr.layout`) first."""
+    default = qr.layout(M, N, K)
     rest = [(nt, ks) for nt, ks in itertools.product(TILES, WARPS)
             if (nt, ks) != default and qr.layout_fits(M, N, K, nt, ks)]
     return [default, *rest]

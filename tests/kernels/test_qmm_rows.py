@@ -58,8 +58,11 @@ def test_reference_matches_numpy(case, cpu_stream):
     assert _within(qr.reference(*args), want, mag, 1e-6)      # float32 sums, unrounded
 
 
+@pytest.mark.parametrize("layout", ["shape", "uniform"])
 @pytest.mark.parametrize("case", GRID)
-def test_kernel_matches_numpy(backend, case):
+def test_kernel_matches_numpy(backend, case, layout, monkeypatch):
+    """GRID's narrow N take one tile a warp by shape; "uniform" runs NT tiles, `split`."""
+    monkeypatch.setattr(qr, "LAYOUT", layout)
     args = _make(1, *case)
     assert qr.applies(*args)
     y = qr.kernel(*args, backend=backend)
@@ -67,42 +70,49 @@ def test_kernel_matches_numpy(backend, case):
     assert _within(y, *_numpy(*args), BOUND)
 
 
-@pytest.mark.parametrize("case", [c for c in GRID if c[1] % (8 * qr.WIDE_NT) == 0])
-def test_wide_tiles_match_numpy(backend, case, monkeypatch):
-    """WIDE_NT tiles a warp (twice the rows a block) within the same bound."""
-    monkeypatch.setattr(qr, "WIDE_FROM", 0)
+# The model's projections (N, K): GDN in_proj, out_proj, attention qkv, o_proj, the head,
+# the 8-bit router+gate; and the layout session 47's sweep chose for each at one row tile
+# (M <= 16) and two (M > 16)
+MODEL = {(12416, 2048): ((2, 8), (4, 4)), (2048, 4096): ((2, 16), (2, 16)),
+         (9216, 2048): ((2, 8), (4, 4)), (248320, 2048): ((4, 4), (4, 4)),
+         (384, 2048): ((1, 8), (1, 8))}
+
+
+@pytest.mark.parametrize("M", [2, 16, 17, 32])
+@pytest.mark.parametrize("shape", list(MODEL))
+def test_layout_takes_the_sweeps_choice_for_the_models_projections(shape, M):
+    N, K = shape
+    assert qr.layout(M, N, K) == MODEL[shape][M > 16]
+
+
+def test_every_layout_fits_and_uniform_is_the_old_one(monkeypatch):
+    for M in range(qr.MIN_ROWS, qr.MAX_ROWS + 1):
+        for N, K in [*MODEL, (16, 128), (8192, 512), (65536, 4096), (4096, 8192)]:
+            assert qr.layout_fits(M, N, K, *qr.layout(M, N, K))
+    monkeypatch.setattr(qr, "LAYOUT", "uniform")
+    for N, K in MODEL:
+        assert qr.layout(16, N, K) == qr.layout(32, N, K) == (qr.NT, qr.split(K))
+
+
+def test_a_rule_that_does_not_fit_falls_back_to_the_old_layout():
+    assert qr.layout(16, 65536 + 16, 2048) == (qr.NT, 8)        # N not whole 4-tile blocks
+    assert qr.layout(32, 8192 + 16, 2048) == (qr.NT, 8)
+    assert qr.layout(32, 8192, 256) == (qr.NT, 2)               # 2 of K's blocks for 4 warps
+    assert qr.layout(16, 65536, 512) == (4, 4)                  # 4 blocks: fits
+    assert qr.layout(16, 4096 + 16, 4096) == (qr.NT, 8)         # past SHORT_N: no 16 warps
+    assert qr.layout(16, 2048, 2048) == (qr.NT, 8)              # K short of LONG_K
+
+
+# (M, N, K, group, bits) -> the rule's layout: one tile (narrow, 8 bits), 16 warps
+# (K=4096), 4 tiles 4 warps (two row tiles from WIDE_N; the head's width at one row tile)
+RULE_CASES = {(2, 384, 2048, 64, 8): (1, 8), (16, 2048, 4096, 64, 4): (2, 16),
+              (19, 8192, 1024, 64, 4): (4, 4), (4, 65536, 512, 64, 4): (4, 4)}
+
+
+@pytest.mark.parametrize("case", list(RULE_CASES))
+def test_the_rules_layouts_match_numpy(backend, case):
+    assert qr.layout(*case[:3]) == RULE_CASES[case]
     args = _make(1, *case)
-    assert qr.tiles(case[1], case[0], case[2]) == qr.WIDE_NT
-    assert _within(qr.kernel(*args, backend=backend), *_numpy(*args), BOUND)
-
-
-def test_wide_tiles_only_where_asked_and_whole(monkeypatch):
-    assert qr.tiles(12352) == qr.NT                 # WIDE_FROM None: never
-    monkeypatch.setattr(qr, "WIDE_FROM", 8192)
-    assert qr.tiles(12352) == qr.WIDE_NT and qr.tiles(2048) == qr.NT
-    assert qr.tiles(8192 + 16) == qr.NT             # not a whole number of wide blocks
-
-
-def test_eight_tiles_a_warp_where_the_partial_sums_fit(monkeypatch):
-    """8 tiles: 32 KB of partial sums a block at one row tile; two row tiles (B=32)
-    would need 64 KB, over the static limit, so they take 4; N not a whole number of
-    8-tile blocks takes the most that divide it."""
-    monkeypatch.setattr(qr, "WIDE_FROM", 8192)
-    monkeypatch.setattr(qr, "WIDE_NT", 8)
-    assert qr.reduce_bytes(16, 2048, 8) == 32 * 1024
-    assert qr.tiles(12352, 16, 2048) == 8 and qr.tiles(12352, 2, 2048) == 8
-    assert qr.reduce_bytes(32, 2048, 8) > qr.SMEM_MAX
-    assert qr.tiles(12352, 32, 2048) == 4
-    assert qr.tiles(9216 + 32, 16, 2048) == 4        # 9248 = 289 x 32
-    assert qr.tiles(2048, 16, 2048) == qr.NT
-
-
-@pytest.mark.parametrize("case", [c for c in GRID if c[1] % 64 == 0 and c[0] <= 16])
-def test_eight_tiles_match_numpy(backend, case, monkeypatch):
-    monkeypatch.setattr(qr, "WIDE_FROM", 0)
-    monkeypatch.setattr(qr, "WIDE_NT", 8)
-    args = _make(1, *case)
-    assert qr.tiles(case[1], case[0], case[2]) == 8
     assert _within(qr.kernel(*args, backend=backend), *_numpy(*args), BOUND)
 
 
@@ -119,7 +129,7 @@ def test_a_layout_fits_whole_blocks_warps_with_k_to_read_and_shared_memory():
 def test_the_sweep_tries_the_default_first_and_only_layouts_that_fit():
     from kernels.bench.qmm_rows_sweep import layouts
     found = layouts(16, 2048, 4096)
-    assert found[0] == (qr.tiles(2048, 16, 4096), qr.split(4096))
+    assert found[0] == qr.layout(16, 2048, 4096) == (2, 16)
     assert len(set(found)) == len(found) > 4
     assert all(qr.layout_fits(16, 2048, 4096, nt, ks) for nt, ks in found)
     x, w, scales, biases, gs, _ = _make(3, 4, 16, 256, 64)

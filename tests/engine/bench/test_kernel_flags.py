@@ -10,20 +10,20 @@ from engine.bench.runs import add_moe_max_pairs_arg, apply_moe_max_pairs
 def _apply(argv, monkeypatch):
     for name in ("STAGED", "STAGED_DOWN", "TILE_MAJOR", "DEDUPE_FROM_PAIRS", "RPW1", "RPW2"):
         monkeypatch.setattr(me, name, getattr(me, name))      # restored after the test
-    monkeypatch.setattr(qr, "WIDE_FROM", qr.WIDE_FROM)
+    monkeypatch.setattr(qr, "LAYOUT", qr.LAYOUT)
     parser = argparse.ArgumentParser()
     add_moe_max_pairs_arg(parser)
     apply_moe_max_pairs(parser.parse_args(argv))
 
 
 def test_no_flag_keeps_the_defaults(monkeypatch):
-    before = (me.STAGED, me.STAGED_DOWN, me.TILE_MAJOR, qr.WIDE_FROM)
+    before = (me.STAGED, me.STAGED_DOWN, me.TILE_MAJOR, qr.LAYOUT)
     _apply([], monkeypatch)
-    assert (me.STAGED, me.STAGED_DOWN, me.TILE_MAJOR, qr.WIDE_FROM) == before
+    assert (me.STAGED, me.STAGED_DOWN, me.TILE_MAJOR, qr.LAYOUT) == before
 
 
 def test_each_flag_sets_its_constant(monkeypatch):
-    _apply(["--moe-staged", "--moe-staged-down", "--moe-pair-major", "--qmm-wide-from",
-            "8192", "--moe-dedupe-from", "16", "--moe-rows", "4/2"], monkeypatch)
+    _apply(["--moe-staged", "--moe-staged-down", "--moe-pair-major", "--qmm-layout",
+            "uniform", "--moe-dedupe-from", "16", "--moe-rows", "4/2"], monkeypatch)
     assert (me.STAGED, me.STAGED_DOWN, me.TILE_MAJOR) == (True, True, False)
-    assert (qr.WIDE_FROM, me.DEDUPE_FROM_PAIRS, me.RPW1, me.RPW2) == (8192, 16, 4, 2)
+    assert (qr.LAYOUT, me.DEDUPE_FROM_PAIRS, me.RPW1, me.RPW2) == ("uniform", 16, 4, 2)
