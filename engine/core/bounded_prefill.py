@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import mlx.core as mx
 
+from engine.core import pool_scatters
 from engine.models.layer_pieces import Carry, layer_bounds
 from kernels.backend import gpu_backend
 
@@ -76,7 +77,7 @@ def queue_in_pieces(piece: Callable[[tuple[int, int], Carry | None], Carry | mx.
         if not isinstance(out, Carry):
             return out
         # The pools the piece wrote in place go with it (the step loop's pieces do alike).
-        mx.async_eval([a for a in (out.h, out.pending) if a is not None], cache_arrays())
+        pool_scatters.queue([a for a in (out.h, out.pending) if a is not None], cache_arrays())
         if behind is not None:
             mx.eval(behind)      # the piece before this one has finished: its buffers go
         behind = out.h

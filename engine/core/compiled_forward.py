@@ -23,6 +23,7 @@ import warnings
 
 import mlx.core as mx
 
+from engine.core import pool_scatters
 from engine.core.batch_view import BatchView
 from engine.core.chunk_pieces import pieces_of
 from engine.models.base import ModelCache
@@ -60,6 +61,7 @@ class CompiledForward:
         self.model = model
         self._fns: dict[tuple, object] = {}
         self._plain: set[tuple] = set()     # layouts whose trace failed: run uncompiled
+        self._scatters: set[tuple] = set()  # layouts whose trace scattered into a pool
 
     def __call__(self, tokens: mx.array, view: BatchView, cache: ModelCache) -> mx.array:
         key = _static_key(view)
@@ -84,8 +86,11 @@ class CompiledForward:
         fn = self._fns.get(key)
         if fn is None:
             fn = self._fns[key] = mx.compile(self._traced(key, cache))
+        noted = pool_scatters.take()
         try:
             outputs = fn(*inputs, *cache.arrays())
+            if pool_scatters.take():        # its trace ran now and built a pool scatter
+                self._scatters.add(key)
         except (ValueError, RuntimeError) as e:
             # A layout mx.compile cannot trace (an MLX version's limit) runs plain: a
             # slower step, never a failed one. Said once per layout.
@@ -93,7 +98,11 @@ class CompiledForward:
                           stacklevel=3)
             self._plain.add(key)
             del self._fns[key]
+            if noted:
+                pool_scatters.note()
             return plain()
+        if noted or key in self._scatters:
+            pool_scatters.note()
         n = len(outputs) - len(cache.arrays())
         cache.set_arrays(outputs[n:])
         return outputs[:n]

@@ -12,6 +12,7 @@ import numpy as np
 
 from engine.cache.cache_manager import DiskLoad, DiskSave
 from engine.cache.disk_format import Tensor
+from engine.core import pool_scatters
 from engine.models.base import ModelCache
 
 # mx dtype -> (safetensors code, the dtype the bytes are moved as)
@@ -33,6 +34,7 @@ def write_load(cache: ModelCache, load: DiskLoad) -> None:
     for i, pair in enumerate(cache.kv):
         for j, part in enumerate("kv"):
             pair[j][rows] = _device(tensors[f"kv.{i}.{part}"], pair[j].dtype)
+    pool_scatters.note()
     if load.slot is None:
         return
     slot = mx.array([load.slot])
@@ -40,6 +42,7 @@ def write_load(cache: ModelCache, load: DiskLoad) -> None:
         for j, arr in enumerate(layer):
             arr[slot] = _device(tensors[f"state.{i}.{j}"], arr.dtype)[None]
             layer[j] = arr
+    pool_scatters.note()        # queued on a GPU only once no earlier reader holds a pool
 
 
 def _rows_or_slice(pages: list[int], num_tokens: int, page_size: int):

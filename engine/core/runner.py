@@ -10,6 +10,7 @@ import numpy as np
 from engine.arith import ceil_div
 from engine.cache.cache_manager import DeviceCopies
 from engine.config import EngineConfig
+from engine.core import pool_scatters
 from engine.core.batch_view import BatchView
 from engine.core.bounded_prefill import pieces_for, queue_in_pieces
 from engine.core.compiled_forward import CompiledForward, compiles_forward
@@ -305,9 +306,7 @@ class Runner:
         offs = np.arange(ps, dtype=np.int32)
         src = mx.array(np.concatenate([s * ps + offs for s, _ in pairs]))
         dst = mx.array(np.concatenate([d * ps + offs for _, d in pairs]))
-        for kv in self.cache.kv:
-            for i in (0, 1):
-                kv[i][dst] = kv[i][src]
+        _copy_within([pool for kv in self.cache.kv for pool in kv], src, dst)
 
     def copy_state_slots(self, pairs: list[tuple[int, int]]) -> None:
         """copy_state_slot for each (src, dst) in order, as one scatter a state array.
@@ -332,11 +331,8 @@ class Runner:
 
     def _copy_states(self, srcs: list[int], dsts: list[int]) -> None:
         """Every state array's slots srcs -> dsts, one scatter an array."""
-        s, d = mx.array(srcs), mx.array(dsts)
-        for layer in self.cache.states:
-            for i, arr in enumerate(layer):
-                arr[d] = arr[s]
-                layer[i] = arr
+        _copy_within([arr for layer in self.cache.states for arr in layer],
+                     mx.array(srcs), mx.array(dsts))
 
     def cache_arrays(self) -> list[mx.array]:
         return self.cache.arrays()
@@ -351,6 +347,18 @@ class Runner:
         out = logits[0].astype(mx.float32)
         mx.eval(out)
         return out
+
+
+def _copy_within(pools: list[mx.array], src: mx.array, dst: mx.array) -> None:
+    """Each pool's rows src -> dst (pools updated in place). The rows are gathered and
+    queued first, the scatters after: a gather queued with its scatter would still hold
+    the pool when the scatter runs, and on a GPU MLX would copy the whole pool for it
+    (engine/core/pool_scatters.py: the step waits before queueing the scatters)."""
+    rows = [pool[src] for pool in pools]
+    mx.async_eval(rows)
+    for pool, r in zip(pools, rows):
+        pool[dst] = r
+    pool_scatters.note()
 
 
 def _route_rows(batch: int, real_rows: int | None) -> mx.array | None:

@@ -12,6 +12,7 @@ import mlx.core as mx
 
 from engine.cache.cache_manager import CacheManager, DeviceCopies
 from engine.config import EngineConfig
+from engine.core import pool_scatters
 from engine.core.alone_prefill_cost import MIXED_FORWARD_SHARE, OWN_FORWARD_SHARE
 from engine.core.chunk_pieces import ChunkPieces, merged, on_cuda, pieces_of
 from engine.core.compiled_forward import runs_mixed_forwards
@@ -63,7 +64,7 @@ class StepLoop:
         self.kernels = kernel_set_of(model)     # the sampler's too (kernels/top_p_cut)
         # The pool's memory is taken now, while the model loads, not during the first
         # request (2.4 GB of zeros cost ~4 s on a CPU: a restarted conversation's TTFT).
-        mx.eval(self.runner.cache_arrays())
+        pool_scatters.run(self.runner.cache_arrays())
         self.schema = schema(self.runner.cache)
         if callable(disk_cache):
             disk_cache = disk_cache(self.schema)
@@ -141,7 +142,7 @@ class StepLoop:
             # queued with the forward they would shift where MLX cuts its graphs (every
             # ~100 kernels) through the whole step, so a step after prompts end would
             # commit structures its exec cache has never met (new instantiates).
-            mx.async_eval(self.runner.cache_arrays())
+            pool_scatters.queue(self.runner.cache_arrays())
         if plan.is_empty:
             self._current = None        # it involves no request
             self.flush()
@@ -225,7 +226,7 @@ class StepLoop:
         """Queue evaluated gathered saves for their host copies (HostCopies)."""
         if not saves or self.disk is None:
             return
-        mx.eval([a for _, arrays in saves for a in arrays.values()])
+        pool_scatters.run([a for _, arrays in saves for a in arrays.values()])
         self.host_copies.add(saves)
 
     def _complete(self, inflight, t_end: float | None) -> None:
@@ -250,11 +251,11 @@ class StepLoop:
             ids = sample_batch(decode_logits, [r.sampler for r in reqs], self.kernels)
             out += [(r, ids, i) for i, r in enumerate(reqs)]
             if plan.prefills and self.draws_apart:
-                mx.async_eval(ids)
+                pool_scatters.queue(ids)
         if plan.prefills and self.draws_apart:
             # The rows' draw (above), the chunk's forward or piece, then the prompts'
             # draws (below), each its own graph (see draws_apart).
-            mx.async_eval(self.pieces.carried if prefill_logits is None else [prefill_logits],
+            pool_scatters.queue(self.pieces.carried if prefill_logits is None else [prefill_logits],
                           self.runner.cache_arrays())
         if plan.prefills and prefill_logits is not None:
             out += self._sample_prefill(plan.prefills, prefill_logits)
@@ -267,7 +268,7 @@ class StepLoop:
             s.num_computed = s.num_tokens
         for req, ids, row in out:
             req.seq.pending.append((ids, row))
-        mx.async_eval([ids for _, ids, _ in out] + self.runner.cache_arrays() + extra)
+        pool_scatters.queue([ids for _, ids, _ in out] + self.runner.cache_arrays() + extra)
         return out
 
     def _forwards(self, plan: StepPlan) -> tuple[mx.array | None, mx.array | None]:
@@ -283,7 +284,7 @@ class StepLoop:
             # copy of it that a scatter makes when it cannot update it in place, has no
             # edge to those writes and may read the pool before them. Queued on its own,
             # the decode is committed before any of the chunk's work.
-            mx.async_eval(decode, self.runner.cache_arrays())
+            pool_scatters.queue(decode, self.runner.cache_arrays())
         if plan.span is not None:
             return decode, self.pieces.run(self.runner, plan)
         return decode, (self.runner.prefill(plan.prefills) if plan.prefills else None)

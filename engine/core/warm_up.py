@@ -51,6 +51,7 @@ import mlx.core as mx
 
 from engine.arith import ceil_div
 from engine.config import EngineConfig
+from engine.core import pool_scatters
 from engine.core.compiled_forward import compiles_forward, runs_mixed_forwards
 from engine.core.runner import Runner, pads_to_fixed_shapes
 from engine.core.sampler import app_sampling_draws
@@ -177,7 +178,7 @@ def warm_up(runner: Runner, config: EngineConfig, report: Callable[[LoadProgress
 
 
 def _warm(runner: Runner, shape: tuple) -> None:
-    mx.eval(_run_shape(runner, shape), runner.cache_arrays())
+    pool_scatters.run(_run_shape(runner, shape), runner.cache_arrays())
 
 
 def warm_sampler(runner: Runner, report: Callable[[LoadProgress], None]) -> None:
@@ -187,7 +188,7 @@ def warm_sampler(runner: Runner, report: Callable[[LoadProgress], None]) -> None
     against a concurrency workload found them the kernels only a step met
     (tests/engine/test_warm_up_kernels.py). Writes only scratch, like every shape."""
     report(LoadProgress(0.999, "Compiling kernels: the sampler"))
-    mx.eval(sampled_warm_up(runner), runner.cache_arrays())
+    pool_scatters.run(sampled_warm_up(runner), runner.cache_arrays())
 
 
 def sampled_warm_up(runner: Runner) -> mx.array:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from engine.core import pool_scatters
 from engine.core.disk_transfer import gather_save, token_rows
 from engine.models.base import ModelCache
 
@@ -56,6 +57,7 @@ def scatter_load(wire, cache: ModelCache, pages: list[int], num_tokens: int,
             full = wire.broadcast(None if tensors is None else tensors[name],
                                   (num_tokens, size * H, D), pair[j].dtype)
             pair[j][rows] = full[:, rank * H:(rank + 1) * H]
+    pool_scatters.note()        # queued on a GPU only once no earlier reader holds a pool
     if slot is None:
         return
     index = mx.array([slot])

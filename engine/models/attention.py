@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from engine.core import pool_scatters
 from engine.core.batch_view import BatchView
 from engine.models.shapes import reshaped
 from kernels.kernel_set import KernelSet
@@ -17,12 +18,15 @@ def write_kv(pool: mx.array, new: list[mx.array], views: list[BatchView]) -> mx.
     a copy of the whole pool (per layer, per K and V): a mixed step (decode rows and a
     prompt chunk) then touched memory in proportion to the pool, not to its tokens
     (issue 21: 164 MB extra per step on a 330 MB pool). Writing all groups first and
-    reading after keeps every step's extra traffic proportional to its tokens."""
+    reading after keeps every step's extra traffic proportional to its tokens. On a GPU a
+    reader queued before (the previous step's attention) holds the pool too, until the
+    GPU has run it: the step queues this scatter after a wait (engine/core/pool_scatters)."""
     rows = [n.transpose(0, 2, 1, 3).reshape(-1, n.shape[1], n.shape[3]) for n in new]  # [B*T, Hkv, D]
     slots = [reshaped(v.slot_mapping, -1) for v in views]
     if len(rows) > 1:
         rows, slots = [mx.concatenate(rows, axis=0)], [mx.concatenate(slots)]
     pool[slots[0]] = rows[0].astype(pool.dtype)                     # [sum B*T, Hkv, D]
+    pool_scatters.note()        # queued on a GPU only once no earlier reader holds the pool
     return pool
 
 

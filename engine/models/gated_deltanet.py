@@ -10,6 +10,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
+from engine.core import pool_scatters
 from engine.core.batch_view import BatchView
 from engine.models.base import StateSpec
 from engine.models.elementwise import causal_conv_silu, decay_and_beta, silu_gated_norm
@@ -347,4 +348,5 @@ def _write_slots(pool: mx.array, writes: list[tuple[mx.array, mx.array]]) -> mx.
     slots = mx.concatenate([s for s, _ in writes]) if len(writes) > 1 else writes[0][0]
     rows = mx.concatenate([r for _, r in writes]) if len(writes) > 1 else writes[0][1]
     pool[slots] = rows
+    pool_scatters.note()        # queued on a GPU only once no earlier reader holds the pool
     return pool

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from engine.loading import default_model
 from engine.loading.hf_cache import hf_cache_dirs, repo_name
 
@@ -19,6 +21,7 @@ def test_order_env_first_no_duplicates(tmp_path, monkeypatch):
 
 
 def test_default_model_found_in_the_same_cache_the_app_lists(tmp_path, monkeypatch):
+    pytest.importorskip("PySide6", reason="the app's half (the GPU machine has no Qt)")
     from app.controllers.model_discovery import find_models
     snap = tmp_path / "hub" / "models--org--SmolLM2-135M-Instruct-GGUF" / "snapshots" / "r1"
     snap.mkdir(parents=True)

@@ -27,6 +27,7 @@ TIME_LIMIT_S = 150.0
 
 
 def _tolerance(ref: np.ndarray) -> float:
+    """128 eps of the logits' scale"""
     return 128 * EPS32 * max(1.0, float(np.abs(ref).max()))
 
 
@@ -37,14 +38,22 @@ def _ranks(tmp_path, n: int, scenario: str) -> dict:
 
 
 def _same(ref: dict, got: dict) -> None:
+    """Every key compared before failing: a failure names each model and pass that is
+    off, with its largest difference in float32 epsilons of the logits' scale (session
+    47's H100 saw only the first, the MoE model's prefill at ~500)."""
     assert set(ref) == set(got)
+    off = []
     for k, a in ref.items():
         b = got[k]
         assert a.shape == b.shape, k
-        if a.dtype.kind == "f":
-            np.testing.assert_allclose(b, a, rtol=0, atol=_tolerance(a), err_msg=k)
-        else:
+        if a.dtype.kind != "f":
             np.testing.assert_array_equal(b, a, err_msg=k)
+            continue
+        scale = EPS32 * max(1.0, float(np.abs(a).max()))
+        worst = float(np.abs(b.astype(np.float64) - a).max())
+        if worst > _tolerance(a):
+            off.append(f"{k}: {worst:.3g} ({worst / scale:.0f} eps)")
+    assert not off, f"beyond {_tolerance.__doc__}: " + "; ".join(off)
 
 
 @pytest.mark.parametrize("n", [2, 4])
