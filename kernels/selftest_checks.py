@@ -269,12 +269,13 @@ def check_attention_prep(backend: str) -> float:
 
 
 def check_qmm_rows(backend: str) -> float:
-    """19 rows (two row tiles, the second partial) of a 4-bit and an 8-bit layer, K split
-    over 8 warps; the error past the kernel's own roundings, as a share of the sum of
-    |terms| (a wrong row, column or group is off by O(1) of it): each weight rounded to
-    bf16 and y too, 2**-9 relative each at most."""
+    """19 rows (two row tiles, the second partial) of a 4-bit and an 8-bit layer, in each
+    layout qr.layout picks for some shape (1 tile a warp and K over 8 warps: this one's;
+    2 x 8; 4 tiles over 4 warps); the error past the kernel's own roundings, as a share
+    of the sum of |terms| (a wrong row, column or group is off by O(1) of it): each
+    weight rounded to bf16 and y too, 2**-9 relative each at most."""
     ks = mx.random.split(mx.random.key(13), 2)
-    w32 = (mx.random.normal((48, 1024), key=ks[0]) * 1024 ** -0.5).astype(mx.bfloat16)
+    w32 = (mx.random.normal((64, 1024), key=ks[0]) * 1024 ** -0.5).astype(mx.bfloat16)
     x = mx.random.normal((19, 1024), key=ks[1]).astype(mx.bfloat16)
     worst = 0.0
     for bits in qr.BITS:
@@ -282,8 +283,10 @@ def check_qmm_rows(backend: str) -> float:
         want = qr.reference(x, w, scales, biases, 64, bits)
         mag = mx.abs(x.astype(mx.float32)) @ mx.abs(mx.dequantize(
             w, scales.astype(mx.float32), biases.astype(mx.float32), 64, bits)).T
-        got = qr.kernel(x, w, scales, biases, 64, bits, backend=backend).astype(mx.float32)
-        worst = max(worst, (mx.abs(got - want) / mag).max().item() - 2.0 ** -8)
+        for nt, ksplit in ((None, None), (2, 8), (4, 4)):
+            got = qr.kernel(x, w, scales, biases, 64, bits, backend=backend, nt=nt,
+                            ksplit=ksplit).astype(mx.float32)
+            worst = max(worst, (mx.abs(got - want) / mag).max().item() - 2.0 ** -8)
     return max(0.0, worst)
 
 
