@@ -296,6 +296,10 @@ def add_moe_max_pairs_arg(parser) -> None:
     for flag, (attr, value, what) in _MOE_SWITCHES.items():
         parser.add_argument(flag, action="store_true",
                             help=f"kernels.moe_experts.{attr} = {value} for this run: {what}")
+    parser.add_argument("--no-pool-waits", action="store_true",
+                        help="engine.core.pool_scatters.WAITS = False for this run: a "
+                             "scatter into a pool is queued behind its readers and copies "
+                             "the pool, as before session 47 (GPU; the A/B of the wait)")
 
 
 # On/off settings of kernels/moe_experts.py for a tuning A/B: flag -> (constant, its value
@@ -333,3 +337,6 @@ def apply_moe_max_pairs(args) -> None:
             setattr(moe_experts, attr, value)
     if getattr(args, "qmm_layout", None) is not None:
         qmm_rows.LAYOUT = args.qmm_layout
+    if getattr(args, "no_pool_waits", False):
+        from engine.core import pool_scatters
+        pool_scatters.WAITS = False

@@ -35,6 +35,9 @@ import mlx.core as mx
 from kernels.backend import gpu_backend
 
 _local = threading.local()
+# Off: no wait, so a scatter behind a reader copies its pool as before (`bench
+# --no-pool-waits`: the A/B of the wait's cost against the copy's).
+WAITS = True
 
 
 def note() -> None:
@@ -53,7 +56,7 @@ def take() -> bool:
 def settle() -> bool:
     """Before queueing a graph: on a GPU, if a pool scatter was noted since the last
     settle, wait until no earlier work holds the pools. True if it waited."""
-    if not take() or gpu_backend() is None:
+    if not take() or not WAITS or gpu_backend() is None:
         return False
     mx.synchronize()
     _local.waits = waits() + 1
