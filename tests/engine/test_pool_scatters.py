@@ -68,3 +68,17 @@ def test_a_compiled_forward_notes_its_scatters_on_every_replay():
         view: BatchView = runner.build_view([([1, 2], 0, 4 + step, 1)], 1, stable=True)
         compiled(mx.array([[7]], mx.int32), view, runner.cache)
         assert pool_scatters.take(), step               # the plain decode scatters K/V
+
+
+@pytest.mark.parametrize("layout", ["qwen3.5", "llama"])
+@pytest.mark.parametrize("batch", [1, 16])
+def test_a_gpu_decode_step_builds_no_pool_scatter(layout, batch):
+    """The real models' decode on a GPU writes K/V and states in place by kernels (counted
+    here by their stand-ins, compiled as on a GPU): it never waits, so steps stay
+    pipelined. A wait there would hold the host to the GPU every step."""
+    from engine.bench import profile_ops
+    make_config = profile_ops.LAYOUTS[layout][0]
+    pool_scatters.take()
+    ops = profile_ops.ours(make_config(4), batch, 64, "gpu")
+    assert not pool_scatters.take()
+    assert not [op for op in ops if "Scatter" in op], ops
