@@ -82,3 +82,19 @@ def test_a_gpu_decode_step_builds_no_pool_scatter(layout, batch):
     ops = profile_ops.ours(make_config(4), batch, 64, "gpu")
     assert not pool_scatters.take()
     assert not [op for op in ops if "Scatter" in op], ops
+
+
+def test_a_chunk_queued_in_pieces_waits_before_its_first_piece_only(on_gpu):
+    """engine/core/bounded_prefill.py: each piece scatters its layers' K/V; only the first
+    can find a reader of its pools still queued (the steps before the chunk)."""
+    from engine.core.bounded_prefill import queue_in_pieces
+    from engine.models.layer_pieces import Carry
+
+    def piece(span, carry):
+        pool_scatters.note()                        # its attention layers' K/V writes
+        h = mx.full((2, 4), float(span[0]))
+        return Carry(h, None) if span[1] < 8 else h.sum(axis=1)
+
+    out = queue_in_pieces(piece, num_layers=8, pieces=4, cache_arrays=list)
+    assert out.tolist() == [24.0, 24.0]             # the last piece's logits
+    assert pool_scatters.waits() == on_gpu + 1
