@@ -74,13 +74,13 @@ def queue_in_pieces(piece: Callable[[tuple[int, int], Carry | None], Carry | mx.
     out, behind = None, None
     for span in layer_bounds(num_layers, pieces):
         out = piece(span, out)
+        # A piece's K/V scatters wait for earlier readers of their pools only before the
+        # first piece: the later ones write other layers' pools, which no piece before reads.
+        if behind is not None:
+            pool_scatters.take()
         if not isinstance(out, Carry):
             return out
         # The pools the piece wrote in place go with it (the step loop's pieces do alike).
-        # Its K/V scatters wait for earlier readers of their pools only before the first
-        # piece: the later ones write other layers' pools, which no piece before reads.
-        if behind is not None:
-            pool_scatters.take()
         pool_scatters.queue([a for a in (out.h, out.pending) if a is not None], cache_arrays())
         if behind is not None:
             mx.eval(behind)      # the piece before this one has finished: its buffers go

@@ -98,3 +98,4 @@ def test_a_chunk_queued_in_pieces_waits_before_its_first_piece_only(on_gpu):
     out = queue_in_pieces(piece, num_layers=8, pieces=4, cache_arrays=list)
     assert out.tolist() == [24.0, 24.0]             # the last piece's logits
     assert pool_scatters.waits() == on_gpu + 1
+    assert not pool_scatters.take()                 # nor before the step queues the last
