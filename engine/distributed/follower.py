@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-import mlx.core as mx
 import numpy as np
 
 from engine.config import EngineConfig
+from engine.core import pool_scatters
 from engine.core.compile_release import release_thread_compiled
 from engine.core.runner import Runner
 from engine.distributed.disk_parts import gather_parts, scatter_load
@@ -75,11 +75,11 @@ class Follower:
         slot = None if slot < 0 else slot
         cache = self.runner.cache
         if kind == SAVE:
-            mx.async_eval(list(gather_parts(self.wire, cache, pages, num_tokens,
+            pool_scatters.queue(list(gather_parts(self.wire, cache, pages, num_tokens,
                                             slot).values()))
         else:
             scatter_load(self.wire, cache, pages, num_tokens, slot, None)
-            mx.async_eval(self.runner.cache_arrays())
+            pool_scatters.queue(self.runner.cache_arrays())
 
     def _start(self, num_pages: int, num_slots: int, page_size: int) -> None:
         config = dataclasses.replace(self.config, num_pages=num_pages)
@@ -88,14 +88,14 @@ class Follower:
         if mine != (num_slots, page_size):
             raise WireError(f"rank 0 runs {num_slots} state slots of pages of {page_size}; "
                             f"this rank {mine}: start every rank with the same options")
-        mx.eval(self.runner.cache_arrays())
+        pool_scatters.run(self.runner.cache_arrays())
 
     def _forward(self, header: list[int]) -> None:
         msg = self.wire.receive_forward(header)
         runner = self.runner
         if msg.mode == GROUPS:
             logits = runner.model.forward_groups(msg.groups, runner.cache)
-            mx.async_eval(*logits, *runner.cache_arrays())
+            pool_scatters.queue(*logits, *runner.cache_arrays())
             return
         [(tokens, view)] = msg.groups
         cache = None
@@ -103,7 +103,7 @@ class Follower:
             cache = ModelCache(self.model.cache_spec(), msg.cache_pages, view.page_size,
                                msg.cache_slots)
         logits, arrays = runner.forward(tokens, view, cache, compiled=msg.mode == COMPILED)
-        mx.async_eval(logits, *arrays)
+        pool_scatters.queue(logits, *arrays)
 
 
 def follow(model, config: EngineConfig, group) -> int:

@@ -14,6 +14,7 @@ import time
 import mlx.core as mx
 import numpy as np
 
+from engine.core import pool_scatters
 from engine.core.disk_transfer import _device
 from engine.core.runner import Runner
 from engine.distributed.disk_parts import gather_parts, scatter_load
@@ -53,13 +54,13 @@ class LeaderRunner(Runner):
         mode = COMPILED if compiled and self.compiled is not None else PLAIN
         [(tokens, view)] = self._send_forward([(tokens, view)], pages, slots, mode)
         logits, arrays = super().forward(tokens, view, cache, compiled)
-        mx.async_eval(logits, *arrays)      # what was broadcast always runs (see wire.py)
+        pool_scatters.queue(logits, *arrays)      # what was broadcast always runs (see wire.py)
         return logits, arrays
 
     def forward_groups(self, groups: list[tuple]) -> list[mx.array]:
         sent = self._send_forward(groups, 0, 0, GROUPS)
         logits = self.model.forward_groups(sent, self.cache)
-        mx.async_eval(*logits, *self.cache.arrays())
+        pool_scatters.queue(*logits, *self.cache.arrays())
         return logits
 
     def copy_pages(self, pairs: list[tuple[int, int]]) -> None:
