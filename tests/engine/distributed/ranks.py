@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +17,17 @@ def run_ranks(n: int, scenario: str, out: Path, timeout_s: float = 120.0,
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     return run_local(n, [sys.executable, str(MAIN), scenario, str(out)], out, timeout_s,
                      env={"PYTHONPATH": path, **(env or {})}, cwd=ROOT)
+
+
+def run_alone(scenario: str, out: Path, timeout_s: float = 120.0) -> None:
+    """The scenario in one fresh process, the model whole (rank_main.py without a
+    launcher): its result.npz in `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, str(MAIN), scenario, str(out)], cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": path}, timeout=timeout_s,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
 
 
 def every_log(run: RankRun, tail: int = 2500) -> str:

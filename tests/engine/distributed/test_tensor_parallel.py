@@ -1,8 +1,8 @@
 """Tensor parallelism on MLX's ring backend over localhost, 2 and 4 ranks on the CPU.
 
-The same work runs in this process (one rank, the model whole) and on N ranks (each
-holding a shard, rank 0 scheduling and broadcasting every step); rank 0's results
-must match. Bounded: every launch has a time limit and its processes are killed.
+The same work runs in one process (the model whole) and on N ranks (each holding a
+shard, rank 0 scheduling and broadcasting every step); rank 0's results must match. For
+the logits the one process is a fresh one too, like the ranks (rank_main.py alone). Bounded: every launch has a time limit and its processes are killed.
 
 Tolerance: a sharded layer sums N partial dot products where one process sums one,
 so float32 results differ by reassociation only: a few ulps per layer and element,
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import scenarios
 import scenarios_disk
-from ranks import every_log, run_ranks
+from ranks import every_log, run_alone, run_ranks
 
 from engine.distributed.cluster import BACKSTOP_S, EXIT_GRACE_S, EXIT_LOST
 from engine.distributed.heartbeat import SILENCE_S
@@ -60,7 +60,8 @@ def _same(ref: dict, got: dict) -> None:
 def test_sharded_logits_equal_one_process(tmp_path, n):
     """Llama (untied, GQA), Llama with a tied head of a vocabulary N does not divide,
     Qwen3.5 hybrid MoE: whole-prompt logits, a ragged prefill and a decode step."""
-    _same(scenarios.logits(None), _ranks(tmp_path, n, "logits"))
+    run_alone("logits", tmp_path / "alone", TIME_LIMIT_S)
+    _same(dict(np.load(tmp_path / "alone" / "result.npz")), _ranks(tmp_path, n, "logits"))
 
 
 def test_each_rank_loads_its_shard_from_a_folder(tmp_path):
