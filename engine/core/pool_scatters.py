@@ -20,8 +20,11 @@ for the stream first (`mx.synchronize`: on CUDA it also waits for the completion
 handlers that drop the held inputs). Work queued after the wait and before the scatter
 must not read the pool: the callers settle immediately before queueing. Decode steps of
 the real models write K/V and states in place by kernels (no scatter), so they never
-wait and stay pipelined; a step that reads a prompt, copies pages or slots, or loads a
-disk entry waits once. The cost is the host time to queue that graph with the GPU idle.
+wait and stay pipelined; a step that reads a prompt, copies pages, or loads a disk entry
+waits once. The cost is the host time to queue that graph with the GPU idle. A turn's
+state snapshot (Runner.copy_state_slots) does not note: the state pools are bounded by
+the slots, not the context, and it lands in the first step after a prompt ends, whose
+pipelining issue 23's slowest step needs; there MLX still copies the state pools.
 
 Only the engine thread touches mx, and two engines run two threads: the note is per
 thread.

@@ -59,6 +59,19 @@ def test_a_page_copy_queues_its_gathers_and_waits_before_its_scatters(on_gpu):
         np.testing.assert_array_equal(np.array(got), w)
 
 
+def test_a_state_snapshot_does_not_wait(on_gpu):
+    """Runner.copy_state_slots: the state pools are bounded by the slots, and the snapshot
+    lands in the first step after a prompt ends, which a wait would stall."""
+    from qwen_fixtures import build_model, random_weights, tiny_config
+    config = tiny_config("qwen3_5_moe")
+    runner = Runner(build_model(config, random_weights(config, seed=2)),
+                    EngineConfig(max_num_seqs=4, num_pages=8, page_size=4))
+    mx.eval(runner.cache_arrays())
+    runner.copy(DeviceCopies(states=[(0, 2), (1, 3)]))
+    pool_scatters.queue(runner.cache_arrays())
+    assert pool_scatters.waits() == on_gpu
+
+
 def test_a_compiled_forward_notes_its_scatters_on_every_replay():
     """mx.compile runs the Python forward once (its trace): a replay must note again."""
     model = tiny_llama()
