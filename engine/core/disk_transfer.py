@@ -31,10 +31,10 @@ def write_load(cache: ModelCache, load: DiskLoad) -> None:
     """Put a payload's K/V into its pages and its states into its slot (lazy)."""
     tensors = load.payload.tensors
     rows = _rows_or_slice(load.pages, load.payload.num_tokens, cache.page_size)
+    pool_scatters.note()        # queued on a GPU only once no earlier reader holds a pool
     for i, pair in enumerate(cache.kv):
         for j, part in enumerate("kv"):
             pair[j][rows] = _device(tensors[f"kv.{i}.{part}"], pair[j].dtype)
-    pool_scatters.note()
     if load.slot is None:
         return
     slot = mx.array([load.slot])
@@ -42,7 +42,6 @@ def write_load(cache: ModelCache, load: DiskLoad) -> None:
         for j, arr in enumerate(layer):
             arr[slot] = _device(tensors[f"state.{i}.{j}"], arr.dtype)[None]
             layer[j] = arr
-    pool_scatters.note()        # queued on a GPU only once no earlier reader holds a pool
 
 
 def _rows_or_slice(pages: list[int], num_tokens: int, page_size: int):

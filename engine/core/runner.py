@@ -282,7 +282,8 @@ class Runner:
         # the pool, and MLX then copies the whole pool for the next scatter into it
         # instead of updating it in place (a 1 GB copy, seconds on a CPU, when a turn
         # ended and was kept for the disk cache: the other panes froze, issue 22).
-        mx.async_eval([a for _, arrays in saves for a in arrays.values()])
+        # (Settled: an empty step's copies, left unqueued on Metal, may be under them.)
+        pool_scatters.queue([a for _, arrays in saves for a in arrays.values()])
         if copies.pages:
             self.copy_pages(copies.pages)
         if copies.states:
@@ -331,12 +332,15 @@ class Runner:
 
     def _copy_states(self, srcs: list[int], dsts: list[int]) -> None:
         """Every state array's slots srcs -> dsts, one scatter an array."""
-        # No wait for these (wait=False): the state pools are bounded by max_num_seqs, not
-        # by the context budget, and a turn's snapshot lands in the first step after its
-        # prompt ends, whose pipelining a wait would cut (a host's step more on that step:
-        # issue 23's slowest step). On a GPU MLX copies the state pools here, as before.
-        _copy_within([arr for layer in self.cache.states for arr in layer],
-                     mx.array(srcs), mx.array(dsts), wait=False)
+        # No wait (engine/core/pool_scatters.py), so the gather goes with its scatter: the
+        # state pools are bounded by max_num_seqs, not by the context budget, and a turn's
+        # snapshot lands in the first step after its prompt ends, whose pipelining a wait
+        # would cut (a host's step more: issue 23's slowest step). On a GPU MLX copies the
+        # state pools here.
+        s, d = mx.array(srcs), mx.array(dsts)
+        for layer in self.cache.states:
+            for arr in layer:
+                arr[d] = arr[s]
 
     def cache_arrays(self) -> list[mx.array]:
         return self.cache.arrays()
@@ -353,19 +357,16 @@ class Runner:
         return out
 
 
-def _copy_within(pools: list[mx.array], src: mx.array, dst: mx.array,
-                 wait: bool = True) -> None:
+def _copy_within(pools: list[mx.array], src: mx.array, dst: mx.array) -> None:
     """Each pool's rows src -> dst (pools updated in place). The rows are gathered and
     queued first, the scatters after: a gather queued with its scatter would still hold
     the pool when the scatter runs, and on a GPU MLX would copy the whole pool for it
-    (engine/core/pool_scatters.py: with `wait`, the step waits before queueing the
-    scatters)."""
+    (engine/core/pool_scatters.py: the step waits before queueing the scatters)."""
     rows = [pool[src] for pool in pools]
     mx.async_eval(rows)
     for pool, r in zip(pools, rows):
         pool[dst] = r
-    if wait:
-        pool_scatters.note()
+    pool_scatters.note()
 
 
 def _route_rows(batch: int, real_rows: int | None) -> mx.array | None:

@@ -64,7 +64,7 @@ class StepLoop:
         self.kernels = kernel_set_of(model)     # the sampler's too (kernels/top_p_cut)
         # The pool's memory is taken now, while the model loads, not during the first
         # request (2.4 GB of zeros cost ~4 s on a CPU: a restarted conversation's TTFT).
-        pool_scatters.run(self.runner.cache_arrays())
+        mx.eval(self.runner.cache_arrays())
         self.schema = schema(self.runner.cache)
         if callable(disk_cache):
             disk_cache = disk_cache(self.schema)
@@ -226,7 +226,7 @@ class StepLoop:
         """Queue evaluated gathered saves for their host copies (HostCopies)."""
         if not saves or self.disk is None:
             return
-        pool_scatters.run([a for _, arrays in saves for a in arrays.values()])
+        mx.eval([a for _, arrays in saves for a in arrays.values()])   # reads only
         self.host_copies.add(saves)
 
     def _complete(self, inflight, t_end: float | None) -> None:
@@ -251,12 +251,12 @@ class StepLoop:
             ids = sample_batch(decode_logits, [r.sampler for r in reqs], self.kernels)
             out += [(r, ids, i) for i, r in enumerate(reqs)]
             if plan.prefills and self.draws_apart:
-                pool_scatters.queue(ids)
+                mx.async_eval(ids)      # the draw reads no pool: the chunk's queue settles
         if plan.prefills and self.draws_apart:
             # The rows' draw (above), the chunk's forward or piece, then the prompts'
             # draws (below), each its own graph (see draws_apart).
-            pool_scatters.queue(self.pieces.carried if prefill_logits is None else [prefill_logits],
-                          self.runner.cache_arrays())
+            pool_scatters.queue(self.pieces.carried if prefill_logits is None
+                                else [prefill_logits], self.runner.cache_arrays())
         if plan.prefills and prefill_logits is not None:
             out += self._sample_prefill(plan.prefills, prefill_logits)
         elif plan.prefills:             # a chunk's piece before its last: nothing read yet

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+import mlx.core as mx
 import numpy as np
 
 from engine.config import EngineConfig
@@ -75,8 +76,8 @@ class Follower:
         slot = None if slot < 0 else slot
         cache = self.runner.cache
         if kind == SAVE:
-            pool_scatters.queue(list(gather_parts(self.wire, cache, pages, num_tokens,
-                                            slot).values()))
+            mx.async_eval(list(gather_parts(self.wire, cache, pages, num_tokens,
+                                            slot).values()))       # reads only
         else:
             scatter_load(self.wire, cache, pages, num_tokens, slot, None)
             pool_scatters.queue(self.runner.cache_arrays())
@@ -88,7 +89,7 @@ class Follower:
         if mine != (num_slots, page_size):
             raise WireError(f"rank 0 runs {num_slots} state slots of pages of {page_size}; "
                             f"this rank {mine}: start every rank with the same options")
-        pool_scatters.run(self.runner.cache_arrays())
+        mx.eval(self.runner.cache_arrays())
 
     def _forward(self, header: list[int]) -> None:
         msg = self.wire.receive_forward(header)
