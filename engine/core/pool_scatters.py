@@ -18,7 +18,9 @@ Whoever builds such a scatter calls `note()`; the step's code calls `settle()` r
 before it queues a graph (`queue`), and on a GPU, if a scatter was noted, settle waits
 for the stream first (`mx.synchronize`: on CUDA it also waits for the completion
 handlers that drop the held inputs). Work queued after the wait and before the scatter
-must not read the pool: the callers settle immediately before queueing. Decode steps of
+must not read the pool: the callers settle immediately before queueing. A queue that
+only reads (a gather for the disk cache, a draw) stays a plain `mx.async_eval`/`mx.eval`,
+so the note is not spent before the graph that holds the scatter. Decode steps of
 the real models write K/V and states in place by kernels (no scatter), so they never
 wait and stay pipelined; a step that reads a prompt, copies pages, or loads a disk entry
 waits once. The cost is the host time to queue that graph with the GPU idle. A turn's
