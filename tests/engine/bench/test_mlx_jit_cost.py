@@ -17,4 +17,7 @@ def test_every_trigger_runs_and_names_what_it_compiled(tmp_path, capsys, monkeyp
 def test_in_parallel_each_trigger_is_a_process_of_its_own(tmp_path, capsys):
     mlx_jit_cost.run_parallel(tmp_path, ["q4g32_m8", "gather_bfloat16_int32"], workers=2)
     out = capsys.readouterr().out
-    assert "# 2 triggers in 2 processes" in out and "0 modules" in out
+    assert "# 2 triggers in 2 processes" in out
+    # on CUDA each trigger's process compiles its module into the fresh cache (the H100
+    # in session 48: 2); on the CPU nothing is compiled
+    assert ("modules in" in out) if on_cuda() else ("0 modules" in out), out

@@ -1,5 +1,6 @@
 """RunLog: each timed run starts from the same allocator state when asked to."""
 import re
+import time
 
 import mlx.core as mx
 
@@ -11,6 +12,21 @@ def _leave_buffers_cached():
     return 0.0, {"cached": mx.get_cache_memory()}
 
 
+def _wait_for_a_cached_buffer(timeout_s: float = 10.0) -> None:
+    """Leave a buffer in MLX's cache and wait until it is there. Session 48's H100 read an
+    empty cache right after the eval; our reading of MLX's CUDA backend: a queue's
+    completion handler holds its arrays and drops them after mx.eval has returned, so
+    the buffer reaches the cache a little later. Not yet run on a GPU."""
+    out = mx.zeros((1 << 18,)) + 1
+    mx.eval(out)
+    del out
+    deadline = time.monotonic() + timeout_s
+    while mx.get_cache_memory() == 0 and time.monotonic() < deadline:
+        mx.synchronize()
+        time.sleep(0.01)
+    assert mx.get_cache_memory() > 0
+
+
 def test_a_run_log_that_clears_the_cache_starts_each_run_with_it_empty():
     seen = []
     log = RunLog(clear_cache=True)
@@ -19,7 +35,7 @@ def test_a_run_log_that_clears_the_cache_starts_each_run_with_it_empty():
         seen.append(log.runs[-1].extra["cached"])
         _leave_buffers_cached()
     assert seen == [0, 0]
-    mx.eval(mx.zeros((1 << 18,)) + 1)
+    _wait_for_a_cached_buffer()
     kept = RunLog(clear_cache=False)
     kept.timed(lambda: (0.0, {"cached": mx.get_cache_memory()}), engine="t", what="x", size=1)
     assert kept.runs[-1].extra["cached"] > 0

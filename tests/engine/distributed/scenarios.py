@@ -50,9 +50,13 @@ def logits(group) -> dict | None:
         rows = Rows(model)
         for s in range(3):
             rows.start(s)
-        first = rows.forward({0: PROMPT[:5], 1: PROMPT[:9], 2: PROMPT[:3]})
+        lengths = {0: 5, 1: 9, 2: 3}
+        first = rows.forward({r: PROMPT[:n] for r, n in lengths.items()})
         second = rows.forward({0: [9], 1: [10], 2: [11]})
-        out[f"{name}_prefill"] = np.array(first.astype(mx.float32))
+        # Each row's real positions only: a shorter row's padding positions (the forward
+        # is right-padded to the longest) are no token's logits and nothing reads them.
+        out[f"{name}_prefill"] = np.concatenate(
+            [np.array(first[r, :n].astype(mx.float32)) for r, n in lengths.items()])
         out[f"{name}_decode"] = np.array(second.astype(mx.float32))
     return out if group is None or group.rank() == 0 else None
 
@@ -61,8 +65,13 @@ def logits(group) -> dict | None:
 
 PROMPTS = [PROMPT, PROMPT[:4], [9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 12, 13, 14, 15, 16, 17, 18],
            [1, 2], PROMPT[3:11]]
+# No warm-up: these scenarios test what the ranks compute and how they fail, and on a GPU
+# a group's warm-up runs every shape at load on every rank (engine_thread._warm_up),
+# minutes of compiling on a loaded test machine: the lost-rank scenarios' doomed rank
+# then died during it, and engine_turns ran past TIME_LIMIT_S (session 48's H100).
+# engine_warmed runs the warm-up on purpose.
 CONFIG = EngineConfig(num_pages=96, page_size=4, prefill_chunk=8, max_context=200,
-                      max_num_seqs=8, min_stream_tok_s=0.0)
+                      max_num_seqs=8, min_stream_tok_s=0.0, warm_up=False)
 
 
 def _in_memory(name: str, folder):
@@ -116,13 +125,19 @@ def engine_qwen(group, folder) -> dict | None:
     return _serve(group, "qwen", folder, _generate)
 
 
+def engine_warmed(group, folder) -> dict | None:
+    """The load-time warm-up on every rank (rank 0 broadcasts each warm-up step; on a
+    CPU it runs them too when asked), then the same work."""
+    import dataclasses
+    return _serve(group, "qwen", folder, _generate, dataclasses.replace(CONFIG, warm_up=True))
+
+
 def engine_fixed_shapes(group, folder) -> dict | None:
     """The GPU's path on the CPU: padded batches and chunks (padding rows routed to row
     0's experts), stable block tables, the decode forward through mx.compile."""
     import dataclasses
     return _serve(group, "qwen", folder, _generate,
-                  dataclasses.replace(CONFIG, fixed_shapes=True, compile_decode=True,
-                                      warm_up=False))
+                  dataclasses.replace(CONFIG, fixed_shapes=True, compile_decode=True))
 
 
 def engine_preempt(group, folder) -> dict | None:

@@ -50,9 +50,12 @@ def _same(ref: dict, got: dict) -> None:
             np.testing.assert_array_equal(b, a, err_msg=k)
             continue
         scale = EPS32 * max(1.0, float(np.abs(a).max()))
-        worst = float(np.abs(b.astype(np.float64) - a).max())
+        diff = np.abs(b.astype(np.float64) - a)
+        worst = float(diff.max())
         if worst > _tolerance(a):
-            off.append(f"{k}: {worst:.3g} ({worst / scale:.0f} eps)")
+            at = np.unravel_index(int(diff.argmax()), diff.shape)
+            off.append(f"{k}: {worst:.3g} ({worst / scale:.0f} eps) at {tuple(map(int, at))}"
+                       f" of {a.shape}, {int((diff > _tolerance(a)).sum())} values beyond")
     assert not off, f"beyond {_tolerance.__doc__}: " + "; ".join(off)
 
 
@@ -73,11 +76,12 @@ def test_each_rank_loads_its_shard_from_a_folder(tmp_path):
 
 
 @pytest.mark.parametrize("scenario", ["engine_llama", "engine_qwen", "engine_preempt",
-                                      "engine_fixed_shapes"])
+                                      "engine_fixed_shapes", "engine_warmed"])
 def test_batched_greedy_equals_one_process(tmp_path, scenario):
     """Five prompts batched through the engine (chunked prefill, mixed steps, decode;
     engine_preempt: in a pool too small for all, so sequences are preempted;
-    engine_fixed_shapes: the GPU's padded shapes and compiled decode)."""
+    engine_fixed_shapes: the GPU's padded shapes and compiled decode; engine_warmed:
+    after every rank ran the load-time warm-up rank 0 broadcast)."""
     ref = getattr(scenarios, scenario)(None, tmp_path / "one")
     _same(ref, _ranks(tmp_path, 2, scenario))
     assert ref.get("preempted", True)
