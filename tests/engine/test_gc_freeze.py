@@ -24,24 +24,14 @@ class _Cycle:
         self.me = self
 
 
-def _record_freezes(monkeypatch) -> list:
-    """Every gc.freeze/unfreeze called from Python from now on: (thread, call, frozen
-    after). Session 47's and 48's H100 left 375 objects frozen after close; this says
-    whether a freeze after the engine's unfreeze put them there."""
-    calls = []
-    for name in ("freeze", "unfreeze"):
-        real = getattr(gc, name)
-
-        def recorded(real=real, name=name):
-            real()
-            calls.append((threading.current_thread().name, name, gc.get_freeze_count()))
-        monkeypatch.setattr(gc, name, recorded)
-    return calls
-
-
-def test_a_ready_engine_leaves_collections_only_the_new_objects(tmp_path, monkeypatch):
-    calls = _record_freezes(monkeypatch)
+def test_a_ready_engine_leaves_collections_only_the_new_objects(tmp_path):
+    # From Python 3.12 a collection moves every immortal object it meets into the
+    # permanent generation too (CPython's gcmodule, update_refs), so the freeze count is
+    # not 0 in a process that never froze: a bare 3.12.1 shows 375 after gc.collect(), the
+    # count the H100's Python 3.12 left after close (sessions 47 and 48); 3.11 shows 0.
+    # What this engine froze is measured above that floor.
     gc.collect()
+    floor = gc.get_freeze_count()
     before = len(gc.get_objects())
     with Engine.load(write_tiny_llama(tmp_path / "llama", seed=3), CFG) as engine:
         frozen = gc.get_freeze_count()
@@ -52,7 +42,8 @@ def test_a_ready_engine_leaves_collections_only_the_new_objects(tmp_path, monkey
     # closed: its thread has ended and unfrozen everything (a failure says what else runs)
     others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     assert not engine._thread.is_alive(), others
-    assert gc.get_freeze_count() == 0, (frozen, calls, others)
+    gc.collect()
+    assert gc.get_freeze_count() <= floor, (floor, frozen, others)
 
 
 def test_a_cycle_made_before_ready_is_collected_after_close(tmp_path):
