@@ -59,8 +59,10 @@ def _runner_with_streams(model, num_pages: int) -> tuple[Runner, list[Sequence]]
     return runner, streams
 
 
-def _extra_peak(model, num_pages: int, step) -> tuple[int, int]:
-    """(bytes a step adds above the steady state, bytes of one layer's K+V pool)."""
+def _extra_peak(model, num_pages: int, step, kept: list | None = None) -> tuple[int, int]:
+    """(bytes a step adds above the steady state, bytes of one layer's K+V pool). kept:
+    if given, gets the bytes still allocated after each step (what a failure reports:
+    a step's own allocation that stays, against a transient one)."""
     runner, streams = _runner_with_streams(model, num_pages)
     new = _seq(3, 40)
     new.prefill_target = 40
@@ -72,6 +74,8 @@ def _extra_peak(model, num_pages: int, step) -> tuple[int, int]:
         pool_scatters.run(step(runner, streams, [PrefillChunk(new, 0, 24)]),
                           runner.cache_arrays())
         extra.append(mx.get_peak_memory() - base)
+        if kept is not None:
+            kept.append(mx.get_active_memory() - base)
     layer_pool = runner.cache.kv[0][0].nbytes * 2
     return extra[-1], layer_pool
 
@@ -83,11 +87,14 @@ STEPS = {"mixed": lambda r, streams, chunks: r.mixed(streams, chunks),
 
 @pytest.mark.parametrize("kind", list(STEPS))
 def test_a_steps_extra_memory_does_not_grow_with_the_pool(model, kind):
-    small, _ = _extra_peak(model, SMALL_POOL, STEPS[kind])
-    large, layer_pool = _extra_peak(model, LARGE_POOL, STEPS[kind])
+    kept = {SMALL_POOL: [], LARGE_POOL: []}
+    small, _ = _extra_peak(model, SMALL_POOL, STEPS[kind], kept[SMALL_POOL])
+    large, layer_pool = _extra_peak(model, LARGE_POOL, STEPS[kind], kept[LARGE_POOL])
     # The same tokens, a 16x larger pool: the step's extra bytes are its activations,
     # the same up to the allocator's rounding (a pool copy would add >= layer_pool).
-    assert large <= small + (1 << 16), (small, large)
+    # (Session 48's H100: qwen3_5_moe's decode 37 KB -> 266 KB, unexplained; the bytes
+    # each step left allocated say whether that growth stays.)
+    assert large <= small + (1 << 16), (small, large, kept)
     assert large < layer_pool / 8, (large, layer_pool)
 
 
