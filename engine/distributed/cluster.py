@@ -178,16 +178,22 @@ class Cluster:
         message = (f"A machine of the group ({self.size} ranks) stopped answering: {why}. "
                    "Restart Tandem on every machine.")
         self.failure_message = message
-        if self.runner is not None:
-            self.runner.broken = message
         print(f"tandem: {message} This process stops (exit {EXIT_LOST}).", file=sys.stderr,
               flush=True)
         _exit_soon()            # first: a failing reader below must not keep us alive
-        if self._abandon is not None:
-            try:
+        try:
+            if self._abandon is not None:
                 self._abandon(message)
-            except Exception:
-                traceback.print_exc()
+        except Exception:
+            traceback.print_exc()
+        finally:
+            # Only now may the engine thread see the loss (its next step raises
+            # ClusterError and fails its requests): the engine already refuses new
+            # ones, so a caller that reads a request's error and submits again is
+            # refused, not left waiting for the exit (session 49's H100: the heartbeat
+            # thread set this first, and a 4-rank test's submit raced the refusal).
+            if self.runner is not None:
+                self.runner.broken = message
 
     def failed(self, error: BaseException) -> bool:
         """After a step raised: True when the group is broken (a lost rank), and then

@@ -50,13 +50,11 @@ def logits(group) -> dict | None:
         rows = Rows(model)
         for s in range(3):
             rows.start(s)
-        lengths = {0: 5, 1: 9, 2: 3}
-        first = rows.forward({r: PROMPT[:n] for r, n in lengths.items()})
+        # Each row's logits at its own last token ([3, 1, V]: a forward without
+        # all_logits returns no padding position's logits).
+        out[f"{name}_prefill"] = np.array(
+            rows.forward({0: PROMPT[:5], 1: PROMPT[:9], 2: PROMPT[:3]}).astype(mx.float32))
         second = rows.forward({0: [9], 1: [10], 2: [11]})
-        # Each row's real positions only: a shorter row's padding positions (the forward
-        # is right-padded to the longest) are no token's logits and nothing reads them.
-        out[f"{name}_prefill"] = np.concatenate(
-            [np.array(first[r, :n].astype(mx.float32)) for r, n in lengths.items()])
         out[f"{name}_decode"] = np.array(second.astype(mx.float32))
     return out if group is None or group.rank() == 0 else None
 

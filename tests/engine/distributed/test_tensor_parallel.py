@@ -5,19 +5,27 @@ shard, rank 0 scheduling and broadcasting every step); rank 0's results must mat
 the logits the one process is a fresh one too, like the ranks (rank_main.py alone). Bounded: every launch has a time limit and its processes are killed.
 
 Tolerance: a sharded layer sums N partial dot products where one process sums one,
-so float32 results differ by reassociation only: a few ulps per layer and element,
-carried through the layers and norms. We allow 128 float32 epsilons of the logits'
-scale (128 * 1.19e-7 * max|logit|, ~1e-4 for these models); measured: ~9 epsilons.
+so float32 results differ by reassociation only. The bound is the suite's one derived
+tolerance (tests/float32_tolerance.py: K * eps32 * sqrt(depth) * max|reference|), at
+the depth of the deepest model these scenarios run (DEPTH below). Measured: ~9 eps32 of
+the logits' scale on the CPU ring; 252 on the H100 (session 49, the MoE model's ragged
+prefill, where the ranks' sharded shapes pick other GPU kernels than one process's),
+0.42 of the bound. (Until session 49 this file had its own 128 eps32, tighter than
+the derivation allows; the H100 crossed it twice.)
 """
 from __future__ import annotations
 
 import re
+import types
 
 import numpy as np
 import pytest
 import scenarios
 import scenarios_disk
+from float32_tolerance import model_depth, tolerance
+from qwen_fixtures import tiny_config
 from ranks import every_log, run_alone, run_ranks
+from tiny_models import tiny_llama_config
 
 from engine.distributed.cluster import BACKSTOP_S, EXIT_GRACE_S, EXIT_LOST
 from engine.distributed.heartbeat import SILENCE_S
@@ -26,9 +34,23 @@ EPS32 = float(np.finfo(np.float32).eps)
 TIME_LIMIT_S = 150.0
 
 
+def _depth(config: dict, tokens: int) -> int:
+    return model_depth(types.SimpleNamespace(**config.get("text_config", config)), tokens)
+
+
+# The deepest rounding path of any model a scenario runs (scenarios.tiny_models: the
+# tiny Llamas and Qwens; scenarios_disk's wide Llama), over a context of at most 64
+# tokens (the longest prompt is 17, the longest reply 24).
+DEPTH = max(_depth(c, 64) for c in (
+    tiny_config("qwen3_5_moe"), tiny_config("qwen3_next"), tiny_config("qwen3_5"),
+    tiny_llama_config("qwen2"), tiny_llama_config("llama", hidden_size=256,
+                                                  intermediate_size=1024,
+                                                  num_hidden_layers=4)))
+
+
 def _tolerance(ref: np.ndarray) -> float:
-    """128 eps of the logits' scale"""
-    return 128 * EPS32 * max(1.0, float(np.abs(ref).max()))
+    """the suite's float32 tolerance (tests/float32_tolerance.py) at DEPTH"""
+    return tolerance(ref, DEPTH)
 
 
 def _ranks(tmp_path, n: int, scenario: str) -> dict:
@@ -40,7 +62,7 @@ def _ranks(tmp_path, n: int, scenario: str) -> dict:
 def _same(ref: dict, got: dict) -> None:
     """Every key compared before failing: a failure names each model and pass that is
     off, with its largest difference in float32 epsilons of the logits' scale (session
-    47's H100 saw only the first, the MoE model's prefill at ~500)."""
+    47's H100 saw only the first, the MoE model's prefill)."""
     assert set(ref) == set(got)
     off = []
     for k, a in ref.items():
@@ -49,7 +71,7 @@ def _same(ref: dict, got: dict) -> None:
         if a.dtype.kind != "f":
             np.testing.assert_array_equal(b, a, err_msg=k)
             continue
-        scale = EPS32 * max(1.0, float(np.abs(a).max()))
+        scale = EPS32 * float(np.abs(a).max())
         diff = np.abs(b.astype(np.float64) - a)
         worst = float(diff.max())
         if worst > _tolerance(a):
