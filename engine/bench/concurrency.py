@@ -86,15 +86,24 @@ def _prompt(n: int, vocab: int, seed: int) -> list[int]:
     return [rng.randrange(10, vocab - 1) for _ in range(n)]
 
 
-def _ttft(engine: Engine, prompt: list[int]) -> float:
-    """Seconds from submit to the first token, seen by the consumer (as the app sees it)."""
+def _ttft(engine: Engine, prompt: list[int], seen: dict | None = None) -> float:
+    """Seconds from submit to the first token, seen by the consumer (as the app sees it).
+    seen: gets how the request ended and how many prompt tokens the prefix cache gave
+    it: a TTFT that is no prompt's full read (an error before any token, a cached
+    prefix) says so in the summary instead of passing for one (session 49's H100: one
+    round's alone TTFT came out at a tenth of the others, cause not shown)."""
     t0 = time.perf_counter()
     handle = engine.submit(prompt, SamplingParams(max_tokens=1, temperature=0.0))
+    got_token = False
     for ev in handle:
         if isinstance(ev, TokenEvent):
+            got_token = True
             break
     t = time.perf_counter() - t0
-    handle.result()
+    result = handle.result()
+    if seen is not None:
+        seen.update(token=got_token, finish=result.finish_reason,
+                    cached=result.stats.cached_tokens)
     return t
 
 
@@ -105,7 +114,8 @@ def measure_round(engine: Engine, vocab: int, n_streams: int, length: int, seed:
     def listener(ev) -> None:       # the engine thread: the steps from the streams' start
         if isinstance(ev, StepEvent):
             seen.append(ev)
-    alone = _ttft(engine, _prompt(length, vocab, seed))
+    alone_seen, loaded_seen = {}, {}
+    alone = _ttft(engine, _prompt(length, vocab, seed), alone_seen)
     streams = [Stream(engine, _prompt(STREAM_PROMPTS[i % len(STREAM_PROMPTS)], vocab,
                                       seed * 100 + i), sampling) for i in range(n_streams)]
     engine.add_listener(listener)
@@ -117,7 +127,7 @@ def measure_round(engine: Engine, vocab: int, n_streams: int, length: int, seed:
     while min(len(s.gaps_ms(t_calm, time.perf_counter())) for s in streams) < 6:
         time.sleep(0.02)
     t_submit = time.perf_counter()
-    loaded = _ttft(engine, _prompt(length, vocab, seed + 5000))
+    loaded = _ttft(engine, _prompt(length, vocab, seed + 5000), loaded_seen)
     t_first = t_submit + loaded
     engine.remove_listener(listener)
     for s in streams:
@@ -131,7 +141,8 @@ def measure_round(engine: Engine, vocab: int, n_streams: int, length: int, seed:
     steps = [e for e in seen if e.t_end >= t_submit]
     admission = [e for e in seen if e.t_end < t_submit]
     mixed = [e for e in steps if e.kind == "mixed"]
-    return {"alone_s": alone, "loaded_s": loaded, "before": before, "during": during,
+    return {"alone_s": alone, "loaded_s": loaded, "alone_seen": alone_seen,
+            "loaded_seen": loaded_seen, "before": before, "during": during,
             "chunks": [e.prefill_tokens for e in mixed],
             # decode-only steps while the prompt waited: the budget banking (prefill_budget)
             "banked": sum(e.kind == "decode" and t_submit <= e.t_start < t_first for e in steps),
@@ -166,6 +177,7 @@ def _summary(length: int, rounds: list[dict], floor_ms: float, pieces: int = 1) 
     rules = Counter(s["why"].split(",")[0] + (" (capped)" if "capped" in s["why"] else "")
                     for r in rounds for s in r["steps"] if s.get("why"))
     ratios = ", ".join(f"{r['loaded_s'] / r['alone_s']:.2f}x" for r in rounds)
+    odd = _odd_reads(rounds)
     return (f"prompt {length:>5}: TTFT alone {alone:.3f} s, with streams {loaded:.3f} s "
             f"({loaded / alone:.2f}x; rounds {ratios}) | "
             f"stream gap before median {med(before):.0f} ms max {max(before):.0f} ms, "
@@ -175,7 +187,21 @@ def _summary(length: int, rounds: list[dict], floor_ms: float, pieces: int = 1) 
             f"(floor {floor_ms:.0f} ms, {med(during) / med(before):.2f}x calm) | "
             f"chunks {chunks}{f' (tokens a step reads of {pieces}-piece chunks)' if pieces > 1 else ''}, {sum(r.get('banked', 0) for r in rounds)} calm steps between | degraded "
             f"{sum(r['degraded'] for r in rounds)}/{sum(r['mixed'] for r in rounds)} mixed steps"
-            f" | rules {', '.join(f'{why} x{n}' for why, n in rules.most_common())}")
+            f" | rules {', '.join(f'{why} x{n}' for why, n in rules.most_common())}"
+            + (f" | NOT A FULL READ: {odd}" if odd else ""))
+
+
+def _odd_reads(rounds: list[dict]) -> str:
+    """The TTFT requests that were no full prompt read: no token, or a cached prefix."""
+    out = []
+    for i, r in enumerate(rounds):
+        for which in ("alone", "loaded"):
+            seen = r.get(f"{which}_seen") or {}
+            if seen and (not seen["token"] or seen["cached"]):
+                out.append(f"round {i + 1} {which} {r[f'{which}_s']:.3f} s (finish "
+                           f"{seen['finish']}, {seen['cached']} tokens cached, "
+                           f"{'a' if seen['token'] else 'no'} token)")
+    return "; ".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
                 with open(args.steps_log, "a") as f:
                     for r, result in enumerate(rounds):
                         f.write(json.dumps({"prompt": length, "round": r,
+                                            **{k: result[k] for k in (
+                                                "alone_s", "loaded_s", "alone_seen",
+                                                "loaded_seen")},
                                             "steps": result["steps"],
                                             "admission": result["admission"],
                                             "long_gaps": result["long_gaps"]}) + "\n")
