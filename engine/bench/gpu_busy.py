@@ -15,10 +15,15 @@ intervals, so overlapping kernels count once), kernels a millisecond, and the ru
 steady-step median from the engine's own step events. CUPTI adds host time to every
 graph launch (session 44's H100: B=1 steps of 6.3-10 ms profiled against 4.3-4.7 ms
 plain), so where the host sets the pace the profiled share understates the plain one.
-Each profiled run therefore follows a plain run of the same batch, and the row also
-gives the kernels' busy time a step (the profiled share times its step) over the plain
-run's step median: `busy_plain`, the share the plain loop would have if profiling leaves
-the kernels' own times alone (it does not touch the GPU's work, only the launches).
+Each profiled run is therefore paired with a plain run of the same batch and round, and
+the row also gives the kernels' busy time a step (the profiled share times its step) over
+the plain run's step median: `busy_plain`, the share the plain loop would have if
+profiling leaves the kernels' own times alone (it does not touch the GPU's work, only the
+launches). Every plain run comes before the first profiled one: once CUPTI has traced,
+its callbacks stay in the process and slow every later launch (sessions 47-48's H100: a
+B=1 plain run took 4.77 ms a step before any profiling and 6.31-6.47 ms after one, the
+profiled steps 7.0-7.3 ms throughout), which had made rounds 2-3's busy_plain 59-63 %
+against round 1's 84 %.
 Needs torch (the GPU machine's image has it); elsewhere it says so and stops.
 """
 from __future__ import annotations
@@ -101,11 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for B in batches:                    # every shape once, untimed
             ours_decode(engine, [_prompt(PROMPT, vocab, 500 + s) for s in range(B)], 8)
+        # Every plain run first: CUPTI's callbacks outlive a profiled run (docstring).
+        plain = {(r, B): ours_decode(
+            engine, [_prompt(PROMPT, vocab, 1000 * r + 500 + s) for s in range(B)],
+            args.steps)[0] for r in range(args.rounds) for B in batches}
         for r in range(args.rounds):
             for B in batches:
-                plain_s, _ = ours_decode(
-                    engine, [_prompt(PROMPT, vocab, 1000 * r + 500 + s) for s in range(B)],
-                    args.steps)
+                plain_s = plain[r, B]
                 prompts = [_prompt(PROMPT, vocab, 1000 * r + s) for s in range(B)]
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
                     median_s, extra = ours_decode(engine, prompts, args.steps)
