@@ -102,7 +102,9 @@ def _ttft(engine: Engine, prompt: list[int], seen: dict | None = None) -> float:
     t = time.perf_counter() - t0
     result = handle.result()
     if seen is not None:
-        seen.update(token=got_token, finish=result.finish_reason,
+        # A token whose text is not complete yet (a byte of a UTF-8 character: the
+        # synthetic models' random tokens often are) comes with the FinishedEvent only.
+        seen.update(token=got_token or bool(result.token_ids), finish=result.finish_reason,
                     cached=result.stats.cached_tokens)
     return t
 
