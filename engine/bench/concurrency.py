@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
-from engine import Engine, EngineConfig, SamplingParams
+from engine import Engine, EngineConfig, SamplingParams, kernel_cache
 from engine.bench.engine_start import open_engine
 from engine.bench.runs import add_moe_max_pairs_arg, apply_moe_max_pairs, mixed_forward_arg
 from engine.core.chunk_pieces import pieces_of
@@ -55,8 +57,14 @@ class Stream(threading.Thread):
                     self.handle.cancel()
 
     def gaps(self, t0: float, t1: float) -> list[tuple[float, float]]:
-        """(from, to) of each gap between tokens seen in [t0, t1]."""
+        """(from, to) of each gap between tokens seen in [t0, t1], and the gap that runs
+        past t1 (to the first token after it): a stall that ends after t1 is a gap of
+        the window too (session 49's H100: the engine stalled ~5 s from the new prompt's
+        last chunk to its first token, and the window's gaps showed none of it)."""
         ts = [t for t in self.times if t0 <= t <= t1]
+        after = next((t for t in self.times if t > t1), None)
+        if ts and after is not None:
+            ts.append(after)
         return [(a, b) for a, b in zip(ts, ts[1:]) if b > a]
 
     def gaps_ms(self, t0: float, t1: float) -> list[float]:
@@ -128,22 +136,26 @@ def measure_round(engine: Engine, vocab: int, n_streams: int, length: int, seed:
     t_calm = time.perf_counter()
     while min(len(s.gaps_ms(t_calm, time.perf_counter())) for s in streams) < 6:
         time.sleep(0.02)
+    compiled = _compiled_modules()
     t_submit = time.perf_counter()
     loaded = _ttft(engine, _prompt(length, vocab, seed + 5000), loaded_seen)
     t_first = t_submit + loaded
-    engine.remove_listener(listener)
+    compiled = sorted(_compiled_modules() - compiled)
+    time.sleep(0.2)                 # a token after t_first, for the gap that spans it
     for s in streams:
         s.stop.set()
     for s in streams:
         s.join(timeout=60)
+    engine.remove_listener(listener)    # the step that spans t_first has ended by now
     before = [g for s in streams for g in s.gaps_ms(t_calm, t_submit)]
     during = [g for s in streams for g in s.gaps_ms(t_submit, t_first)]
     # the steps while the prompt is read (from a calm step or two before it), and the
     # streams' own admission before them: the costs the budget had learned by then
-    steps = [e for e in seen if e.t_end >= t_submit]
+    steps = [e for e in seen if e.t_end >= t_submit and e.t_start <= t_first]
     admission = [e for e in seen if e.t_end < t_submit]
     mixed = [e for e in steps if e.kind == "mixed"]
     return {"alone_s": alone, "loaded_s": loaded, "alone_seen": alone_seen,
+            "compiled": compiled,
             "loaded_seen": loaded_seen, "before": before, "during": during,
             "chunks": [e.prefill_tokens for e in mixed],
             # decode-only steps while the prompt waited: the budget banking (prefill_budget)
@@ -190,7 +202,17 @@ def _summary(length: int, rounds: list[dict], floor_ms: float, pieces: int = 1) 
             f"chunks {chunks}{f' (tokens a step reads of {pieces}-piece chunks)' if pieces > 1 else ''}, {sum(r.get('banked', 0) for r in rounds)} calm steps between | degraded "
             f"{sum(r['degraded'] for r in rounds)}/{sum(r['mixed'] for r in rounds)} mixed steps"
             f" | rules {', '.join(f'{why} x{n}' for why, n in rules.most_common())}"
-            + (f" | NOT A FULL READ: {odd}" if odd else ""))
+            + (f" | NOT A FULL READ: {odd}" if odd else "")
+            + "".join(f" | round {i + 1} compiled at first use: {', '.join(r['compiled'])}"
+                      for i, r in enumerate(rounds) if r.get("compiled")))
+
+
+def _compiled_modules() -> set[str]:
+    """The kernels MLX has compiled into its CUDA kernel cache so far (MLX_PTX_CACHE_DIR,
+    engine/kernel_cache.py): a new one while the prompt is read is a compile at first
+    use, seconds of the engine thread's time. Empty off CUDA."""
+    folder = os.environ.get(kernel_cache.ENV_VAR)
+    return {p.stem for p in Path(folder).rglob("*.ptx")} if folder else set()
 
 
 def _odd_reads(rounds: list[dict]) -> str:
@@ -265,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                         f.write(json.dumps({"prompt": length, "round": r,
                                             **{k: result[k] for k in (
                                                 "alone_s", "loaded_s", "alone_seen",
-                                                "loaded_seen")},
+                                                "loaded_seen", "compiled")},
                                             "steps": result["steps"],
                                             "admission": result["admission"],
                                             "long_gaps": result["long_gaps"]}) + "\n")
