@@ -154,17 +154,26 @@ def sample(logits: mx.array, params: Sequence[SamplingParams],
 
 def app_sampling_draws(logits: mx.array, kernels) -> mx.array:
     """logits [1, V] (or [1, 1, V]) sampled at the app's chat settings as one row and as
-    two (lazy [3] ids). On a GPU the sampling graph is compiled (`_compiled_draw`)
-    and its fused kernels come in two forms, a [B, 1] setting read as one value (B = 1)
-    or per row (B > 1): this meets both. Also what engine/loading/mlx_prewarm.py's
-    sampler worker runs, so the modules it compiles are the ones the warm-up meets."""
+    two, and as two rows of which one is greedy (lazy [5] ids). On a GPU the sampling
+    graph is compiled (`_compiled_draw`) and its fused kernels come in two forms, a [B, 1]
+    setting read as one value (B = 1) or per row (B > 1): this meets both. A greedy row
+    beside sampled ones is a graph of its own (GraphShape.greedy_rows: the argmax and the
+    choice between the two), met as soon as a temperature-0 request (the API's, a
+    benchmark's probe) joins the app's streams, and its fused kernels would compile inside
+    that step: the likely cause of the ~5 s stall, every stream with it, in the first
+    process of each of sessions 48-49's H100 leases (docs/PERFORMANCE.md; on the CPU the
+    step after such a prompt traces this graph, tests/engine/test_warm_up_sampler_graphs.py;
+    not yet confirmed on a GPU). Also what engine/loading/mlx_prewarm.py's sampler
+    worker runs, so the modules it compiles are the ones the warm-up meets."""
     settings = chat_defaults()
     params = SamplingParams(temperature=settings["temperature"], top_p=settings["top_p"],
                             seed=0)
+    greedy = SamplingParams(temperature=0.0)
+    pair = mx.concatenate([logits, logits])
     one = sample_batch(logits, [RowSampler(params)], kernels)
-    two = sample_batch(mx.concatenate([logits, logits]), [RowSampler(params), RowSampler(params)],
-                       kernels)
-    return mx.concatenate([one, two])
+    two = sample_batch(pair, [RowSampler(params), RowSampler(params)], kernels)
+    mixed = sample_batch(pair, [RowSampler(params), RowSampler(greedy)], kernels)
+    return mx.concatenate([one, two, mixed])
 
 
 def _on_gpu() -> bool:
