@@ -154,7 +154,9 @@ def sample(logits: mx.array, params: Sequence[SamplingParams],
 
 def app_sampling_draws(logits: mx.array, kernels) -> mx.array:
     """logits [1, V] (or [1, 1, V]) sampled at the app's chat settings as one row and as
-    two, and as two rows of which one is greedy (lazy [5] ids). On a GPU the sampling
+    two, as two rows of which one is greedy, and at the API's defaults (temperature 1,
+    no filter: engine/server/api_request.py) as one row and as two (lazy [9] ids): the
+    sampling graphs a first request of the app's or an API client's meets. On a GPU the sampling
     graph is compiled (`_compiled_draw`) and its fused kernels come in two forms, a [B, 1]
     setting read as one value (B = 1) or per row (B > 1): this meets both. A greedy row
     beside sampled ones is a graph of its own (GraphShape.greedy_rows: the argmax and the
@@ -169,11 +171,14 @@ def app_sampling_draws(logits: mx.array, kernels) -> mx.array:
     params = SamplingParams(temperature=settings["temperature"], top_p=settings["top_p"],
                             seed=0)
     greedy = SamplingParams(temperature=0.0)
+    api = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, seed=0)
     pair = mx.concatenate([logits, logits])
-    one = sample_batch(logits, [RowSampler(params)], kernels)
-    two = sample_batch(pair, [RowSampler(params), RowSampler(params)], kernels)
-    mixed = sample_batch(pair, [RowSampler(params), RowSampler(greedy)], kernels)
-    return mx.concatenate([one, two, mixed])
+    draws = [sample_batch(logits, [RowSampler(params)], kernels),
+             sample_batch(pair, [RowSampler(params), RowSampler(params)], kernels),
+             sample_batch(pair, [RowSampler(params), RowSampler(greedy)], kernels),
+             sample_batch(logits, [RowSampler(api)], kernels),
+             sample_batch(pair, [RowSampler(api), RowSampler(api)], kernels)]
+    return mx.concatenate(draws)
 
 
 def _on_gpu() -> bool:

@@ -56,6 +56,10 @@ def test_the_warm_up_meets_every_sampling_graph_of_streams_and_a_greedy_request(
         _draw([_app()] * b)
     _draw([_app()] * 7 + [greedy])             # a temperature-0 request joins them
     _draw([greedy])                            # and alone (an argmax: no compiled draw)
+    api = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, min_p=0.0)
+    _draw([api])                               # an API client at its defaults, alone
+    _draw([api, api])                          # two of them
+    _draw([_app()] * 3 + [api])                # beside the app's streams
     assert graphs and warm
     assert graphs <= warm, graphs - warm
     assert any(shape.greedy_rows for shape, _ in graphs)   # the case this guards was met
