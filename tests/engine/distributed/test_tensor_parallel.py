@@ -40,7 +40,7 @@ def _depth(config: dict, tokens: int) -> int:
 
 # The deepest rounding path of any model a scenario runs (scenarios.tiny_models: the
 # tiny Llamas and Qwens; scenarios_disk's wide Llama), over a context of at most 64
-# tokens (the longest prompt is 17, the longest reply 24).
+# tokens (the longest prompt is 17 tokens, the longest reply 40).
 DEPTH = max(_depth(c, 64) for c in (
     tiny_config("qwen3_5_moe"), tiny_config("qwen3_next"), tiny_config("qwen3_5"),
     tiny_llama_config("qwen2"), tiny_llama_config("llama", hidden_size=256,
