@@ -10,7 +10,7 @@ tolerance (tests/float32_tolerance.py: K * eps32 * sqrt(depth) * max|reference|)
 the depth of the deepest model these scenarios run (DEPTH below). Measured: ~9 eps32 of
 the logits' scale on the CPU ring; 252 on the H100 (session 49, the MoE model's ragged
 prefill, where the ranks' sharded shapes pick other GPU kernels than one process's),
-0.42 of the bound. (Until session 49 this file had its own 128 eps32, tighter than
+0.39 of the bound. (Until session 49 this file had its own 128 eps32, tighter than
 the derivation allows; the H100 crossed it twice.)
 """
 from __future__ import annotations
@@ -38,19 +38,20 @@ def _depth(config: dict, tokens: int) -> int:
     return model_depth(types.SimpleNamespace(**config.get("text_config", config)), tokens)
 
 
-# The deepest rounding path of any model a scenario runs (scenarios.tiny_models: the
-# tiny Llamas and Qwens; scenarios_disk's wide Llama), over a context of at most 64
-# tokens (the longest prompt is 17 tokens, the longest reply 40).
+# The deepest rounding path of the tiny models the scenarios compare (scenarios.tiny_models:
+# the Llamas and the Qwens, 640 eps32 of the scale at most), over a context of at most 64
+# tokens (the longest prompt is 17 tokens, the longest reply 40); scenarios_disk's wide
+# Llama, compared alone, has its own (WIDE_DEPTH).
 DEPTH = max(_depth(c, 64) for c in (
     tiny_config("qwen3_5_moe"), tiny_config("qwen3_next"), tiny_config("qwen3_5"),
-    tiny_llama_config("qwen2"), tiny_llama_config("llama", hidden_size=256,
-                                                  intermediate_size=1024,
-                                                  num_hidden_layers=4)))
+    tiny_llama_config("qwen2"), tiny_llama_config("llama")))
+WIDE_DEPTH = _depth(tiny_llama_config("llama", hidden_size=256, intermediate_size=1024,
+                                      num_hidden_layers=4), 64)
 
 
-def _tolerance(ref: np.ndarray) -> float:
+def _tolerance(ref: np.ndarray, depth: int = DEPTH) -> float:
     """the suite's float32 tolerance (tests/float32_tolerance.py) at DEPTH"""
-    return tolerance(ref, DEPTH)
+    return tolerance(ref, depth)
 
 
 def _ranks(tmp_path, n: int, scenario: str) -> dict:
@@ -249,4 +250,4 @@ def test_a_rank_reading_its_shard_never_holds_the_whole_model(tmp_path):
         assert peak <= shard + largest, (peak, shard)
         assert peak < 0.8 * full_peak, (peak, full_peak)
     np.testing.assert_allclose(got["logits"], ref["logits"], rtol=0,
-                               atol=_tolerance(ref["logits"]))
+                               atol=_tolerance(ref["logits"], WIDE_DEPTH))
