@@ -25,10 +25,21 @@ def column(values: list, dtype=mx.float32) -> mx.array:
 class GraphShape:
     """What decides the sampling graph's structure (its Python branches): with the input
     shapes, what a compiled trace is kept for."""
-    width: int          # top-k's candidates: the largest k of a top-k row, 0 with none
+    width: int          # top-k's candidates: the largest k, to a power of two (candidates)
     by_mass: bool       # some row's top-p runs over the whole vocabulary (no top-k)
     filters: bool       # some row has top-k, top-p or min-p
     greedy_rows: bool   # some rows are greedy (their argmax beside the draw)
+
+
+def candidates(top_k: int, num_vocab: int) -> int:
+    """The top-k candidates a graph takes for a batch whose largest k is top_k: the next
+    power of two (at most the vocabulary), 0 without top-k. Each row still keeps its own
+    k (sampling_keep._top_k_keep masks rank >= k), so a wider graph keeps the same ids;
+    what it saves is a graph a k value: each is traced apart, and on a GPU its fused
+    kernels compile there (an API client's top_k=40 and another's 50 are one graph)."""
+    if top_k <= 0:
+        return 0
+    return min(1 << (top_k - 1).bit_length(), num_vocab)
 
 
 @dataclass(frozen=True)
@@ -43,7 +54,8 @@ class RowSettings:
         top_k = [p.top_k if 0 < p.top_k < num_vocab else 0 for p in params]
         by_rank = [k > 0 for k in top_k]                # top-k (and its top-p) by candidates
         by_mass = [k == 0 and p.top_p < 1.0 for k, p in zip(top_k, params)]  # by bisection
-        shape = GraphShape(width=max(top_k, default=0), by_mass=any(by_mass),
+        shape = GraphShape(width=candidates(max(top_k, default=0), num_vocab),
+                           by_mass=any(by_mass),
                        filters=any(p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0.0
                                    for p in params),
                        greedy_rows=any(p.greedy for p in params))

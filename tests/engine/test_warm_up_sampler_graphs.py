@@ -63,3 +63,14 @@ def test_the_warm_up_meets_every_sampling_graph_of_streams_and_a_greedy_request(
     assert graphs and warm
     assert graphs <= warm, graphs - warm
     assert any(shape.greedy_rows for shape, _ in graphs)   # the case this guards was met
+
+
+def test_top_k_values_share_a_graph_up_to_a_power_of_two():
+    """Each top_k an API client sends was a sampling graph of its own (traced apart, and
+    compiled apart on a GPU); now k in 1..64 makes seven, each with room for its k."""
+    from engine.core.sampling_rows import RowSettings
+    shapes = {k: RowSettings.of([SamplingParams(temperature=1.0, top_k=k)], VOCAB).shape
+              for k in range(1, 65)}
+    assert len(set(shapes.values())) == 7
+    assert all(k <= s.width < 2 * k for k, s in shapes.items())
+    assert RowSettings.of([SamplingParams(temperature=1.0, top_k=300)], VOCAB).shape.width == VOCAB
