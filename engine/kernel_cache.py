@@ -55,3 +55,15 @@ def worker_kernel_cache(worker: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     os.environ[ENV_VAR] = str(folder)
     return folder
+
+
+def compiled_modules(folder: Path | None = None) -> set[str]:
+    """The kernels MLX has compiled into a kernel cache folder (default: the one this
+    process uses, MLX_PTX_CACHE_DIR), by name: a benchmark's before/after says what
+    compiled in between. Empty where no folder is set or it does not exist."""
+    if folder is None:
+        env = os.environ.get(ENV_VAR)
+        if not env:
+            return set()
+        folder = Path(env)
+    return {p.stem for p in folder.rglob("*.ptx")} if folder.exists() else set()

@@ -16,21 +16,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
-from engine import Engine, EngineConfig, SamplingParams, kernel_cache
+from engine import Engine, EngineConfig, SamplingParams
 from engine.bench.engine_start import open_engine
 from engine.bench.runs import add_moe_max_pairs_arg, apply_moe_max_pairs, mixed_forward_arg
 from engine.core.chunk_pieces import pieces_of
 from engine.core.compiled_forward import runs_mixed_forwards
 from engine.core.step_loop import pipelines_steps
 from engine.events import StepEvent, TokenEvent
+from engine.kernel_cache import compiled_modules
 
 STREAM_PROMPTS = (40, 120, 300)     # the streams' own prompt lengths (cycled)
 CALM_TOKENS = 12                    # tokens every stream gets before the new prompt
@@ -136,11 +135,13 @@ def measure_round(engine: Engine, vocab: int, n_streams: int, length: int, seed:
     t_calm = time.perf_counter()
     while min(len(s.gaps_ms(t_calm, time.perf_counter())) for s in streams) < 6:
         time.sleep(0.02)
-    compiled = _compiled_modules()
+    # A kernel MLX compiles into its cache while the prompt is read is a compile at
+    # first use: seconds of the engine thread's time (empty off CUDA).
+    compiled = compiled_modules()
     t_submit = time.perf_counter()
     loaded = _ttft(engine, _prompt(length, vocab, seed + 5000), loaded_seen)
     t_first = t_submit + loaded
-    compiled = sorted(_compiled_modules() - compiled)
+    compiled = sorted(compiled_modules() - compiled)
     time.sleep(0.2)                 # a token after t_first, for the gap that spans it
     for s in streams:
         s.stop.set()
@@ -155,8 +156,8 @@ def measure_round(engine: Engine, vocab: int, n_streams: int, length: int, seed:
     admission = [e for e in seen if e.t_end < t_submit]
     mixed = [e for e in steps if e.kind == "mixed"]
     return {"alone_s": alone, "loaded_s": loaded, "alone_seen": alone_seen,
-            "compiled": compiled,
-            "loaded_seen": loaded_seen, "before": before, "during": during,
+            "loaded_seen": loaded_seen, "compiled": compiled,
+            "before": before, "during": during,
             "chunks": [e.prefill_tokens for e in mixed],
             # decode-only steps while the prompt waited: the budget banking (prefill_budget)
             "banked": sum(e.kind == "decode" and t_submit <= e.t_start < t_first for e in steps),
@@ -205,14 +206,6 @@ def _summary(length: int, rounds: list[dict], floor_ms: float, pieces: int = 1) 
             + (f" | NOT A FULL READ: {odd}" if odd else "")
             + "".join(f" | round {i + 1} compiled at first use: {', '.join(r['compiled'])}"
                       for i, r in enumerate(rounds) if r.get("compiled")))
-
-
-def _compiled_modules() -> set[str]:
-    """The kernels MLX has compiled into its CUDA kernel cache so far (MLX_PTX_CACHE_DIR,
-    engine/kernel_cache.py): a new one while the prompt is read is a compile at first
-    use, seconds of the engine thread's time. Empty off CUDA."""
-    folder = os.environ.get(kernel_cache.ENV_VAR)
-    return {p.stem for p in Path(folder).rglob("*.ptx")} if folder else set()
 
 
 def _odd_reads(rounds: list[dict]) -> str:

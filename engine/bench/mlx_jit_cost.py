@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from engine.kernel_cache import compiled_modules
+
 # (dtype, bits, group size, K, N) of the quantized matmuls in the two shapes we ship:
 # SmolLM2 (4-bit, group 32, hidden 576) and Qwen3.5-35B-A3B (4-bit experts, 8-bit gates).
 _QMM = {"q4g32": ("bfloat16", 4, 32, 576, 1536), "q4g64": ("bfloat16", 4, 64, 2048, 512),
@@ -75,20 +77,16 @@ def triggers() -> dict:
     return out
 
 
-def _modules(cache: Path) -> set[str]:
-    return {p.stem for p in cache.rglob("*.ptx")} if cache.exists() else set()
-
-
 def run_serial(cache: Path, names: list[str]) -> None:
     import mlx.core as mx
     table = triggers()
     mx.eval(mx.zeros(1) + 1)                     # the device's start is not a module's cost
     for name in names:
-        before = _modules(cache)
+        before = compiled_modules(cache)
         t0 = time.perf_counter()
         mx.eval(table[name]())
         dt = time.perf_counter() - t0
-        new = sorted(_modules(cache) - before)
+        new = sorted(compiled_modules(cache) - before)
         print(f"{name:24s} {dt:8.2f} s  {', '.join(new) or '(nothing compiled)'}", flush=True)
 
 
@@ -105,7 +103,7 @@ def run_parallel(cache: Path, names: list[str], workers: int) -> None:
         running = [p for p in running if p.poll() is None]
         time.sleep(0.05)
     print(f"# {len(names)} triggers in {workers} processes: {time.perf_counter() - t0:.1f} s "
-          f"wall, {len(_modules(cache))} modules in {cache}", flush=True)
+          f"wall, {len(compiled_modules(cache))} modules in {cache}", flush=True)
 
 
 def main(argv=None) -> None:
