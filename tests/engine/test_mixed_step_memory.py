@@ -95,13 +95,16 @@ STEPS = {"mixed": lambda r, streams, chunks: r.mixed(streams, chunks),
 @pytest.mark.parametrize("kind", list(STEPS))
 def test_a_steps_extra_memory_does_not_grow_with_the_pool(model, kind):
     kept = {SMALL_POOL: [], LARGE_POOL: []}
-    small, _ = _extra_peak(model, SMALL_POOL, STEPS[kind], kept[SMALL_POOL])
+    small, small_pool = _extra_peak(model, SMALL_POOL, STEPS[kind], kept[SMALL_POOL])
     large, layer_pool = _extra_peak(model, LARGE_POOL, STEPS[kind], kept[LARGE_POOL])
-    # The same tokens, a 16x larger pool: the step's extra bytes are its activations,
-    # the same up to the allocator's rounding (a pool copy would add >= layer_pool).
-    # (Sessions 48-49's H100 failed this by 0.2-0.4 MB, in both models and both
-    # directions between pool sizes: the completion-handler frees above.)
-    assert large <= small + (1 << 16), (small, large, kept)
+    # The same tokens, a 16x larger pool: the step's extra bytes are its activations.
+    # A pool copy adds at least one layer's pool, so with the larger pool it would grow
+    # by at least the pools' difference (31 MB here); the bound is 1/16 of that (~2 MB).
+    # Not a byte-exact bound: on CUDA the extra peak moves by up to ~0.6 MB from run to
+    # run with no trend in the pool, even with the waits in _extra_peak (sessions 48-50's
+    # H100s: the MoE prefill at 896 KB with the small pool, 1,047 KB with the large one;
+    # on the CPU the two differ by at most 5 KB).
+    assert large <= small + (layer_pool - small_pool) / 16, (small, large, kept)
     assert large < layer_pool / 8, (large, layer_pool)
 
 
