@@ -16,6 +16,7 @@ from engine.bench.synthetic import SYNTHETIC_PREFIX, synthetic_in_memory
 from engine.config import EngineConfig
 from engine.core.engine import Engine
 from engine.events import LoadProgress
+from engine.kernel_cache import compiled_modules
 from kernels.kernel_seeding import SEEDER
 
 
@@ -23,9 +24,11 @@ def open_engine(model: str | None, config: EngineConfig, quiet: bool = False) ->
     t0 = time.perf_counter()
     compiling: list[float] = []         # when each load-time warm-up step began
     steps: list[tuple[float, str]] = []  # every progress message, timed
+    cached: list[set[str]] = []          # MLX's compiled kernels at each message (CUDA)
 
     def progress(p: LoadProgress) -> None:
         steps.append((time.perf_counter(), p.message))
+        cached.append(compiled_modules())
         if p.message.startswith("Compiling kernels"):
             compiling.append(time.perf_counter())
 
@@ -37,6 +40,7 @@ def open_engine(model: str | None, config: EngineConfig, quiet: bool = False) ->
         t_built = t0
         engine = Engine.load(model, config, on_progress=progress)
     t_ready = time.perf_counter()
+    cached.append(compiled_modules())
     engine.wait_for_warm_up()
     t_warm = time.perf_counter()
     SEEDER.wait_idle()
@@ -49,6 +53,9 @@ def open_engine(model: str | None, config: EngineConfig, quiet: bool = False) ->
               flush=True)
         if compiling:
             print(f"# load-time warm-up steps: {warm_up_steps(steps, t_ready)}", flush=True)
+            line = warm_up_compiles(steps, cached)
+            if line:
+                print(f"# compiled by MLX during the warm-up steps: {line}", flush=True)
         line = kernels_off_line(engine.kernel_status)
         if line:
             print(f"# {line}", flush=True)
@@ -88,3 +95,23 @@ def warm_up_steps(steps: list[tuple[float, str]], t_ready: float) -> str:
     return ", ".join(f"{message.removeprefix('Compiling kernels: ')} {times[i + 1] - t:.1f} s"
                      for i, (t, message) in enumerate(steps)
                      if message.startswith("Compiling kernels"))
+
+
+def warm_up_compiles(steps: list[tuple[float, str]], cached: list[set[str]],
+                     most: int = 6) -> str:
+    """The kernels MLX compiled into its cache during each load-time warm-up step, by name
+    (at most `most` a step, then how many more): `cached[i]` is the cache at message i and
+    the last entry at Ready. Which modules a cold start's slow steps compile (issue 23,
+    item 5; session 50's 16-token chunk took 10.9 s), where the load's earlier work (the
+    self-test, MLX's ops compiled ahead, the kernels' seeding) has finished. '' where
+    nothing was compiled (a warm cache, the CPU)."""
+    parts = []
+    for i, (_, message) in enumerate(steps):
+        if not message.startswith("Compiling kernels") or i + 1 >= len(cached):
+            continue
+        new = sorted(cached[i + 1] - cached[i])
+        if new:
+            more = f" and {len(new) - most} more" if len(new) > most else ""
+            parts.append(f"{message.removeprefix('Compiling kernels: ')}: {len(new)} "
+                         f"({', '.join(new[:most])}{more})")
+    return "; ".join(parts)

@@ -1,6 +1,6 @@
 """The benches' start line: the kernels' self-test timed apart (it compiled for ~62 s of
 every H200 start until its verdict was kept: kernels/selftest_verdict.py)."""
-from engine.bench.engine_start import self_test_s, warm_up_steps
+from engine.bench.engine_start import self_test_s, warm_up_compiles, warm_up_steps
 
 
 def test_the_self_test_is_timed_from_its_message_to_the_next():
@@ -20,6 +20,19 @@ def test_each_load_time_warm_up_step_is_named_with_its_seconds():
              (41.0, "Compiling kernels: the sampler")]
     assert warm_up_steps(steps, 43.0) == ("decode 1 (1/3) 30.5 s, prefill 16 (2/3) 0.5 s, "
                                           "the sampler 2.0 s")
+
+
+def test_each_warm_up_step_names_the_kernels_mlx_compiled_during_it():
+    steps = [(0.0, "Checking kernels"), (10.0, "Compiling kernels: decode 1 (1/3)"),
+             (40.5, "Compiling kernels: prefill 16 (2/3)"),
+             (41.0, "Compiling kernels: the sampler")]
+    cached = [set(), {"a"}, {"a", "qmm_16", "fused_1"}, {"a", "qmm_16", "fused_1"},
+              {"a", "qmm_16", "fused_1", "sort_1"}]          # the last one: at Ready
+    assert warm_up_compiles(steps, cached) == ("decode 1 (1/3): 2 (fused_1, qmm_16); "
+                                               "the sampler: 1 (sort_1)")
+    assert warm_up_compiles(steps, cached, most=1).startswith(
+        "decode 1 (1/3): 2 (fused_1 and 1 more)")
+    assert warm_up_compiles(steps, [set()] * 5) == ""                  # a warm cache
 
 
 def test_the_start_names_the_kernels_that_do_not_launch():
