@@ -102,6 +102,8 @@ def main(argv=None) -> int:
     p.add_argument("--sampling", choices=("greedy", "app"), default="greedy")
     p.add_argument("--peer", action="store_true")
     p.add_argument("--build-only", action="store_true")
+    p.add_argument("--top", type=int, default=20,
+                   help="kernels listed a table, by time (every kind of a B=1 step: ~60)")
     add_moe_max_pairs_arg(p)    # the kernels' tuning switches: each variant's GPU time
     args = p.parse_args(argv)
     apply_moe_max_pairs(args)
@@ -137,7 +139,7 @@ def main(argv=None) -> int:
                   flush=True)
         for compiled in (False, True):
             kernel_table(_step(runners[compiled], B, compiled, sampling=sampling), args.steps,
-                         f"B={B} {'compiled' if compiled else 'plain'}")
+                         f"B={B} {'compiled' if compiled else 'plain'}", top=args.top)
     if peer is not None and not args.build_only:
         from mlx_lm.models.cache import make_prompt_cache
         cache = make_prompt_cache(peer)
