@@ -45,6 +45,10 @@ def peer_model(ours: nn.Module, config: dict) -> nn.Module:
     nn.quantize(peer, class_predicate=lambda p, m: quantized.get(p, False))
     peer.load_weights([(k, mx.contiguous(v)) for k, v in unfused_parameters(ours)],
                       strict=True)
+    # On CUDA, a tiny model's layers MLX's quantized matmuls get wrong or read past go
+    # around them, as ours do at load (engine/loading/cuda_qmm_guard.py); none at full size.
+    from engine.loading import cuda_qmm_guard
+    cuda_qmm_guard.apply(peer)
     mx.eval(peer.parameters())
     return peer
 

@@ -32,6 +32,44 @@ _GATHER_MM_SORT_BROKEN = bool(getattr(mx, "cuda", None) and mx.cuda.is_available
 # Sorting costs two argsorts and a gather; it pays once the pairs outnumber this.
 SORT_MIN_PAIRS = 64
 
+# MLX's CUDA qmm_sm80 (gather_qmm's kernel for bf16/f16 inputs, N % 128 == 0) fills a
+# 3-stage pipeline by loading 2 K tiles of max(64, group) before its loop, whatever K is
+# (mlx/backend/cuda/device/qmm_sm80.cuh, "Prefetch beginning tiles", MLX 0.32.1 to
+# 0.32.4 and main): where K fits in one tile it reads a tile past the end of x and of
+# the last expert's weights. Those bytes are never used, so the result is right, but
+# where the memory after the array is not mapped the read is an illegal access that
+# kills the process's CUDA context (session 50's GPU suite: the MoE tune at load of a
+# toy model, K = 64 = its group, and every later test of that worker). Only tiny models
+# have such K (the real ones: 512..2048); on CUDA their experts go through dequantize
+# and gather_mm instead (float32: the numbers gather_qmm gives, to rounding).
+_QMM_READS_PAST_ONE_K_TILE = bool(getattr(mx, "cuda", None) and mx.cuda.is_available())
+
+
+def reads_past_k(dims_in: int, dims_out: int, group_size: int, dtype: mx.Dtype) -> bool:
+    """Whether MLX's CUDA qmm_sm80 takes this product and reads past K: bf16/f16 inputs,
+    N % 128 == 0 (its conditions) and K in one of its K tiles (max(64, group size))."""
+    return (dtype in (mx.bfloat16, mx.float16) and dims_out % 128 == 0
+            and dims_in <= max(64, group_size))
+
+
+def gathered_qmm(x: mx.array, weight: mx.array, scales: mx.array, biases: mx.array | None,
+                 lhs: mx.array | None, idx: mx.array, group_size: int, bits: int,
+                 mode: str, sorted_indices: bool) -> mx.array:
+    """mx.gather_qmm with transposed weights, except on CUDA where qmm_sm80 would read
+    past K (_QMM_READS_PAST_ONE_K_TILE): there the experts are dequantized to float32 and
+    multiplied by gather_mm's unsorted kernel (_GATHER_MM_SORT_BROKEN)."""
+    dims_in = weight.shape[-1] * 32 // bits
+    if not (_QMM_READS_PAST_ONE_K_TILE
+            and reads_past_k(dims_in, weight.shape[-2], group_size, x.dtype)):
+        return mx.gather_qmm(x, weight, scales, biases, lhs_indices=lhs, rhs_indices=idx,
+                             transpose=True, group_size=group_size, bits=bits, mode=mode,
+                             sorted_indices=sorted_indices)
+    f32 = None if biases is None else biases.astype(mx.float32)
+    w = mx.dequantize(weight, scales.astype(mx.float32), f32, group_size, bits, mode=mode)
+    out = mx.gather_mm(x.astype(mx.float32), w.swapaxes(-1, -2), lhs_indices=lhs,
+                       rhs_indices=idx)
+    return out.astype(x.dtype)
+
 
 class SwitchLinear(nn.Module):
     """E stacked linear maps without bias; weight [E, out, in]."""
@@ -79,11 +117,9 @@ class QuantizedSwitchLinear(nn.Module):
         return layer
 
     def __call__(self, x: mx.array, idx: mx.array, sorted_indices: bool) -> mx.array:
-        lhs = batch_rows(x.shape[:-2])
-        return mx.gather_qmm(x, self["weight"], self["scales"], self.get("biases"),
-                             lhs_indices=lhs, rhs_indices=idx, transpose=True,
-                             group_size=self.group_size,
-                             bits=self.bits, mode=self.mode, sorted_indices=sorted_indices)
+        return gathered_qmm(x, self["weight"], self["scales"], self.get("biases"),
+                            batch_rows(x.shape[:-2]), idx, self.group_size, self.bits,
+                            self.mode, sorted_indices)
 
 
 class SwitchGLU(nn.Module):

@@ -81,3 +81,83 @@ def test_mlx_cuda_quantized_matmul_with_one_group_along_k(rows, k):
     on_gpu = mx.quantized_matmul(x, *q, transpose=True, group_size=k, bits=4)
     on_cpu = mx.quantized_matmul(x, *q, transpose=True, group_size=k, bits=4, stream=mx.cpu)
     assert_close(on_gpu, on_cpu, k, "GPU against CPU")
+
+
+# Bug 2: MLX's CUDA qmm_sm80 (bf16/f16, N % 128 == 0) reads a K tile past x and w where K
+# fits in one tile of max(64, group). The guard's and the experts' predicate:
+def test_qmm_sm80_reads_past_k_only_with_k_in_one_tile_and_its_conditions():
+    from engine.models.moe import reads_past_k
+    bf16, f16, f32 = mx.bfloat16, mx.float16, mx.float32
+    assert reads_past_k(64, 128, 64, bf16) and reads_past_k(64, 256, 32, f16)
+    assert reads_past_k(128, 128, 128, bf16)               # one tile of 128
+    assert not reads_past_k(128, 128, 64, bf16)            # two tiles of 64
+    assert not reads_past_k(2048, 512, 64, bf16)           # the real model's shapes
+    assert not reads_past_k(512, 2048, 64, bf16)
+    assert not reads_past_k(64, 96, 64, bf16)              # N % 128: not qmm_sm80's
+    assert not reads_past_k(64, 128, 64, f32)              # float32: qmm_naive's
+
+
+def _experts(k=64, n=128, e=4, seed=0):
+    kw, kx = mx.random.split(mx.random.key(seed))
+    w = (mx.random.normal((e, n, k), key=kw) / k ** 0.5).astype(mx.bfloat16)
+    x = mx.random.normal((12, 1, k), key=kx).astype(mx.bfloat16)
+    idx = mx.array([3, 0, 1, 3, 2, 2, 0, 1, 3, 3, 0, 2], dtype=mx.uint32)
+    return x, mx.quantize(w, group_size=64, bits=4), idx
+
+
+def _plain(x, q, idx, sorted_indices=False):
+    return mx.gather_qmm(x, *q, rhs_indices=idx, transpose=True, group_size=64, bits=4,
+                         sorted_indices=sorted_indices)
+
+
+@pytest.mark.parametrize("sorted_indices", [False, True])
+def test_gathered_qmm_around_qmm_sm80_gives_the_quantized_products(monkeypatch,
+                                                                   sorted_indices):
+    """The route (dequantize in float32, gather_mm unsorted) against gather_qmm on the same
+    bf16 inputs widened to float32: one float32 reduction over K, then one bf16 rounding."""
+    import engine.models.moe as moe
+    from float32_tolerance import tolerance
+    x, q, idx = _experts()
+    if sorted_indices:
+        idx = mx.sort(idx)
+    monkeypatch.setattr(moe, "_QMM_READS_PAST_ONE_K_TILE", True)
+    got = moe.gathered_qmm(x, *q, None, idx, 64, 4, "affine", sorted_indices)
+    assert got.dtype == mx.bfloat16
+    want = np.array(_plain(x.astype(mx.float32), (q[0], q[1].astype(mx.float32),
+                                                   q[2].astype(mx.float32)), idx))
+    err = np.abs(np.array(got.astype(mx.float32)) - want)
+    assert (err <= 2.0 ** -8 * np.abs(want) + tolerance(want, 64)).all(), err.max()
+    monkeypatch.setattr(moe, "_QMM_READS_PAST_ONE_K_TILE", False)       # off CUDA
+    np.testing.assert_array_equal(
+        np.array(moe.gathered_qmm(x, *q, None, idx, 64, 4, "affine", sorted_indices)
+                 .astype(mx.float32)),
+        np.array(_plain(x, q, idx, sorted_indices).astype(mx.float32)))
+
+
+def test_mlx_lms_expert_layers_that_qmm_sm80_reads_past_go_around_it(monkeypatch):
+    """The guard swaps mlx-lm's quantized expert layers of such K (a reference model, the
+    bench's peer) for GuardedSwitchLinear: the same call and the same arrays. Wider ones,
+    and ours (which route themselves), stay."""
+    switch_layers = pytest.importorskip("mlx_lm.models.switch_layers")
+    from engine.models.moe import QuantizedSwitchLinear as Ours
+
+    class Experts(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.narrow = switch_layers.QuantizedSwitchLinear(64, 128, 4, bias=True)
+            self.wide = switch_layers.QuantizedSwitchLinear(128, 128, 4, bias=False)
+            self.ours = Ours(64, 128, 4)
+
+    model = Experts()
+    model.narrow.bias = mx.random.normal((4, 128), key=mx.random.key(7))
+    model.set_dtype(mx.bfloat16)
+    x, _, idx = _experts()
+    before = model.narrow(x, idx)
+    assert cuda_qmm_guard.apply(model, force=True) == 1
+    assert isinstance(model.narrow, cuda_qmm_guard.GuardedSwitchLinear)
+    assert isinstance(model.wide, switch_layers.QuantizedSwitchLinear)
+    assert isinstance(model.ours, Ours)
+    import engine.models.moe as moe
+    monkeypatch.setattr(moe, "_QMM_READS_PAST_ONE_K_TILE", False)      # gather_qmm itself
+    np.testing.assert_array_equal(np.array(model.narrow(x, idx).astype(mx.float32)),
+                                  np.array(before.astype(mx.float32)))
