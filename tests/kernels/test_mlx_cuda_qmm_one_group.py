@@ -115,8 +115,9 @@ def test_gathered_qmm_around_qmm_sm80_gives_the_quantized_products(monkeypatch,
                                                                    sorted_indices):
     """The route (dequantize in float32, gather_mm unsorted) against gather_qmm on the same
     bf16 inputs widened to float32: one float32 reduction over K, then one bf16 rounding."""
-    import engine.models.moe as moe
     from float32_tolerance import tolerance
+
+    import engine.models.moe as moe
     x, q, idx = _experts()
     if sorted_indices:
         idx = mx.sort(idx)
