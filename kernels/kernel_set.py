@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+import kernels.add_norm_qmv as anq
 import kernels.add_rms_norm as arn
 import kernels.attention_prep as ap
 import kernels.cdf_draw as cd
@@ -290,6 +291,18 @@ class KernelSet:
             return None
         return qn.kernel(x, norm_weight, eps, w, scales, biases, group_size, bits,
                          backend=backend)
+
+    def add_norm_qmv(self, x, r, norm_weight, eps: float, w, scales, biases,
+                     group_size: int, bits: int):
+        """(h, hn, y) of kernels.add_norm_qmv: one row's h = x + r, hn = rms_norm(h) *
+        norm_weight and hn times a 4- or 8-bit affine quantized weight (transposed), in
+        one launch; None where it does not launch."""
+        backend = self.launches(anq.NAME)
+        if backend is None or not anq.applies(x, r, norm_weight, w, scales, biases,
+                                              group_size, bits):
+            return None
+        return anq.kernel(x, r, norm_weight, eps, w, scales, biases, group_size, bits,
+                          backend=backend)
 
     def qmm_rows(self, x, w, scales, biases, group_size: int, bits: int):
         """x [..., K] times a 4- or 8-bit affine quantized weight [N, K * bits / 32]

@@ -40,7 +40,10 @@ MAX_K = 4096              # xn in registers: K / 32 floats a lane
 PAD = 4                   # floats of shared memory after every 32 (conflict-free reads)
 DTYPES = (mx.bfloat16, mx.float16, mx.float32)
 
-_CUDA_SOURCE = """
+# The body in parts: the weights' first rows loaded (HOIST), the norm into shared memory
+# (its sum of squares, BLOCK_INV: the block's reduction of it, its rounding), the product
+# (PRODUCT). kernels/add_norm_qmv.py puts its own norm between the same parts.
+HOIST = """
   constexpr int WPL = 128 / BITS;               // weights a lane reads a turn (16 bytes)
   constexpr int TURN = 32 * WPL;                // columns a warp covers a turn
   constexpr int TURNS = K / TURN;
@@ -76,12 +79,18 @@ _CUDA_SOURCE = """
       }
     }
   }
+"""
+
+_NORM = """
   // 1. rms_norm(x) * weight into shared memory, rounded as mx.fast.rms_norm rounds it
   float ss = 0.f;
   for (int k = tid; k < K; k += blockDim.x) {
     const float f = static_cast<float>(x[k]);
     ss += f * f;
   }
+"""
+
+BLOCK_INV = """
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
   if (lane == 0) part[warp] = ss;
@@ -94,12 +103,18 @@ _CUDA_SOURCE = """
   }
   __syncthreads();
   const float inv = rsqrtf(part[0] / K + eps[0]);
+"""
+
+_NORM_WRITE = """
   for (int k = tid; k < K; k += blockDim.x) {
     const OT t = static_cast<OT>(static_cast<float>(x[k]) * inv);
     xs[k + k / 32 * PAD] = static_cast<float>(
         static_cast<OT>(static_cast<float>(norm_weight[k]) * static_cast<float>(t)));
   }
   __syncthreads();
+"""
+
+PRODUCT = """
   // 2. this lane's xn values (its WPL columns of every turn) and their sums
   float xr[TURNS][WPL];
   float xsum[TURNS];
@@ -147,6 +162,8 @@ _CUDA_SOURCE = """
     if (lane == 0) y[n] = static_cast<OT>(acc);
   }
 """
+
+_CUDA_SOURCE = HOIST + _NORM + BLOCK_INV + _NORM_WRITE + PRODUCT
 
 _KERNEL = KernelBuild(NAME, "tandem_qmv_normed",
                       ["x", "norm_weight", "eps", "w", "scales", "biases"], ["y"],

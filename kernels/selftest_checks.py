@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+import kernels.add_norm_qmv as anq
 import kernels.add_rms_norm as arn
 import kernels.attention_prep as ap
 import kernels.gated_delta_chunk as gdc
@@ -310,6 +311,33 @@ def check_qmv_normed(backend: str) -> float:
     return max(0.0, worst)
 
 
+def check_add_norm_qmv(backend: str) -> float:
+    """One row's add and norm and an 8-bit router-shaped layer of 257 rows (8 full blocks
+    of 32 and one row more), K = 2,048, and a 4-bit one of 72; as check_qmv_normed: y's
+    error past bf16's rounding (2**-8) and the norm's one ulp (2**-7), as a share of the
+    sum of |terms|. h must be the reference's bit for bit (the same add, the same
+    rounding), and hn within one bf16 ulp of it (2**-7 of |hn|: the sum of squares'
+    order)."""
+    ks = mx.random.split(mx.random.key(16), 4)
+    x = (mx.random.normal((1, 2048), key=ks[1]) * 3).astype(mx.bfloat16)
+    r = (mx.random.normal((1, 2048), key=ks[2]) * 2).astype(mx.bfloat16)
+    nw = (1.0 + 0.2 * mx.random.normal((2048,), key=ks[3])).astype(mx.bfloat16)
+    worst = 0.0
+    for rows, bits in ((257, 8), (72, 4)):
+        w32 = (mx.random.normal((rows, 2048), key=ks[0]) * 2048 ** -0.5).astype(mx.bfloat16)
+        w, scales, biases = mx.quantize(w32, group_size=64, bits=bits)
+        args = (x, r, nw, 1e-6, w, scales, biases, 64, bits)
+        h_want, hn_want, want = anq.reference(*args)
+        h, hn, got = anq.kernel(*args, backend=backend)
+        if not mx.array_equal(h, h_want).item():
+            return 1.0
+        hn_f, hn_w = hn.astype(mx.float32), hn_want.astype(mx.float32)
+        worst = max(worst, (mx.abs(hn_f - hn_w) / mx.abs(hn_w).max()).max().item() - 2.0 ** -7,
+                    (mx.abs(got.astype(mx.float32) - want)
+                     / anq.magnitude(*args)).max().item() - 2.0 ** -8 - 2.0 ** -7)
+    return max(0.0, worst)
+
+
 CHECKS = {"gated_delta_step": lambda b: max(check_step(b), check_step_raw_gates(b)),
           "gated_delta_chunk": check_chunk,
           "paged_attention": check_paged, "moe_route": check_route,
@@ -319,4 +347,4 @@ CHECKS = {"gated_delta_step": lambda b: max(check_step(b), check_step_raw_gates(
           "gated_delta_step_norm": check_step_norm, "qmm_rows": check_qmm_rows,
           "moe_grouped": check_grouped, "gdn_conv_chunk": check_conv_chunk,
           "swiglu_joined": check_swiglu_joined, "qmv_normed": check_qmv_normed,
-          "cdf_draw": check_cdf_draw}
+          "cdf_draw": check_cdf_draw, "add_norm_qmv": check_add_norm_qmv}

@@ -20,6 +20,7 @@ import mlx.nn as nn
 from engine.models.elementwise import moe_output, swiglu
 from engine.models.fused import fuse_linears
 from engine.models.mlp import MLP
+from engine.models.projection import project_added_normed
 from engine.models.shapes import reshaped
 from kernels.kernel_set import NO_KERNELS
 from kernels.moe_experts import QuantExperts
@@ -235,16 +236,28 @@ class SparseMoeBlock(nn.Module):
             scores = scores / scores.sum(axis=-1, keepdims=True)
         return idx, scores
 
+    def gates_after_norm(self, x: mx.array, r: mx.array, norm: nn.RMSNorm
+                         ) -> tuple[mx.array, mx.array, mx.array] | None:
+        """(h = x + r, norm(h), the router's joined output on it) in one launch at one
+        decode row (kernels/add_norm_qmv), for __call__'s `gates`; None: not here (the
+        caller adds and normalises, and __call__ runs the router)."""
+        if "gates" not in self:
+            return None
+        return project_added_normed(self.kernel_set, self.gates.joined, x, r, norm)
+
     def __call__(self, x: mx.array, residual: mx.array | None = None,
-                 route_rows: mx.array | None = None) -> mx.array:
+                 route_rows: mx.array | None = None, gates: mx.array | None = None) -> mx.array:
         """x [.., D] -> the block's output [.., D], plus residual when given (one op).
-        route_rows [N]: the row whose experts each row uses (padding rows: row 0's)."""
+        route_rows [N]: the row whose experts each row uses (padding rows: row 0's).
+        gates: the router's joined output on x, when gates_after_norm made it."""
         shape = x.shape
         x = reshaped(x, -1, shape[-1])                                       # [N, D]
         residual = None if residual is None else reshaped(residual, -1, shape[-1])
         experts = self._block_experts()
         if "gates" in self:      # the router's joined output: logits, then the shared gate
-            logits = shared_gate = self.gates.joined_output(x)               # [N, E + 1 (+ pad)]
+            if gates is None:
+                gates = self.gates.joined_output(x)                          # [N, E + 1 (+ pad)]
+            logits = shared_gate = gates
             gate_col = self.gates.parts.starts[1]
         else:
             logits, shared_gate, gate_col = self.gate(x), self.shared_expert_gate(x), 0

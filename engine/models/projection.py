@@ -7,7 +7,8 @@
 chunk past 32 rows, dense layers, a layer with a bias, the CPU) is ``layer(x)`` as
 before.
 ``project_normed`` is a layer's input norm and its projection: one launch at a single
-decode row (kernels/qmv_normed.py), else the norm and ``project``.
+decode row (kernels/qmv_normed.py), else the norm and ``project``. ``project_added_normed``
+adds a residual before the norm (kernels/add_norm_qmv.py: the MoE router's product).
 """
 from __future__ import annotations
 
@@ -43,3 +44,13 @@ def project_normed(kernels: KernelSet, layer: nn.Module, x: mx.array,
         if y is not None:
             return y
     return project(kernels, layer, norm(x))
+
+
+def project_added_normed(kernels: KernelSet, layer: nn.Module, x: mx.array, r: mx.array,
+                         norm: nn.RMSNorm) -> tuple[mx.array, mx.array, mx.array] | None:
+    """(h = x + r, norm(h), layer(norm(h))) in one launch at one row (kernels/add_norm_qmv),
+    or None: the caller adds, normalises and projects as before."""
+    if not _affine(layer):
+        return None
+    return kernels.add_norm_qmv(x, r, norm.weight, norm.eps, layer.weight, layer.scales,
+                                layer.get("biases"), layer.group_size, layer.bits)

@@ -226,10 +226,16 @@ def test_at_one_decode_row_each_layers_input_norm_is_inside_its_projection():
     RMSNorm is launched inside its joined input projection, one launch a layer fewer;
     from two rows the norm and the product are two launches again. A hidden size the
     kernel takes (K % 1,024 == 0): the real model's 2,048. The final norm goes into the
-    head's product the same way."""
+    head's product the same way. And kernels/add_norm_qmv: each MoE layer's residual add,
+    its norm and its router's product are one launch at B=1 (four launches a layer fewer
+    in all: 160 a step of the 40-layer model), two again from two rows. The count has
+    every kernel on, those kept off at load too (kernels/backend.OFF_AT_LOAD)."""
     config = profile_ops.qwen3_5_counted_layout(4)
     one, two = (profile_ops.ours(config, b, 32, "gpu") for b in (1, 2))
     assert one["[qmv_normed]"] == 4 + 1 and one["[rms_norm]"] == 0   # the head's too
     assert two["[qmv_normed]"] == 0 and two["[rms_norm]"] == 4 + 1
-    # MLX's products: 3 a layer (input, output, the MoE block's) less the 4 normed
-    assert one["QuantizedMatmul"] == 3 * 4 - 4
+    assert one["[add_norm_qmv]"] == 4 and one["[add_rms_norm]"] == 0
+    assert two["[add_norm_qmv]"] == 0 and two["[add_rms_norm]"] == 4
+    # MLX's products: 3 a layer (input, output, the MoE block's router) less the 4
+    # normed and, at one row, the 4 routers
+    assert one["QuantizedMatmul"] == 3 * 4 - 4 - 4
