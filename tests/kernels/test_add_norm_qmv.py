@@ -15,11 +15,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from kernel_numpy_ref import to_np
-from quantized_qwen import quantized_qwen
+from quantized_qwen import assert_one_row_kernel_is_rounding_only, contract_calls, quantized_qwen
 
 import kernels.add_norm_qmv as anq
 import kernels.add_rms_norm as arn
-from kernels.backend import NAMES, OFF_AT_LOAD
+from kernels.backend import OFF_AT_LOAD
 from kernels.kernel_set import NO_KERNELS, KernelSet
 from kernels.stand_in import COUNT, gpu_graph
 
@@ -152,30 +152,12 @@ class _AddNormAsMlx(KernelSet):
                                           group_size=group_size, bits=bits)
 
 
-def _one_row_logits(model, kernels: KernelSet) -> list[np.ndarray]:
-    from qwen_fixtures import Rows
-
-    from engine.models.base import use_kernels
-    use_kernels(model, kernels)
-    rows = Rows(model)
-    rows.start(0)
-    out = [rows.forward({0: [5, 6, 7, 8]})]
-    out += [rows.forward({0: [11 + step]}) for step in range(3)]
-    return [np.array(o.astype(mx.float32)) for o in out]
-
-
 def test_each_moe_layers_add_norm_and_router_are_one_launch_at_one_decode_row():
     """Wiring: a prompt and three decode steps of one row through the kernel's contract
     give the plain path's logits bit for bit, and in each decode step every MoE layer
     took its add, norm and router in the one call (the prompt's 4 tokens never did)."""
     model = quantized_qwen(1024)
-    others = tuple((n, "test") for n in NAMES if n != anq.NAME)
-    _AddNormAsMlx.calls = []
-    plain = _one_row_logits(model, NO_KERNELS)
-    got = _one_row_logits(model, _AddNormAsMlx("cuda", others))
-    for g, p in zip(got, plain):
-        assert (g == p).all()
-    calls = _AddNormAsMlx.calls
+    calls = contract_calls(model, _AddNormAsMlx, anq.NAME)
     router_rows = model.layers[0].mlp.gates.joined.weight.shape[0]
     assert calls == [(1, router_rows, model.layers[0].mlp.gates.joined.bits)] * (
         3 * model.args.num_hidden_layers)
@@ -185,11 +167,4 @@ def test_the_model_decodes_one_row_through_the_kernel_as_without_it(backend):
     """The real launches inside a float32 4-bit model, every other kernel on both times:
     the logits of a prompt and three decode steps differ by float32 reordering only
     (tests/float32_tolerance.py)."""
-    from float32_tolerance import assert_close, model_depth
-    model = quantized_qwen(1024, mx.float32)
-    on = KernelSet(backend)
-    off = KernelSet(backend, ((anq.NAME, "test"),))
-    plain, got = _one_row_logits(model, off), _one_row_logits(model, on)
-    depth = model_depth(model, 4 + 3)
-    for step, (g, p) in enumerate(zip(got, plain)):
-        assert_close(g, p, depth, f"forward {step}")
+    assert_one_row_kernel_is_rounding_only(backend, anq.NAME)

@@ -15,10 +15,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from kernel_numpy_ref import to_np
-from quantized_qwen import quantized_qwen
+from quantized_qwen import assert_one_row_kernel_is_rounding_only, contract_calls, quantized_qwen
 
 import kernels.qmv_normed as qn
-from kernels.backend import NAMES
 from kernels.kernel_set import NO_KERNELS, KernelSet
 from kernels.stand_in import COUNT, gpu_graph
 
@@ -149,18 +148,6 @@ class _NormedAsMlx(KernelSet):
                                    transpose=True, group_size=group_size, bits=bits)
 
 
-def _one_row_logits(model, kernels: KernelSet) -> list[np.ndarray]:
-    from qwen_fixtures import Rows
-
-    from engine.models.base import use_kernels
-    use_kernels(model, kernels)
-    rows = Rows(model)
-    rows.start(0)
-    out = [rows.forward({0: [5, 6, 7, 8]})]
-    out += [rows.forward({0: [11 + step]}) for step in range(3)]
-    return [np.array(o.astype(mx.float32)) for o in out]
-
-
 def test_each_layers_input_norm_goes_into_its_projection_at_one_decode_row():
     """Wiring: a prompt and three decode steps of one row through the kernel's contract
     give the plain path's logits bit for bit, and each decode step's layers (2 Gated
@@ -168,14 +155,8 @@ def test_each_layers_input_norm_goes_into_its_projection_at_one_decode_row():
     (the prompt's 4 tokens never did); the final norm went into the head wherever one
     row's logits were asked for (the prompt's last token and each step)."""
     model = quantized_qwen(1024)
-    others = tuple((n, "test") for n in NAMES if n != qn.NAME)
-    _NormedAsMlx.calls = []
-    plain = _one_row_logits(model, NO_KERNELS)
-    got = _one_row_logits(model, _NormedAsMlx("cuda", others))
-    for g, p in zip(got, plain):
-        assert (g == p).all()
+    calls = contract_calls(model, _NormedAsMlx, qn.NAME)
     layers, vocab = model.args.num_hidden_layers, model.args.vocab_size
-    calls = _NormedAsMlx.calls
     assert {m for m, _, _ in calls} == {1}
     assert len([c for c in calls if c[1] == vocab]) == 1 + 3            # the head
     assert len([c for c in calls if c[1] != vocab]) == 3 * layers
@@ -186,11 +167,4 @@ def test_the_model_decodes_one_row_through_the_kernel_as_without_it(backend):
     """The real launches inside a float32 4-bit model (float32 scales: MLX's own product
     sums in float32 too), every other kernel on both times: the logits of a prompt and
     three decode steps differ by float32 reordering only (tests/float32_tolerance.py)."""
-    from float32_tolerance import assert_close, model_depth
-    model = quantized_qwen(1024, mx.float32)
-    on = KernelSet(backend)
-    off = KernelSet(backend, ((qn.NAME, "test"),))
-    plain, got = _one_row_logits(model, off), _one_row_logits(model, on)
-    depth = model_depth(model, 4 + 3)
-    for step, (g, p) in enumerate(zip(got, plain)):
-        assert_close(g, p, depth, f"forward {step}")
+    assert_one_row_kernel_is_rounding_only(backend, qn.NAME)
