@@ -74,11 +74,13 @@ class ShardedMoeBlock(SparseMoeBlock):
         self.group = group
 
     def __call__(self, x: mx.array, residual: mx.array | None = None,
-                 route_rows: mx.array | None = None) -> mx.array:
+                 route_rows: mx.array | None = None, gates: mx.array | None = None) -> mx.array:
+        """As SparseMoeBlock's; gates: the router's joined output on x, when
+        gates_after_norm made it (kernels/add_norm_qmv at one decode row)."""
         shape = x.shape
         x = x.reshape(-1, shape[-1])                                         # [N, D]
-        if "gates" in self:
-            logits, shared_gate = self.gates(x)                              # [N, E], [N, 1]
+        if "gates" in self:                                                  # [N, E], [N, 1]
+            logits, shared_gate = self.gates(x) if gates is None else self.gates.split(gates)
         else:
             logits, shared_gate = self.gate(x), self.shared_expert_gate(x)
         idx, scores = self.route(logits)                                     # [N, k] each
