@@ -180,6 +180,7 @@ def ours_decode(engine: Engine, prompts: list[list[int]], steps: int,
     B rows (the one left out: it holds the prompts' reading on a GPU). sampling:
     SamplingParams fields (default: greedy)."""
     B = len(prompts)
+    state = process_state()
     with Steps(engine) as rec, GcPauses() as pauses:
         # Prompts are read while the first rows decode, at worst one 16-token chunk of
         # one 32-token prompt per step: the first must still run `steps` steady steps
@@ -200,10 +201,22 @@ def ours_decode(engine: Engine, prompts: list[list[int]], steps: int,
     return (statistics.median(times) if times else float("nan"),
             {"steps": len(times), "slowest_s": max(times, default=float("nan")),
              "first_full_s": round(first, 4), **host, **slowest_split(steady),
-             **pauses.summary(), "step_records": steady,
+             **pauses.summary(), **state, "step_records": steady,
              # The steps the rows joined in (the first steady step's span holds the last
              # one's read): the steps log keeps them beside the steady ones.
              "lead_in_records": rec.events[max(0, start - LEAD_IN):start]})
+
+
+def process_state() -> dict:
+    """What this process holds before a run, beside its host times: MLX's buffer cache
+    (GB), Python's tracked objects outside the frozen generation (the engine freezes what
+    its start made: engine/core/gc_freeze.py) and threads. Session 50's H100 showed the
+    B=1 step's queue CPU time growing run by run in one process (4.4 -> 5.6 -> 6.5 ms)
+    and not on the CPU backend: these say whether something grows with it."""
+    import gc
+    return {"mlx_cache_gb": round(mx.get_cache_memory() / 1e9, 2),
+            "py_objects": len(gc.get_objects()),
+            "threads": threading.active_count()}
 
 
 def slowest_split(steady: list[StepEvent]) -> dict:

@@ -72,6 +72,8 @@ def test_ours_decode_times_the_first_steps_steady_steps():
     median, extra = ours_decode(engine, [[1] * 32] * 8, steps=4)
     assert math.isclose(median, (0.019 + 0.02) / 2)
     gc_pauses = {k: extra.pop(k) for k in ("gc_full", "gc_max_ms")}   # whatever ran
+    state = {k: extra.pop(k) for k in ("mlx_cache_gb", "py_objects", "threads")}
+    assert state["py_objects"] > 0 and state["threads"] >= 1 and state["mlx_cache_gb"] >= 0
     assert [e.duration for e in extra.pop("step_records")] == calm    # for RunLog's steps log
     # ... and the steps the rows joined in (at most LEAD_IN), the prompts' and the first full
     assert [(e.kind, e.step) for e in extra.pop("lead_in_records")] == [("prefill", 0),
