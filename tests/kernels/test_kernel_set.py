@@ -80,5 +80,6 @@ def test_status_names_every_kernel():
                            "moe_grouped": f"reference ({CUDA_ONLY['moe_grouped']})",
                            "gdn_conv_chunk": "metal", "swiglu_joined": "metal",
                            "qmv_normed": f"reference ({CUDA_ONLY['qmv_normed']})",
-                           "cdf_draw": "metal"}
+                           "cdf_draw": "metal",
+                           "add_norm_qmv": f"reference ({CUDA_ONLY['add_norm_qmv']})"}
     assert set(KernelSet.plain("no GPU").status().values()) == {"reference (no GPU)"}
