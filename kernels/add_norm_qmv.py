@@ -80,12 +80,9 @@ def kernel(x, r, norm_weight, eps: float, w, scales, biases, group_size: int, bi
     """Launch on `backend` ('cuda', or the counting stand-in): (h [1, K], hn [1, K],
     y [1, N]), each in x's dtype."""
     K, N = x.shape[1], w.shape[0]
-    rows = qn.WARPS * qn.ROWS_PER_WARP
     y, h, hn = _KERNEL.get(backend)(
         inputs=[x, r, norm_weight, scalar(float(eps)), w, scales, biases],
-        template=[("K", K), ("BITS", bits), ("GS", group_size), ("WARPS", qn.WARPS),
-                  ("ROWS_PER_WARP", qn.ROWS_PER_WARP), ("PAD", qn.PAD), ("OT", x.dtype)],
-        grid=(-(-N // rows) * 32 * qn.WARPS, 1, 1), threadgroup=(32 * qn.WARPS, 1, 1),
+        **qn.launch(x, w, group_size, bits),
         output_shapes=[(1, N), (1, K), (1, K)], output_dtypes=[x.dtype] * 3)
     return h, hn, y
 
@@ -98,17 +95,12 @@ def added_normed(x, r, norm_weight, eps: float) -> tuple[mx.array, mx.array]:
     return h, (hf * inv * norm_weight.astype(mx.float32)).astype(x.dtype)
 
 
-def _dequantized(w, scales, biases, group_size: int, bits: int) -> mx.array:
-    return mx.dequantize(w, scales.astype(mx.float32), biases.astype(mx.float32),
-                         group_size=group_size, bits=bits)
-
-
 def reference(x, r, norm_weight, eps: float, w, scales, biases, group_size: int,
               bits: int) -> tuple[mx.array, mx.array, mx.array]:
     """Plain-mx float32: (h, hn) rounded as the kernel rounds them, and hn times the
     dequantized weight, y unrounded (the tests' and the self-test's yardstick)."""
     h, hn = added_normed(x, r, norm_weight, eps)
-    return h, hn, hn.astype(mx.float32) @ _dequantized(w, scales, biases, group_size, bits).T
+    return h, hn, hn.astype(mx.float32) @ qn.dequantized(w, scales, biases, group_size, bits).T
 
 
 def magnitude(x, r, norm_weight, eps: float, w, scales, biases, group_size: int,
@@ -116,4 +108,4 @@ def magnitude(x, r, norm_weight, eps: float, w, scales, biases, group_size: int,
     """sum_k |hn[k] w[n, k]| [1, N]: the scale a wrong row, column or group is off by."""
     _, hn = added_normed(x, r, norm_weight, eps)
     return (mx.abs(hn.astype(mx.float32))
-            @ mx.abs(_dequantized(w, scales, biases, group_size, bits)).T)
+            @ mx.abs(qn.dequantized(w, scales, biases, group_size, bits)).T)

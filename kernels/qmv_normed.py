@@ -184,17 +184,23 @@ def applies(x, norm_weight, w, scales, biases, group_size: int, bits: int) -> bo
             and biases.shape == scales.shape and scales.dtype == biases.dtype == x.dtype)
 
 
+def launch(x, w, group_size: int, bits: int) -> dict:
+    """The template and grid of this layout for one row x [1, K] and weight w [N, ...]:
+    a block of WARPS warps per WARPS * ROWS_PER_WARP rows (kernels/add_norm_qmv.py's too)."""
+    K, N = x.shape[1], w.shape[0]
+    rows = WARPS * ROWS_PER_WARP
+    return dict(template=[("K", K), ("BITS", bits), ("GS", group_size), ("WARPS", WARPS),
+                          ("ROWS_PER_WARP", ROWS_PER_WARP), ("PAD", PAD), ("OT", x.dtype)],
+                grid=(-(-N // rows) * 32 * WARPS, 1, 1), threadgroup=(32 * WARPS, 1, 1))
+
+
 def kernel(x, norm_weight, eps: float, w, scales, biases, group_size: int, bits: int, *,
            backend: str) -> mx.array:
     """Launch on `backend` ('cuda', or the counting stand-in): y [1, N] in x's dtype."""
-    K, N = x.shape[1], w.shape[0]
-    rows = WARPS * ROWS_PER_WARP
     return _KERNEL.get(backend)(
         inputs=[x, norm_weight, scalar(float(eps)), w, scales, biases],
-        template=[("K", K), ("BITS", bits), ("GS", group_size), ("WARPS", WARPS),
-                  ("ROWS_PER_WARP", ROWS_PER_WARP), ("PAD", PAD), ("OT", x.dtype)],
-        grid=(-(-N // rows) * 32 * WARPS, 1, 1), threadgroup=(32 * WARPS, 1, 1),
-        output_shapes=[(1, N)], output_dtypes=[x.dtype])[0]
+        **launch(x, w, group_size, bits),
+        output_shapes=[(1, w.shape[0])], output_dtypes=[x.dtype])[0]
 
 
 def normed(x, norm_weight, eps: float) -> mx.array:
@@ -205,18 +211,22 @@ def normed(x, norm_weight, eps: float) -> mx.array:
     return (norm_weight.astype(mx.float32) * t.astype(mx.float32)).astype(x.dtype)
 
 
+def dequantized(w, scales, biases, group_size: int, bits: int) -> mx.array:
+    """The weight [N, K] in float32 (the references' and magnitudes')."""
+    return mx.dequantize(w, scales.astype(mx.float32), biases.astype(mx.float32),
+                         group_size=group_size, bits=bits)
+
+
 def reference(x, norm_weight, eps: float, w, scales, biases, group_size: int,
               bits: int) -> mx.array:
     """Plain-mx float32: xn (rounded as the norm rounds it) times the dequantized weight,
     y unrounded (the tests' and the self-test's yardstick)."""
-    wf = mx.dequantize(w, scales.astype(mx.float32), biases.astype(mx.float32),
-                       group_size=group_size, bits=bits)
+    wf = dequantized(w, scales, biases, group_size, bits)
     return normed(x, norm_weight, eps).astype(mx.float32) @ wf.T
 
 
 def magnitude(x, norm_weight, eps: float, w, scales, biases, group_size: int,
               bits: int) -> mx.array:
     """sum_k |xn[k] w[n, k]| [1, N]: the scale a wrong row, column or group is off by."""
-    wf = mx.dequantize(w, scales.astype(mx.float32), biases.astype(mx.float32),
-                       group_size=group_size, bits=bits)
+    wf = dequantized(w, scales, biases, group_size, bits)
     return mx.abs(normed(x, norm_weight, eps).astype(mx.float32)) @ mx.abs(wf).T

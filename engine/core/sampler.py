@@ -162,10 +162,10 @@ def app_sampling_draws(logits: mx.array, kernels) -> mx.array:
     beside sampled ones is a graph of its own (GraphShape.greedy_rows: the argmax and the
     choice between the two), met as soon as a temperature-0 request (the API's, a
     benchmark's probe) joins the app's streams, and its fused kernels would compile inside
-    that step: the likely cause of the ~5 s stall, every stream with it, in the first
-    process of each of sessions 48-49's H100 leases (docs/PERFORMANCE.md; on the CPU the
-    step after such a prompt traces this graph, tests/engine/test_warm_up_sampler_graphs.py;
-    not yet confirmed on a GPU). Also what engine/loading/mlx_prewarm.py's sampler
+    that step: the ~5 s stall, every stream with it, in the first process of each of
+    sessions 48-49's H100 leases (docs/PERFORMANCE.md; on the CPU the step after such a
+    prompt traces this graph, tests/engine/test_warm_up_sampler_graphs.py; gone on session
+    50's H100 with this warm-up, no kernel compiled while a prompt was read). Also what engine/loading/mlx_prewarm.py's sampler
     worker runs, so the modules it compiles are the ones the warm-up meets."""
     settings = chat_defaults()
     params = SamplingParams(temperature=settings["temperature"], top_p=settings["top_p"],

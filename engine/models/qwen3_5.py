@@ -154,16 +154,13 @@ class DecoderLayer(nn.Module):
         else:
             x, normed = carried_norm(self.kernel_set, x, pending, self.input_layernorm)
             mixed = mixer(normed, rows, cache_entry)                         # [N, H]
+        norm = self.post_attention_layernorm
         if isinstance(self.mlp, SparseMoeBlock):
             # at one decode row the add, the norm and the router in one launch
-            fused = self.mlp.gates_after_norm(x, mixed, self.post_attention_layernorm)
-            if fused is not None:
-                h, normed, gates = fused
-                return self.mlp(normed, residual=h, route_rows=rows.route_rows,
-                                gates=gates), None
-        h, normed = residual_norm(self.kernel_set, x, mixed, self.post_attention_layernorm)
-        if isinstance(self.mlp, SparseMoeBlock):
-            return self.mlp(normed, residual=h, route_rows=rows.route_rows), None
+            h, normed, gates = (self.mlp.gates_after_norm(x, mixed, norm)
+                                or (*residual_norm(self.kernel_set, x, mixed, norm), None))
+            return self.mlp(normed, residual=h, route_rows=rows.route_rows, gates=gates), None
+        h, normed = residual_norm(self.kernel_set, x, mixed, norm)
         return h, self.mlp(normed)
 
 
