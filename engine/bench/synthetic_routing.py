@@ -48,7 +48,7 @@ def counted_routing(rows: int):
     counts: list[int] = []
     original = moe.SparseMoeBlock.__call__
 
-    def counting(block, x, residual=None, route_rows=None):
+    def counting(block, x, residual=None, route_rows=None, gates=None):
         flat = x.reshape(-1, x.shape[-1])
         if flat.shape[0] == rows:
             num_experts = block.num_experts
@@ -56,7 +56,7 @@ def counted_routing(rows: int):
                       else block.gate(flat))
             idx = mx.argpartition(logits, kth=-block.top_k, axis=-1)[:, -block.top_k:]
             counts.append(len(np.unique(np.array(idx))))
-        return original(block, x, residual, route_rows)
+        return original(block, x, residual, route_rows, gates)
 
     moe.SparseMoeBlock.__call__ = counting
     try:
